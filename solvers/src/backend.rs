@@ -1,0 +1,141 @@
+//! The vector-operations trait every solver is written against.
+//!
+//! A backend owns vectors and a small bank of scalar slots. On the GPU both
+//! live in device memory: `dot` writes its result into a slot, `axpy`/`xpay`
+//! read their coefficient from a slot, and the fused scalar kernels
+//! ([`Backend::pcg_alpha`], [`Backend::pcg_beta`]) update slots in place, so an
+//! iteration is a queue of launches with no host round trip. The only call
+//! that synchronises is [`Backend::read_scalars`]; solvers call it at their
+//! convergence checks and nowhere else.
+
+use crate::Result;
+
+/// Index of one scalar slot in a backend's scalar bank.
+pub type Slot = usize;
+
+/// Named slots of the PCG scalar bank. Their meaning is fixed so that every
+/// backend's fused scalar kernels agree.
+pub mod slot {
+    use super::Slot;
+    /// r^T z of the current iterate.
+    pub const RZ: Slot = 0;
+    /// p^T A p.
+    pub const PAP: Slot = 1;
+    /// alpha = rz / pAp (zero once the solve has stopped).
+    pub const ALPHA: Slot = 2;
+    /// -alpha.
+    pub const NEG_ALPHA: Slot = 3;
+    /// r^T z after the update.
+    pub const RZ_NEW: Slot = 4;
+    /// beta = rz_new / rz (zero once the solve has stopped).
+    pub const BETA: Slot = 5;
+    /// r^T r after the update (squared residual norm).
+    pub const RR: Slot = 6;
+    /// Stop status, see [`crate::pcg::status`].
+    pub const STATUS: Slot = 7;
+    /// Iterations completed before the status left `RUNNING`.
+    pub const ITERS: Slot = 8;
+    /// Squared stopping threshold max(rtol ||b||, atol)^2.
+    pub const THRESH2: Slot = 9;
+    /// The value that caused a breakdown (pAp, alpha, beta or rz).
+    pub const CULPRIT: Slot = 10;
+    /// b^T b.
+    pub const BB: Slot = 11;
+    /// Number of slots in a PCG bank.
+    pub const COUNT: usize = 12;
+}
+
+/// Vector operations and device-resident scalars.
+///
+/// Every method only queues work; results become visible to the host through
+/// [`Backend::read_scalars`] (and, for whole vectors, [`Backend::to_host`]).
+pub trait Backend {
+    /// A vector of f64 (host `Vec<f64>` or a device buffer).
+    type Vector;
+    /// A bank of scalar slots (host array or device buffer).
+    type Scalars;
+
+    /// A zero vector of length `n`.
+    fn zeros(&self, n: usize) -> Result<Self::Vector>;
+    /// Upload a host slice.
+    fn from_host(&self, x: &[f64]) -> Result<Self::Vector>;
+    /// Download a vector (synchronises; not for use inside an iteration).
+    fn to_host(&self, x: &Self::Vector) -> Result<Vec<f64>>;
+    /// Length of a vector.
+    fn len(&self, x: &Self::Vector) -> usize;
+    /// A bank of `n` zeroed slots.
+    fn scalars(&self, n: usize) -> Result<Self::Scalars>;
+    /// Write slots from the host (queued; no sync).
+    fn write_scalars(&self, s: &mut Self::Scalars, start: Slot, values: &[f64]) -> Result<()>;
+    /// Read every slot back to the host. This is the one synchronising call.
+    fn read_scalars(&self, s: &Self::Scalars) -> Result<Vec<f64>>;
+
+    /// dst = src.
+    fn copy(&self, src: &Self::Vector, dst: &mut Self::Vector) -> Result<()>;
+    /// s[out] = x^T y, summed in a fixed order.
+    fn dot(
+        &self,
+        x: &Self::Vector,
+        y: &Self::Vector,
+        s: &mut Self::Scalars,
+        out: Slot,
+    ) -> Result<()>;
+    /// y += s[alpha] * x.
+    fn axpy(
+        &self,
+        s: &Self::Scalars,
+        alpha: Slot,
+        x: &Self::Vector,
+        y: &mut Self::Vector,
+    ) -> Result<()>;
+    /// y = x + s[beta] * y.
+    fn xpay(
+        &self,
+        x: &Self::Vector,
+        s: &Self::Scalars,
+        beta: Slot,
+        y: &mut Self::Vector,
+    ) -> Result<()>;
+    /// r = b - r (turns A x stored in r into the residual).
+    fn sub_from(&self, b: &Self::Vector, r: &mut Self::Vector) -> Result<()>;
+    /// z = d .* r (elementwise).
+    fn mul_elementwise(
+        &self,
+        d: &Self::Vector,
+        r: &Self::Vector,
+        z: &mut Self::Vector,
+    ) -> Result<()>;
+    /// out = 1 / (d + extra + ridge), elementwise, with every denominator
+    /// checked: returns the first index whose denominator is not finite and
+    /// positive, with its value, as an error naming `field`.
+    fn invert_positive(
+        &self,
+        d: &Self::Vector,
+        extra: Option<&Self::Vector>,
+        ridge: f64,
+        field: &str,
+        out: &mut Self::Vector,
+    ) -> Result<()>;
+
+    /// PCG step 1, on the slots: if running, alpha = rz / pAp, with breakdown
+    /// when pAp <= 0 or alpha is not finite; once stopped, alpha = 0.
+    fn pcg_alpha(&self, s: &mut Self::Scalars) -> Result<()>;
+    /// PCG step 2, on the slots: beta = rz_new / rz, rz = rz_new, count the
+    /// iteration, and stop on convergence (rr <= thresh2), on a preconditioner
+    /// that is not positive (rz_new < 0 or not finite) or on breakdown.
+    fn pcg_beta(&self, s: &mut Self::Scalars) -> Result<()>;
+
+    /// A recorded block of work that a backend can replay (a CUDA graph on
+    /// the GPU; `()` on the CPU).
+    type Recording;
+
+    /// Run `body` `times` times in a row. A backend may record the first
+    /// run of a block of this length into `recording` and replay it later;
+    /// `body` must then queue identical work every time it is called.
+    fn repeat(
+        &self,
+        times: usize,
+        recording: &mut Option<(usize, Self::Recording)>,
+        body: &mut dyn FnMut() -> Result<()>,
+    ) -> Result<()>;
+}

@@ -1,0 +1,219 @@
+//! The CPU backend: plain loops over `Vec<f64>`, parallel with rayon, and the
+//! reference oracle for every device backend.
+//!
+//! Reductions are split into fixed chunks of [`REDUCE_CHUNK`] elements whose
+//! partial sums are added in chunk order, so results are bitwise identical for
+//! any number of rayon threads.
+
+use rayon::prelude::*;
+
+use crate::backend::{slot, Backend, Slot};
+use crate::pcg::status;
+use crate::{Result, SolverError};
+
+/// Elements per partial sum in every fixed-order reduction.
+pub const REDUCE_CHUNK: usize = 4096;
+
+/// The CPU backend. Counts its synchronising reads like a device backend
+/// would, so tests can hold both to the same sync budget.
+#[derive(Debug, Default)]
+pub struct CpuBackend {
+    reads: std::sync::atomic::AtomicUsize,
+}
+
+impl CpuBackend {
+    /// A new CPU backend.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Number of [`Backend::read_scalars`] calls made so far.
+    pub fn reads(&self) -> usize {
+        self.reads.load(std::sync::atomic::Ordering::Relaxed)
+    }
+}
+
+/// x^T y summed in fixed chunks, partials added in chunk order.
+pub fn fixed_order_dot(x: &[f64], y: &[f64]) -> f64 {
+    let partials: Vec<f64> = x
+        .par_chunks(REDUCE_CHUNK)
+        .zip(y.par_chunks(REDUCE_CHUNK))
+        .map(|(a, b)| a.iter().zip(b).map(|(u, v)| u * v).sum::<f64>())
+        .collect();
+    partials.iter().sum()
+}
+
+fn check_len(field: &str, got: usize, want: usize) -> Result<()> {
+    if got != want {
+        return Err(SolverError::invalid(
+            field,
+            got,
+            format!("length must equal {want}"),
+        ));
+    }
+    Ok(())
+}
+
+impl Backend for CpuBackend {
+    type Vector = Vec<f64>;
+    type Scalars = Vec<f64>;
+    type Recording = ();
+
+    fn zeros(&self, n: usize) -> Result<Vec<f64>> {
+        Ok(vec![0.0; n])
+    }
+    fn from_host(&self, x: &[f64]) -> Result<Vec<f64>> {
+        Ok(x.to_vec())
+    }
+    fn to_host(&self, x: &Vec<f64>) -> Result<Vec<f64>> {
+        Ok(x.clone())
+    }
+    fn len(&self, x: &Vec<f64>) -> usize {
+        x.len()
+    }
+    fn scalars(&self, n: usize) -> Result<Vec<f64>> {
+        Ok(vec![0.0; n])
+    }
+    fn write_scalars(&self, s: &mut Vec<f64>, start: Slot, values: &[f64]) -> Result<()> {
+        check_len("scalar slots", s.len().max(start + values.len()), s.len())?;
+        s[start..start + values.len()].copy_from_slice(values);
+        Ok(())
+    }
+    fn read_scalars(&self, s: &Vec<f64>) -> Result<Vec<f64>> {
+        self.reads
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        Ok(s.clone())
+    }
+    fn copy(&self, src: &Vec<f64>, dst: &mut Vec<f64>) -> Result<()> {
+        check_len("copy destination", dst.len(), src.len())?;
+        dst.copy_from_slice(src);
+        Ok(())
+    }
+    fn dot(&self, x: &Vec<f64>, y: &Vec<f64>, s: &mut Vec<f64>, out: Slot) -> Result<()> {
+        check_len("dot operand", y.len(), x.len())?;
+        s[out] = fixed_order_dot(x, y);
+        Ok(())
+    }
+    fn axpy(&self, s: &Vec<f64>, alpha: Slot, x: &Vec<f64>, y: &mut Vec<f64>) -> Result<()> {
+        check_len("axpy operand", y.len(), x.len())?;
+        let a = s[alpha];
+        y.par_iter_mut()
+            .zip(x.par_iter())
+            .for_each(|(yi, xi)| *yi += a * xi);
+        Ok(())
+    }
+    fn xpay(&self, x: &Vec<f64>, s: &Vec<f64>, beta: Slot, y: &mut Vec<f64>) -> Result<()> {
+        check_len("xpay operand", y.len(), x.len())?;
+        let b = s[beta];
+        y.par_iter_mut()
+            .zip(x.par_iter())
+            .for_each(|(yi, xi)| *yi = xi + b * *yi);
+        Ok(())
+    }
+    fn sub_from(&self, b: &Vec<f64>, r: &mut Vec<f64>) -> Result<()> {
+        check_len("residual", r.len(), b.len())?;
+        r.par_iter_mut()
+            .zip(b.par_iter())
+            .for_each(|(ri, bi)| *ri = bi - *ri);
+        Ok(())
+    }
+    fn mul_elementwise(&self, d: &Vec<f64>, r: &Vec<f64>, z: &mut Vec<f64>) -> Result<()> {
+        check_len("preconditioner input", r.len(), d.len())?;
+        check_len("preconditioner output", z.len(), d.len())?;
+        z.par_iter_mut()
+            .zip(d.par_iter().zip(r.par_iter()))
+            .for_each(|(zi, (di, ri))| *zi = di * ri);
+        Ok(())
+    }
+    fn invert_positive(
+        &self,
+        d: &Vec<f64>,
+        extra: Option<&Vec<f64>>,
+        ridge: f64,
+        field: &str,
+        out: &mut Vec<f64>,
+    ) -> Result<()> {
+        if let Some(e) = extra {
+            check_len("extra diagonal", e.len(), d.len())?;
+        }
+        check_len("inverse diagonal", out.len(), d.len())?;
+        for (i, o) in out.iter_mut().enumerate() {
+            let v = d[i] + extra.map_or(0.0, |e| e[i]) + ridge;
+            if !(v.is_finite() && v > 0.0) {
+                return Err(SolverError::invalid(
+                    format!("{field}[{i}]"),
+                    v,
+                    "diagonal + extra + ridge must be finite and > 0",
+                ));
+            }
+            *o = 1.0 / v;
+        }
+        Ok(())
+    }
+    fn pcg_alpha(&self, s: &mut Vec<f64>) -> Result<()> {
+        pcg_alpha_slots(s);
+        Ok(())
+    }
+    fn pcg_beta(&self, s: &mut Vec<f64>) -> Result<()> {
+        pcg_beta_slots(s);
+        Ok(())
+    }
+    fn repeat(
+        &self,
+        times: usize,
+        _recording: &mut Option<(usize, ())>,
+        body: &mut dyn FnMut() -> Result<()>,
+    ) -> Result<()> {
+        for _ in 0..times {
+            body()?;
+        }
+        Ok(())
+    }
+}
+
+/// PCG scalar step 1 on a slot bank (the specification of every backend's
+/// `pcg_alpha`; `kernels/pcg.cu` implements the same lines).
+pub fn pcg_alpha_slots(s: &mut [f64]) {
+    let (mut alpha, running) = (0.0, s[slot::STATUS] == status::RUNNING);
+    if running {
+        let pap = s[slot::PAP];
+        let a = s[slot::RZ] / pap;
+        if !(pap > 0.0 && pap.is_finite()) {
+            s[slot::STATUS] = status::BREAKDOWN_PAP;
+            s[slot::CULPRIT] = pap;
+        } else if !a.is_finite() {
+            s[slot::STATUS] = status::BREAKDOWN_ALPHA;
+            s[slot::CULPRIT] = a;
+        } else {
+            alpha = a;
+        }
+    }
+    s[slot::ALPHA] = alpha;
+    s[slot::NEG_ALPHA] = -alpha;
+}
+
+/// PCG scalar step 2 on a slot bank (see [`pcg_alpha_slots`]).
+pub fn pcg_beta_slots(s: &mut [f64]) {
+    let mut beta = 0.0;
+    if s[slot::STATUS] == status::RUNNING {
+        s[slot::ITERS] += 1.0;
+        let (rz_new, rr) = (s[slot::RZ_NEW], s[slot::RR]);
+        let b = rz_new / s[slot::RZ];
+        if !rr.is_finite() {
+            s[slot::STATUS] = status::BREAKDOWN_RESIDUAL;
+            s[slot::CULPRIT] = rr;
+        } else if rr <= s[slot::THRESH2] {
+            s[slot::STATUS] = status::CONVERGED;
+        } else if !(rz_new >= 0.0 && rz_new.is_finite()) {
+            s[slot::STATUS] = status::BAD_PRECONDITIONER;
+            s[slot::CULPRIT] = rz_new;
+        } else if !b.is_finite() {
+            s[slot::STATUS] = status::BREAKDOWN_BETA;
+            s[slot::CULPRIT] = b;
+        } else {
+            beta = b;
+            s[slot::RZ] = rz_new;
+        }
+    }
+    s[slot::BETA] = beta;
+}

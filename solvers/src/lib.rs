@@ -1,0 +1,24 @@
+//! Backend-agnostic solvers for matfree: preconditioned conjugate gradients,
+//! preconditioners, and the exact dense path, written once against the
+//! [`Backend`] and [`LinearOperator`] traits.
+//!
+//! The CPU backend here is the reference oracle; the CUDA backend in the
+//! `matfree` crate implements the same traits with device-resident vectors
+//! and scalars.
+#![warn(missing_docs)]
+
+pub mod backend;
+pub mod cpu;
+pub mod dense;
+mod error;
+pub mod operator;
+pub mod pcg;
+pub mod precond;
+
+pub use backend::{Backend, Slot};
+pub use cpu::CpuBackend;
+pub use dense::Cholesky;
+pub use error::{Result, SolverError};
+pub use operator::{DenseOperator, LinearOperator};
+pub use pcg::{cg, BreakdownQuantity, PcgInfo, PcgOptions, PcgSolution, StopReason};
+pub use precond::{Jacobi, Preconditioner};

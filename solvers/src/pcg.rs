@@ -1,0 +1,335 @@
+//! Preconditioned conjugate gradients, written once for every backend.
+//!
+//! Per iteration (all queued on the backend, no host read):
+//!
+//! ```text
+//! q = A p                  operator
+//! pAp = p^T q              dot -> slot
+//! alpha = rz / pAp         pcg_alpha (breakdown tests on the slots)
+//! x = x + alpha p          axpy
+//! r = r - alpha q          axpy
+//! z = M^{-1} r             preconditioner
+//! rz_new = r^T z; rr = r^T r
+//! beta = rz_new / rz       pcg_beta (convergence and preconditioner tests)
+//! p = z + beta p           xpay
+//! ```
+//!
+//! Memory movement per iteration: one operator and one preconditioner apply,
+//! three dots and three vector updates of length n. Once the slots record a
+//! stop (convergence or breakdown), alpha and beta are zero, so the remaining
+//! iterations of a block leave x untouched. The host reads the slots every
+//! `check_every` iterations: a solve of k iterations makes
+//! `ceil(k / check_every) + 2` reads (one before the loop, one per block, one
+//! for the final true residual).
+
+use serde::{Deserialize, Serialize};
+
+use crate::backend::{slot, Backend};
+use crate::operator::{expect_len, LinearOperator};
+use crate::precond::Preconditioner;
+use crate::{Result, SolverError};
+
+/// Status codes stored in the `STATUS` slot.
+pub mod status {
+    /// Still iterating.
+    pub const RUNNING: f64 = 0.0;
+    /// ||r|| <= threshold.
+    pub const CONVERGED: f64 = 1.0;
+    /// p^T A p <= 0 or not finite.
+    pub const BREAKDOWN_PAP: f64 = 2.0;
+    /// alpha not finite.
+    pub const BREAKDOWN_ALPHA: f64 = 3.0;
+    /// beta not finite.
+    pub const BREAKDOWN_BETA: f64 = 4.0;
+    /// r^T z < 0 or not finite: M is not positive definite.
+    pub const BAD_PRECONDITIONER: f64 = 5.0;
+    /// r^T r not finite.
+    pub const BREAKDOWN_RESIDUAL: f64 = 6.0;
+}
+
+/// Options of [`cg`] (SciPy's names). Stop when
+/// `||r|| <= max(rtol * ||b||, atol)`.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct PcgOptions {
+    /// Relative tolerance on the residual norm (default 1e-8).
+    pub rtol: f64,
+    /// Absolute tolerance on the residual norm (default 0).
+    pub atol: f64,
+    /// Iteration cap (default 1000).
+    pub max_iter: usize,
+    /// Iterations between host reads of the residual (default 10).
+    pub check_every: usize,
+    /// Replace the recursive residual with b - A x every this many
+    /// iterations, at the next check (0 = never; default 50).
+    pub refresh_every: usize,
+}
+
+impl Default for PcgOptions {
+    fn default() -> Self {
+        Self {
+            rtol: 1e-8,
+            atol: 0.0,
+            max_iter: 1000,
+            check_every: 10,
+            refresh_every: 50,
+        }
+    }
+}
+
+impl PcgOptions {
+    fn validate(&self) -> Result<()> {
+        for (field, v) in [("rtol", self.rtol), ("atol", self.atol)] {
+            if !(v.is_finite() && v >= 0.0) {
+                return Err(SolverError::invalid(field, v, "must be finite and >= 0"));
+            }
+        }
+        if self.check_every == 0 {
+            return Err(SolverError::invalid("check_every", 0, "must be >= 1"));
+        }
+        Ok(())
+    }
+}
+
+/// The quantity whose value broke the iteration.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum BreakdownQuantity {
+    /// p^T A p <= 0 or not finite (A is not positive definite along p).
+    PAp,
+    /// alpha = rz / pAp not finite.
+    Alpha,
+    /// beta = rz_new / rz not finite.
+    Beta,
+    /// r^T r not finite.
+    Residual,
+}
+
+/// Why the solve stopped.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub enum StopReason {
+    /// The residual met the tolerance.
+    Converged,
+    /// `max_iter` iterations ran without convergence.
+    MaxIter,
+    /// A quantity of the recurrence broke down.
+    Breakdown {
+        /// Which quantity.
+        quantity: BreakdownQuantity,
+        /// Its value.
+        value: f64,
+    },
+    /// r^T z < 0 or not finite: the preconditioner is not positive definite.
+    BadPreconditioner {
+        /// The offending r^T z.
+        value: f64,
+    },
+}
+
+/// What a solve did (SciPy's `info`, spelled out).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct PcgInfo {
+    /// Iterations completed.
+    pub iterations: usize,
+    /// ||b||.
+    pub b_norm: f64,
+    /// The stopping threshold max(rtol ||b||, atol).
+    pub threshold: f64,
+    /// ||b - A x0||.
+    pub initial_residual_norm: f64,
+    /// Recursive residual norm at the last check.
+    pub final_residual_norm: f64,
+    /// ||b - A x|| of the returned x, recomputed at the end.
+    pub true_residual_norm: f64,
+    /// (iterations, recursive residual norm) at each check, the start included.
+    pub residual_history: Vec<(usize, f64)>,
+    /// Whether the tolerance was met.
+    pub converged: bool,
+    /// Why the solve stopped.
+    pub stop_reason: StopReason,
+    /// Host reads of device scalars made by the solve.
+    pub host_reads: usize,
+}
+
+/// The solution and the info record.
+#[derive(Debug)]
+pub struct PcgSolution<V> {
+    /// The final iterate.
+    pub x: V,
+    /// What the solve did.
+    pub info: PcgInfo,
+}
+
+/// The work vectors of one solve, allocated once before the loop.
+struct Work<V> {
+    x: V,
+    r: V,
+    z: V,
+    p: V,
+    q: V,
+}
+
+/// Solve A x = b by preconditioned CG. `x0` is the warm start (zero if
+/// `None`). Hitting `max_iter` is reported in the info, not as an error.
+pub fn cg<B: Backend>(
+    backend: &B,
+    a: &dyn LinearOperator<B>,
+    m: &dyn Preconditioner<B>,
+    b: &B::Vector,
+    x0: Option<&B::Vector>,
+    opts: &PcgOptions,
+) -> Result<PcgSolution<B::Vector>> {
+    opts.validate()?;
+    let n = a.dim();
+    expect_len("b", backend.len(b), n)?;
+    let mut w = Work {
+        x: backend.zeros(n)?,
+        r: backend.zeros(n)?,
+        z: backend.zeros(n)?,
+        p: backend.zeros(n)?,
+        q: backend.zeros(n)?,
+    };
+    let mut s = backend.scalars(slot::COUNT)?;
+    match x0 {
+        Some(x0) => {
+            expect_len("x0", backend.len(x0), n)?;
+            backend.copy(x0, &mut w.x)?;
+            residual(backend, a, b, &w.x, &mut w.r)?;
+        }
+        None => backend.copy(b, &mut w.r)?,
+    }
+    restart_direction(backend, m, &mut w, &mut s)?;
+    backend.dot(b, b, &mut s, slot::BB)?;
+    let first = backend.read_scalars(&s)?;
+    let mut reads = 1;
+    let b_norm = first[slot::BB].sqrt();
+    let threshold = (opts.rtol * b_norm).max(opts.atol);
+    let r0 = first[slot::RR].sqrt();
+    let mut info = PcgInfo {
+        iterations: 0,
+        b_norm,
+        threshold,
+        initial_residual_norm: r0,
+        final_residual_norm: r0,
+        true_residual_norm: r0,
+        residual_history: vec![(0, r0)],
+        converged: false,
+        stop_reason: StopReason::MaxIter,
+        host_reads: 0,
+    };
+    let mut state = first.clone();
+    state[slot::THRESH2] = threshold * threshold;
+    state[slot::STATUS] = initial_status(&first, threshold);
+    state[slot::ITERS] = 0.0;
+    state[slot::CULPRIT] = state[slot::RZ];
+    backend.write_scalars(&mut s, slot::STATUS, &state[slot::STATUS..=slot::CULPRIT])?;
+    if state[slot::STATUS] == status::RUNNING {
+        let mut recording = None;
+        let mut next_refresh = opts.refresh_every;
+        while (state[slot::ITERS] as usize) < opts.max_iter {
+            let block = opts
+                .check_every
+                .min(opts.max_iter - state[slot::ITERS] as usize);
+            backend.repeat(block, &mut recording, &mut || {
+                iteration(backend, a, m, &mut w, &mut s)
+            })?;
+            let done = state[slot::ITERS] as usize + block;
+            if opts.refresh_every > 0 && done >= next_refresh {
+                // Residual replacement keeps the search direction p.
+                residual(backend, a, b, &w.x, &mut w.r)?;
+                m.apply(&w.r, &mut w.z)?;
+                backend.dot(&w.r, &w.z, &mut s, slot::RZ)?;
+                backend.dot(&w.r, &w.r, &mut s, slot::RR)?;
+                next_refresh = done + opts.refresh_every;
+            }
+            state = backend.read_scalars(&s)?;
+            reads += 1;
+            info.residual_history
+                .push((state[slot::ITERS] as usize, state[slot::RR].sqrt()));
+            if state[slot::STATUS] != status::RUNNING {
+                break;
+            }
+        }
+        info.final_residual_norm = state[slot::RR].sqrt();
+        residual(backend, a, b, &w.x, &mut w.r)?;
+        backend.dot(&w.r, &w.r, &mut s, slot::RR)?;
+        let last = backend.read_scalars(&s)?;
+        reads += 1;
+        info.true_residual_norm = last[slot::RR].sqrt();
+    }
+    info.iterations = state[slot::ITERS] as usize;
+    info.stop_reason = stop_reason(&state);
+    info.converged = info.stop_reason == StopReason::Converged;
+    info.host_reads = reads;
+    Ok(PcgSolution { x: w.x, info })
+}
+
+/// r = b - A x.
+fn residual<B: Backend>(
+    backend: &B,
+    a: &dyn LinearOperator<B>,
+    b: &B::Vector,
+    x: &B::Vector,
+    r: &mut B::Vector,
+) -> Result<()> {
+    a.apply(x, r)?;
+    backend.sub_from(b, r)
+}
+
+/// z = M^{-1} r, p = z, and the slots rz = r^T z, rr = r^T r.
+fn restart_direction<B: Backend>(
+    backend: &B,
+    m: &dyn Preconditioner<B>,
+    w: &mut Work<B::Vector>,
+    s: &mut B::Scalars,
+) -> Result<()> {
+    m.apply(&w.r, &mut w.z)?;
+    backend.copy(&w.z, &mut w.p)?;
+    backend.dot(&w.r, &w.z, s, slot::RZ)?;
+    backend.dot(&w.r, &w.r, s, slot::RR)
+}
+
+/// One PCG iteration, queued on the backend.
+fn iteration<B: Backend>(
+    backend: &B,
+    a: &dyn LinearOperator<B>,
+    m: &dyn Preconditioner<B>,
+    w: &mut Work<B::Vector>,
+    s: &mut B::Scalars,
+) -> Result<()> {
+    a.apply(&w.p, &mut w.q)?;
+    backend.dot(&w.p, &w.q, s, slot::PAP)?;
+    backend.pcg_alpha(s)?;
+    backend.axpy(s, slot::ALPHA, &w.p, &mut w.x)?;
+    backend.axpy(s, slot::NEG_ALPHA, &w.q, &mut w.r)?;
+    m.apply(&w.r, &mut w.z)?;
+    backend.dot(&w.r, &w.z, s, slot::RZ_NEW)?;
+    backend.dot(&w.r, &w.r, s, slot::RR)?;
+    backend.pcg_beta(s)?;
+    backend.xpay(&w.z, s, slot::BETA, &mut w.p)
+}
+
+/// Status before the first iteration: converged at once, a preconditioner
+/// that is not positive, or running.
+fn initial_status(s: &[f64], threshold: f64) -> f64 {
+    let (rr, rz) = (s[slot::RR], s[slot::RZ]);
+    if rr.sqrt() <= threshold {
+        status::CONVERGED
+    } else if !(rz > 0.0 && rz.is_finite()) {
+        status::BAD_PRECONDITIONER
+    } else {
+        status::RUNNING
+    }
+}
+
+fn stop_reason(s: &[f64]) -> StopReason {
+    let value = s[slot::CULPRIT];
+    let breakdown = |quantity| StopReason::Breakdown { quantity, value };
+    match s[slot::STATUS] {
+        x if x == status::CONVERGED => StopReason::Converged,
+        x if x == status::BREAKDOWN_PAP => breakdown(BreakdownQuantity::PAp),
+        x if x == status::BREAKDOWN_ALPHA => breakdown(BreakdownQuantity::Alpha),
+        x if x == status::BREAKDOWN_BETA => breakdown(BreakdownQuantity::Beta),
+        x if x == status::BREAKDOWN_RESIDUAL => breakdown(BreakdownQuantity::Residual),
+        x if x == status::BAD_PRECONDITIONER => StopReason::BadPreconditioner { value },
+        _ => StopReason::MaxIter,
+    }
+}

@@ -1,0 +1,63 @@
+//! Preconditioners: Jacobi (inverse diagonal), with the identity as its unit case.
+
+use crate::backend::Backend;
+use crate::operator::expect_len;
+use crate::{Result, SolverError};
+
+/// z = M^{-1} r for a symmetric positive definite M.
+pub trait Preconditioner<B: Backend> {
+    /// z = M^{-1} r.
+    fn apply(&self, r: &B::Vector, z: &mut B::Vector) -> Result<()>;
+}
+
+/// Jacobi preconditioner: M = diag(A) + extra + ridge, stored as its inverse
+/// on the backend (on the GPU it never leaves the device).
+pub struct Jacobi<'b, B: Backend> {
+    backend: &'b B,
+    inv_diag: B::Vector,
+}
+
+impl<'b, B: Backend> Jacobi<'b, B> {
+    /// Build from a diagonal, an optional extra diagonal (e.g. the penalty's)
+    /// and a ridge. A sum that is not finite and positive is an error naming
+    /// its index: it is never silently replaced by its absolute value.
+    pub fn new(
+        backend: &'b B,
+        diag: &B::Vector,
+        extra: Option<&B::Vector>,
+        ridge: f64,
+    ) -> Result<Self> {
+        if !(ridge.is_finite() && ridge >= 0.0) {
+            return Err(SolverError::invalid(
+                "ridge",
+                ridge,
+                "must be finite and >= 0",
+            ));
+        }
+        let n = backend.len(diag);
+        if let Some(e) = extra {
+            expect_len("extra diagonal", backend.len(e), n)?;
+        }
+        let mut inv_diag = backend.zeros(n)?;
+        backend.invert_positive(diag, extra, ridge, "jacobi diagonal", &mut inv_diag)?;
+        Ok(Self { backend, inv_diag })
+    }
+
+    /// The identity preconditioner of dimension `n`, as a Jacobi with unit
+    /// diagonal.
+    pub fn identity(backend: &'b B, n: usize) -> Result<Self> {
+        let ones = backend.from_host(&vec![1.0; n])?;
+        Self::new(backend, &ones, None, 0.0)
+    }
+
+    /// The stored inverse diagonal.
+    pub fn inverse_diagonal(&self) -> &B::Vector {
+        &self.inv_diag
+    }
+}
+
+impl<B: Backend> Preconditioner<B> for Jacobi<'_, B> {
+    fn apply(&self, r: &B::Vector, z: &mut B::Vector) -> Result<()> {
+        self.backend.mul_elementwise(&self.inv_diag, r, z)
+    }
+}

@@ -1,0 +1,51 @@
+//! The crate's error type: every rejected input names the field, the value and
+//! the rule it broke.
+
+use thiserror::Error;
+
+/// Errors raised by `matfree`.
+#[derive(Debug, Error)]
+pub enum Error {
+    /// A user-supplied input broke a shape, range or finiteness rule.
+    #[error("invalid input: {field} = {value}: {rule}")]
+    InvalidInput {
+        /// The offending field (e.g. `x_m[17]`, `layout.p_total`).
+        field: String,
+        /// The value seen, rendered for the message.
+        value: String,
+        /// The rule it broke.
+        rule: String,
+    },
+    /// A row of the model could not be evaluated (e.g. F_a <= 0).
+    #[error("row {row} rejected: {reason}")]
+    RowRejected {
+        /// Row index.
+        row: usize,
+        /// Why it was rejected.
+        reason: String,
+    },
+    /// The CUDA backend is unavailable or failed.
+    #[error("cuda: {0}")]
+    Cuda(String),
+    /// A solver failed.
+    #[error(transparent)]
+    Solver(#[from] matfree_solvers::SolverError),
+}
+
+impl Error {
+    /// Shorthand for [`Error::InvalidInput`].
+    pub fn invalid(
+        field: impl Into<String>,
+        value: impl std::fmt::Display,
+        rule: impl Into<String>,
+    ) -> Self {
+        Error::InvalidInput {
+            field: field.into(),
+            value: value.to_string(),
+            rule: rule.into(),
+        }
+    }
+}
+
+/// Result alias for `matfree`.
+pub type Result<T> = std::result::Result<T, Error>;

@@ -1,0 +1,133 @@
+//! Seeded random fixtures for tests, benches and examples: a small
+//! deterministic generator and full-rank row-Hessian problems.
+
+use std::sync::Arc;
+
+use crate::designs::Designs;
+use crate::layout::Layout;
+use crate::row_hessian::RowHessian;
+use crate::Result;
+
+/// xoshiro256** seeded through splitmix64: fast, reproducible, and free of
+/// platform dependence.
+#[derive(Clone, Debug)]
+pub struct Rng {
+    s: [u64; 4],
+}
+
+impl Rng {
+    /// A generator from a seed.
+    pub fn new(seed: u64) -> Self {
+        let mut z = seed;
+        let mut next = || {
+            z = z.wrapping_add(0x9E37_79B9_7F4A_7C15);
+            let mut x = z;
+            x = (x ^ (x >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+            x = (x ^ (x >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+            x ^ (x >> 31)
+        };
+        Self {
+            s: [next(), next(), next(), next()],
+        }
+    }
+
+    /// Next 64 random bits.
+    pub fn next_u64(&mut self) -> u64 {
+        let out = self.s[1].wrapping_mul(5).rotate_left(7).wrapping_mul(9);
+        let t = self.s[1] << 17;
+        self.s[2] ^= self.s[0];
+        self.s[3] ^= self.s[1];
+        self.s[1] ^= self.s[2];
+        self.s[0] ^= self.s[3];
+        self.s[2] ^= t;
+        self.s[3] = self.s[3].rotate_left(45);
+        out
+    }
+
+    /// Uniform on [0, 1).
+    pub fn uniform(&mut self) -> f64 {
+        (self.next_u64() >> 11) as f64 * (1.0 / (1u64 << 53) as f64)
+    }
+
+    /// Standard normal (Box-Muller).
+    pub fn normal(&mut self) -> f64 {
+        let u1 = 1.0 - self.uniform();
+        let u2 = self.uniform();
+        (-2.0 * u1.ln()).sqrt() * (std::f64::consts::TAU * u2).cos()
+    }
+
+    /// A vector of `n` standard normals.
+    pub fn normals(&mut self, n: usize) -> Vec<f64> {
+        (0..n).map(|_| self.normal()).collect()
+    }
+}
+
+/// Shape of a generated row-Hessian problem.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct Shape {
+    /// Rows.
+    pub n: usize,
+    /// Marginal design width.
+    pub p_m: usize,
+    /// Slope design width.
+    pub p_g: usize,
+    /// Score-warp block width.
+    pub p_h: usize,
+    /// Link-deviation block width.
+    pub p_w: usize,
+}
+
+impl Shape {
+    /// The seed shape of the benchmarks (n = 195,000, r = 20, p = 44).
+    pub const SEED: Shape = Shape {
+        n: 195_000,
+        p_m: 14,
+        p_g: 12,
+        p_h: 10,
+        p_w: 8,
+    };
+}
+
+/// Random symmetric positive definite row Hessians,
+/// H_i = diag(d) + u u^T + v v^T with d in [0.5, 1.5]: full rank, cheap to
+/// make at any r.
+pub fn random_row_hessians(rng: &mut Rng, n: usize, r: usize) -> Vec<f64> {
+    let mut hess = vec![0.0; n * r * r];
+    let (mut u, mut v) = (vec![0.0; r], vec![0.0; r]);
+    for h in hess.chunks_mut(r * r) {
+        u.iter_mut()
+            .chain(v.iter_mut())
+            .for_each(|x| *x = rng.normal() * 0.5);
+        for a in 0..r {
+            for b in 0..r {
+                h[a * r + b] = u[a] * u[b] + v[a] * v[b];
+            }
+            h[a * r + a] += 0.5 + rng.uniform();
+        }
+    }
+    hess
+}
+
+/// A random full-rank row-Hessian problem. Column j of each design is scaled
+/// by `10^(-decades * j / (p - 1))`, so `decades = 3` gives a joint Hessian
+/// with condition number around 1e6 or more.
+pub fn random_row_problem(shape: Shape, decades: f64, seed: u64) -> Result<RowHessian> {
+    let mut rng = Rng::new(seed);
+    let Shape {
+        n,
+        p_m,
+        p_g,
+        p_h,
+        p_w,
+    } = shape;
+    let layout = Layout::standard(p_m, p_g, p_h, p_w)?;
+    let scale = |j: usize, p: usize| 10f64.powf(-decades * j as f64 / (p.max(2) - 1) as f64);
+    let design = |rng: &mut Rng, p: usize| -> Vec<f64> {
+        (0..n * p).map(|k| rng.normal() * scale(k % p, p)).collect()
+    };
+    let x_m = design(&mut rng, p_m);
+    let x_g = design(&mut rng, p_g);
+    let designs = Arc::new(Designs::new(n, p_m, p_g, x_m, x_g)?);
+    let hess = random_row_hessians(&mut rng, n, layout.r());
+    RowHessian::new(layout, designs, hess)
+}

@@ -1,0 +1,21 @@
+//! matfree: matrix-free Newton/REML fitting of large penalised models on the
+//! CPU and on NVIDIA GPUs.
+//!
+//! The central object is a per-row Hessian, H = sum_i P_i^T H_i P_i, with
+//! each H_i a small dense r x r block pulled back to the p coefficients
+//! through two design rows. [`RowHessian`] holds it on the CPU and implements
+//! [`matfree_solvers::LinearOperator`], so the solvers of `matfree-solvers`
+//! (PCG, Jacobi, the dense Cholesky path) run on it unchanged.
+#![warn(missing_docs)]
+
+pub mod designs;
+mod error;
+pub mod fixture;
+pub mod layout;
+pub mod row_hessian;
+
+pub use designs::Designs;
+pub use error::{Error, Result};
+pub use layout::{BlockLayout, Layout, PrimaryLayout};
+pub use matfree_solvers as solvers;
+pub use row_hessian::{joint_gradient, JointGradient, RowHessian};
