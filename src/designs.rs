@@ -37,22 +37,12 @@ impl Designs {
         }
         for (field, p) in [("p_m", p_m), ("p_g", p_g)] {
             if p == 0 {
-                return Err(Error::invalid(
-                    field,
-                    0,
-                    "a design needs at least one column",
-                ));
+                return Err(Error::invalid(field, 0, "a design needs at least one column"));
             }
         }
         check_matrix("x_m", &x_m, n, p_m)?;
         check_matrix("x_g", &x_g, n, p_g)?;
-        Ok(Self {
-            n,
-            p_m,
-            p_g,
-            x_m,
-            x_g,
-        })
+        Ok(Self { n, p_m, p_g, x_m, x_g })
     }
 
     /// Number of rows.

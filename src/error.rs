@@ -34,11 +34,7 @@ pub enum Error {
 
 impl Error {
     /// Shorthand for [`Error::InvalidInput`].
-    pub fn invalid(
-        field: impl Into<String>,
-        value: impl std::fmt::Display,
-        rule: impl Into<String>,
-    ) -> Self {
+    pub fn invalid(field: impl Into<String>, value: impl std::fmt::Display, rule: impl Into<String>) -> Self {
         Error::InvalidInput {
             field: field.into(),
             value: value.to_string(),

@@ -95,9 +95,7 @@ pub fn random_row_hessians(rng: &mut Rng, n: usize, r: usize) -> Vec<f64> {
     let mut hess = vec![0.0; n * r * r];
     let (mut u, mut v) = (vec![0.0; r], vec![0.0; r]);
     for h in hess.chunks_mut(r * r) {
-        u.iter_mut()
-            .chain(v.iter_mut())
-            .for_each(|x| *x = rng.normal() * 0.5);
+        u.iter_mut().chain(v.iter_mut()).for_each(|x| *x = rng.normal() * 0.5);
         for a in 0..r {
             for b in 0..r {
                 h[a * r + b] = u[a] * u[b] + v[a] * v[b];
@@ -113,18 +111,10 @@ pub fn random_row_hessians(rng: &mut Rng, n: usize, r: usize) -> Vec<f64> {
 /// with condition number around 1e6 or more.
 pub fn random_row_problem(shape: Shape, decades: f64, seed: u64) -> Result<RowHessian> {
     let mut rng = Rng::new(seed);
-    let Shape {
-        n,
-        p_m,
-        p_g,
-        p_h,
-        p_w,
-    } = shape;
+    let Shape { n, p_m, p_g, p_h, p_w } = shape;
     let layout = Layout::standard(p_m, p_g, p_h, p_w)?;
     let scale = |j: usize, p: usize| 10f64.powf(-decades * j as f64 / (p.max(2) - 1) as f64);
-    let design = |rng: &mut Rng, p: usize| -> Vec<f64> {
-        (0..n * p).map(|k| rng.normal() * scale(k % p, p)).collect()
-    };
+    let design = |rng: &mut Rng, p: usize| -> Vec<f64> { (0..n * p).map(|k| rng.normal() * scale(k % p, p)).collect() };
     let x_m = design(&mut rng, p_m);
     let x_g = design(&mut rng, p_g);
     let designs = Arc::new(Designs::new(n, p_m, p_g, x_m, x_g)?);

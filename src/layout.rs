@@ -62,11 +62,7 @@ fn check_tiling(what: &str, total: usize, ranges: &[(&str, Range<usize>)]) -> Re
     for (name, r) in sorted {
         if r.start != next {
             let rule = format!("blocks of {what} must tile 0..{total} without gap or overlap; expected start {next}");
-            return Err(Error::invalid(
-                format!("{what}.{name}"),
-                format!("{r:?}"),
-                rule,
-            ));
+            return Err(Error::invalid(format!("{what}.{name}"), format!("{r:?}"), rule));
         }
         next = r.end;
     }
@@ -136,11 +132,7 @@ impl Layout {
         beta.extend(non_empty(&block.w).map(|r| ("w", r)));
         check_tiling("block", block.p_total, &beta)?;
         if primary.r < 2 {
-            return Err(Error::invalid(
-                "primary.r",
-                primary.r,
-                "must be >= 2 (q and b)",
-            ));
+            return Err(Error::invalid("primary.r", primary.r, "must be >= 2 (q and b)"));
         }
         let mut theta = vec![("q,b", 0..2)];
         theta.extend(non_empty(&primary.h).map(|r| ("h", r)));
@@ -148,15 +140,8 @@ impl Layout {
         check_tiling("primary", primary.r, &theta)?;
         for (name, b, p) in [("h", &block.h, &primary.h), ("w", &block.w, &primary.w)] {
             if range_len(b) != range_len(p) {
-                let rule = format!(
-                    "must equal the primary {name} block's length {}",
-                    range_len(p)
-                );
-                return Err(Error::invalid(
-                    format!("block.{name}.len"),
-                    range_len(b),
-                    rule,
-                ));
+                let rule = format!("must equal the primary {name} block's length {}", range_len(p));
+                return Err(Error::invalid(format!("block.{name}.len"), range_len(b), rule));
             }
         }
         let block = BlockLayout {
@@ -200,13 +185,10 @@ impl Layout {
     /// The direct (copied) coordinates: pairs of (range in beta, first
     /// primary index), for the h and w blocks that are present.
     pub fn direct_blocks(&self) -> Vec<(Range<usize>, usize)> {
-        [
-            (&self.block.h, &self.primary.h),
-            (&self.block.w, &self.primary.w),
-        ]
-        .into_iter()
-        .filter_map(|(b, p)| Some((b.clone()?, p.as_ref()?.start)))
-        .collect()
+        [(&self.block.h, &self.primary.h), (&self.block.w, &self.primary.w)]
+            .into_iter()
+            .filter_map(|(b, p)| Some((b.clone()?, p.as_ref()?.start)))
+            .collect()
     }
 
     /// For every beta index, the primary coordinate it maps to and whether

@@ -19,3 +19,8 @@ pub use error::{Error, Result};
 pub use layout::{BlockLayout, Layout, PrimaryLayout};
 pub use matfree_solvers as solvers;
 pub use row_hessian::{joint_gradient, JointGradient, RowHessian};
+
+/// The README's library example, compiled and run as a doctest.
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+pub struct ReadmeDoctests;

@@ -93,11 +93,7 @@ impl RowHessian {
         check_layout_designs(&layout, &designs)?;
         let r = layout.r();
         check_matrix("hess", &hess, designs.n(), r * r)?;
-        Ok(Self {
-            layout,
-            designs,
-            hess,
-        })
+        Ok(Self { layout, designs, hess })
     }
 
     /// The layout.
@@ -209,12 +205,7 @@ impl RowHessian {
 }
 
 /// The joint negative log-likelihood and gradient `sum_i P_i^T g_i`.
-pub fn joint_gradient(
-    layout: &Layout,
-    designs: &Designs,
-    neglog: &[f64],
-    grad: &[f64],
-) -> Result<JointGradient> {
+pub fn joint_gradient(layout: &Layout, designs: &Designs, neglog: &[f64], grad: &[f64]) -> Result<JointGradient> {
     check_layout_designs(layout, designs)?;
     let (n, r, p) = (designs.n(), layout.r(), layout.p_total());
     check_matrix("neglog", neglog, n, 1)?;
@@ -249,10 +240,7 @@ fn row_scatter(layout: &Layout, designs: &Designs, i: usize, t: &[f64], out: &mu
     axpy(t[1], designs.x_g_row(i), &mut out[b.g_range()]);
     for (range, u0) in layout.direct_blocks() {
         let len = range.len();
-        out[range]
-            .iter_mut()
-            .zip(&t[u0..u0 + len])
-            .for_each(|(o, ti)| *o += ti);
+        out[range].iter_mut().zip(&t[u0..u0 + len]).for_each(|(o, ti)| *o += ti);
     }
 }
 

@@ -48,7 +48,7 @@ pub mod slot {
 /// Vector operations and device-resident scalars.
 ///
 /// Every method only queues work; results become visible to the host through
-/// [`Backend::read_scalars`] (and, for whole vectors, [`Backend::to_host`]).
+/// [`Backend::read_scalars`] (and, for whole vectors, [`Backend::download`]).
 pub trait Backend {
     /// A vector of f64 (host `Vec<f64>` or a device buffer).
     type Vector;
@@ -58,9 +58,9 @@ pub trait Backend {
     /// A zero vector of length `n`.
     fn zeros(&self, n: usize) -> Result<Self::Vector>;
     /// Upload a host slice.
-    fn from_host(&self, x: &[f64]) -> Result<Self::Vector>;
+    fn upload(&self, x: &[f64]) -> Result<Self::Vector>;
     /// Download a vector (synchronises; not for use inside an iteration).
-    fn to_host(&self, x: &Self::Vector) -> Result<Vec<f64>>;
+    fn download(&self, x: &Self::Vector) -> Result<Vec<f64>>;
     /// Length of a vector.
     fn len(&self, x: &Self::Vector) -> usize;
     /// A bank of `n` zeroed slots.
@@ -73,38 +73,15 @@ pub trait Backend {
     /// dst = src.
     fn copy(&self, src: &Self::Vector, dst: &mut Self::Vector) -> Result<()>;
     /// s[out] = x^T y, summed in a fixed order.
-    fn dot(
-        &self,
-        x: &Self::Vector,
-        y: &Self::Vector,
-        s: &mut Self::Scalars,
-        out: Slot,
-    ) -> Result<()>;
+    fn dot(&self, x: &Self::Vector, y: &Self::Vector, s: &mut Self::Scalars, out: Slot) -> Result<()>;
     /// y += s[alpha] * x.
-    fn axpy(
-        &self,
-        s: &Self::Scalars,
-        alpha: Slot,
-        x: &Self::Vector,
-        y: &mut Self::Vector,
-    ) -> Result<()>;
+    fn axpy(&self, s: &Self::Scalars, alpha: Slot, x: &Self::Vector, y: &mut Self::Vector) -> Result<()>;
     /// y = x + s[beta] * y.
-    fn xpay(
-        &self,
-        x: &Self::Vector,
-        s: &Self::Scalars,
-        beta: Slot,
-        y: &mut Self::Vector,
-    ) -> Result<()>;
+    fn xpay(&self, x: &Self::Vector, s: &Self::Scalars, beta: Slot, y: &mut Self::Vector) -> Result<()>;
     /// r = b - r (turns A x stored in r into the residual).
     fn sub_from(&self, b: &Self::Vector, r: &mut Self::Vector) -> Result<()>;
     /// z = d .* r (elementwise).
-    fn mul_elementwise(
-        &self,
-        d: &Self::Vector,
-        r: &Self::Vector,
-        z: &mut Self::Vector,
-    ) -> Result<()>;
+    fn mul_elementwise(&self, d: &Self::Vector, r: &Self::Vector, z: &mut Self::Vector) -> Result<()>;
     /// out = 1 / (d + extra + ridge), elementwise, with every denominator
     /// checked: returns the first index whose denominator is not finite and
     /// positive, with its value, as an error naming `field`.

@@ -45,11 +45,7 @@ pub fn fixed_order_dot(x: &[f64], y: &[f64]) -> f64 {
 
 fn check_len(field: &str, got: usize, want: usize) -> Result<()> {
     if got != want {
-        return Err(SolverError::invalid(
-            field,
-            got,
-            format!("length must equal {want}"),
-        ));
+        return Err(SolverError::invalid(field, got, format!("length must equal {want}")));
     }
     Ok(())
 }
@@ -62,10 +58,10 @@ impl Backend for CpuBackend {
     fn zeros(&self, n: usize) -> Result<Vec<f64>> {
         Ok(vec![0.0; n])
     }
-    fn from_host(&self, x: &[f64]) -> Result<Vec<f64>> {
+    fn upload(&self, x: &[f64]) -> Result<Vec<f64>> {
         Ok(x.to_vec())
     }
-    fn to_host(&self, x: &Vec<f64>) -> Result<Vec<f64>> {
+    fn download(&self, x: &Vec<f64>) -> Result<Vec<f64>> {
         Ok(x.clone())
     }
     fn len(&self, x: &Vec<f64>) -> usize {
@@ -80,8 +76,7 @@ impl Backend for CpuBackend {
         Ok(())
     }
     fn read_scalars(&self, s: &Vec<f64>) -> Result<Vec<f64>> {
-        self.reads
-            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        self.reads.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         Ok(s.clone())
     }
     fn copy(&self, src: &Vec<f64>, dst: &mut Vec<f64>) -> Result<()> {
@@ -97,9 +92,7 @@ impl Backend for CpuBackend {
     fn axpy(&self, s: &Vec<f64>, alpha: Slot, x: &Vec<f64>, y: &mut Vec<f64>) -> Result<()> {
         check_len("axpy operand", y.len(), x.len())?;
         let a = s[alpha];
-        y.par_iter_mut()
-            .zip(x.par_iter())
-            .for_each(|(yi, xi)| *yi += a * xi);
+        y.par_iter_mut().zip(x.par_iter()).for_each(|(yi, xi)| *yi += a * xi);
         Ok(())
     }
     fn xpay(&self, x: &Vec<f64>, s: &Vec<f64>, beta: Slot, y: &mut Vec<f64>) -> Result<()> {
@@ -112,9 +105,7 @@ impl Backend for CpuBackend {
     }
     fn sub_from(&self, b: &Vec<f64>, r: &mut Vec<f64>) -> Result<()> {
         check_len("residual", r.len(), b.len())?;
-        r.par_iter_mut()
-            .zip(b.par_iter())
-            .for_each(|(ri, bi)| *ri = bi - *ri);
+        r.par_iter_mut().zip(b.par_iter()).for_each(|(ri, bi)| *ri = bi - *ri);
         Ok(())
     }
     fn mul_elementwise(&self, d: &Vec<f64>, r: &Vec<f64>, z: &mut Vec<f64>) -> Result<()> {

@@ -30,11 +30,7 @@ pub enum SolverError {
 
 impl SolverError {
     /// Shorthand for [`SolverError::InvalidInput`].
-    pub fn invalid(
-        field: impl Into<String>,
-        value: impl std::fmt::Display,
-        rule: impl Into<String>,
-    ) -> Self {
+    pub fn invalid(field: impl Into<String>, value: impl std::fmt::Display, rule: impl Into<String>) -> Self {
         SolverError::InvalidInput {
             field: field.into(),
             value: value.to_string(),

@@ -25,11 +25,7 @@ pub trait LinearOperator<B: Backend> {
 /// Check that a vector argument has the length an operation needs.
 pub fn expect_len(field: &str, got: usize, want: usize) -> Result<()> {
     if got != want {
-        return Err(SolverError::invalid(
-            field,
-            got,
-            format!("length must equal {want}"),
-        ));
+        return Err(SolverError::invalid(field, got, format!("length must equal {want}")));
     }
     Ok(())
 }
@@ -49,11 +45,7 @@ impl DenseOperator {
             for j in 0..n {
                 let v = a[i * n + j];
                 if !v.is_finite() {
-                    return Err(SolverError::invalid(
-                        format!("a[{i},{j}]"),
-                        v,
-                        "must be finite",
-                    ));
+                    return Err(SolverError::invalid(format!("a[{i},{j}]"), v, "must be finite"));
                 }
                 if v != a[j * n + i] {
                     return Err(SolverError::invalid(

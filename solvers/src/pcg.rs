@@ -225,12 +225,8 @@ pub fn cg<B: Backend>(
         let mut recording = None;
         let mut next_refresh = opts.refresh_every;
         while (state[slot::ITERS] as usize) < opts.max_iter {
-            let block = opts
-                .check_every
-                .min(opts.max_iter - state[slot::ITERS] as usize);
-            backend.repeat(block, &mut recording, &mut || {
-                iteration(backend, a, m, &mut w, &mut s)
-            })?;
+            let block = opts.check_every.min(opts.max_iter - state[slot::ITERS] as usize);
+            backend.repeat(block, &mut recording, &mut || iteration(backend, a, m, &mut w, &mut s))?;
             let done = state[slot::ITERS] as usize + block;
             if opts.refresh_every > 0 && done >= next_refresh {
                 // Residual replacement keeps the search direction p.

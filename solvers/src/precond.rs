@@ -21,18 +21,9 @@ impl<'b, B: Backend> Jacobi<'b, B> {
     /// Build from a diagonal, an optional extra diagonal (e.g. the penalty's)
     /// and a ridge. A sum that is not finite and positive is an error naming
     /// its index: it is never silently replaced by its absolute value.
-    pub fn new(
-        backend: &'b B,
-        diag: &B::Vector,
-        extra: Option<&B::Vector>,
-        ridge: f64,
-    ) -> Result<Self> {
+    pub fn new(backend: &'b B, diag: &B::Vector, extra: Option<&B::Vector>, ridge: f64) -> Result<Self> {
         if !(ridge.is_finite() && ridge >= 0.0) {
-            return Err(SolverError::invalid(
-                "ridge",
-                ridge,
-                "must be finite and >= 0",
-            ));
+            return Err(SolverError::invalid("ridge", ridge, "must be finite and >= 0"));
         }
         let n = backend.len(diag);
         if let Some(e) = extra {
@@ -46,7 +37,7 @@ impl<'b, B: Backend> Jacobi<'b, B> {
     /// The identity preconditioner of dimension `n`, as a Jacobi with unit
     /// diagonal.
     pub fn identity(backend: &'b B, n: usize) -> Result<Self> {
-        let ones = backend.from_host(&vec![1.0; n])?;
+        let ones = backend.upload(&vec![1.0; n])?;
         Self::new(backend, &ones, None, 0.0)
     }
 

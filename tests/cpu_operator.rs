@@ -1,0 +1,239 @@
+//! The CPU row-Hessian operator against an independent dense oracle built
+//! from explicit P_i matrices, plus input validation and determinism.
+
+use std::sync::Arc;
+
+use matfree::fixture::{random_row_problem, Rng, Shape};
+use matfree::solvers::{CpuBackend, LinearOperator};
+use matfree::{BlockLayout, Designs, Error, Layout, PrimaryLayout, RowHessian};
+
+/// The explicit r x p matrix P_i.
+fn explicit_p(op: &RowHessian, i: usize) -> Vec<f64> {
+    let (l, d) = (op.layout(), op.designs());
+    let (r, p) = (l.r(), l.p_total());
+    let mut m = vec![0.0; r * p];
+    m[..d.p_m()].copy_from_slice(d.x_m_row(i));
+    m[p + d.p_m()..p + d.p_m() + d.p_g()].copy_from_slice(d.x_g_row(i));
+    for (range, u0) in l.direct_blocks() {
+        for (k, j) in range.enumerate() {
+            m[(u0 + k) * p + j] = 1.0;
+        }
+    }
+    m
+}
+
+/// sum_i P_i^T H_i P_i by plain triple loops.
+fn dense_oracle(op: &RowHessian) -> Vec<f64> {
+    let (r, p) = (op.layout().r(), op.layout().p_total());
+    let mut out = vec![0.0; p * p];
+    for i in 0..op.n() {
+        let pm = explicit_p(op, i);
+        let h = &op.hess()[i * r * r..(i + 1) * r * r];
+        for a in 0..p {
+            for b in 0..p {
+                let mut s = 0.0;
+                for u in 0..r {
+                    for v in 0..r {
+                        s += pm[u * p + a] * h[u * r + v] * pm[v * p + b];
+                    }
+                }
+                out[a * p + b] += s;
+            }
+        }
+    }
+    out
+}
+
+fn assert_close(label: &str, got: &[f64], want: &[f64], rel: f64) {
+    let scale = want.iter().fold(0.0f64, |m, v| m.max(v.abs())).max(1e-300);
+    for (k, (g, w)) in got.iter().zip(want).enumerate() {
+        assert!((g - w).abs() <= rel * scale, "{label}[{k}]: {g} vs {w}");
+    }
+    assert_eq!(got.len(), want.len(), "{label} length");
+}
+
+fn shapes() -> Vec<Shape> {
+    vec![
+        Shape {
+            n: 37,
+            p_m: 3,
+            p_g: 2,
+            p_h: 1,
+            p_w: 1,
+        },
+        Shape {
+            n: 300,
+            p_m: 5,
+            p_g: 4,
+            p_h: 0,
+            p_w: 6,
+        },
+        Shape {
+            n: 129,
+            p_m: 4,
+            p_g: 3,
+            p_h: 20,
+            p_w: 11,
+        }, // r = 33
+    ]
+}
+
+#[test]
+fn hvp_diagonal_and_dense_match_explicit_pullback() {
+    for (s, shape) in shapes().into_iter().enumerate() {
+        let op = random_row_problem(shape, 0.0, 11 + s as u64).unwrap();
+        let dense = dense_oracle(&op);
+        let p = op.dim();
+        assert_close(
+            "dense",
+            &LinearOperator::<CpuBackend>::to_dense(&op).unwrap(),
+            &dense,
+            1e-13,
+        );
+        let v = Rng::new(5).normals(p);
+        let mut hv = vec![0.0; p];
+        op.apply(&v, &mut hv).unwrap();
+        let want: Vec<f64> = (0..p).map(|a| (0..p).map(|b| dense[a * p + b] * v[b]).sum()).collect();
+        assert_close("hvp", &hv, &want, 1e-12);
+        let mut diag = vec![0.0; p];
+        op.diagonal(&mut diag).unwrap();
+        let want: Vec<f64> = (0..p).map(|a| dense[a * p + a]).collect();
+        assert_close("diag", &diag, &want, 1e-13);
+    }
+}
+
+#[test]
+fn multi_rhs_equals_repeated_single_applies() {
+    let op = random_row_problem(
+        Shape {
+            n: 700,
+            p_m: 6,
+            p_g: 5,
+            p_h: 4,
+            p_w: 3,
+        },
+        1.0,
+        3,
+    )
+    .unwrap();
+    let (p, k) = (op.dim(), 5);
+    let x = Rng::new(9).normals(p * k);
+    let mut y = vec![0.0; p * k];
+    op.apply_multi(&x, k, &mut y).unwrap();
+    for j in 0..k {
+        let mut yj = vec![0.0; p];
+        op.apply(&x[j * p..(j + 1) * p].to_vec(), &mut yj).unwrap();
+        assert_eq!(&y[j * p..(j + 1) * p], &yj[..], "column {j}");
+    }
+}
+
+#[test]
+fn joint_gradient_matches_explicit_pullback() {
+    let op = random_row_problem(
+        Shape {
+            n: 90,
+            p_m: 3,
+            p_g: 4,
+            p_h: 2,
+            p_w: 5,
+        },
+        0.0,
+        8,
+    )
+    .unwrap();
+    let (n, r, p) = (op.n(), op.layout().r(), op.dim());
+    let mut rng = Rng::new(1);
+    let (neglog, grad) = (rng.normals(n), rng.normals(n * r));
+    let jg = op.joint_gradient(&neglog, &grad).unwrap();
+    let mut want = vec![0.0; p];
+    for i in 0..n {
+        let pm = explicit_p(&op, i);
+        for a in 0..p {
+            want[a] += (0..r).map(|u| pm[u * p + a] * grad[i * r + u]).sum::<f64>();
+        }
+    }
+    assert_close("gradient", &jg.gradient, &want, 1e-13);
+    let total: f64 = neglog.iter().sum();
+    assert!((jg.neglog - total).abs() <= 1e-12 * total.abs().max(1.0));
+    assert_eq!(jg.log_likelihood(), -jg.neglog);
+}
+
+fn run_with_threads(threads: usize, op: &RowHessian, v: &[f64]) -> (Vec<f64>, Vec<f64>, Vec<f64>) {
+    let pool = rayon::ThreadPoolBuilder::new().num_threads(threads).build().unwrap();
+    pool.install(|| {
+        let mut hv = vec![0.0; op.dim()];
+        op.apply(&v.to_vec(), &mut hv).unwrap();
+        (hv, op.diagonal_host(), op.dense_host())
+    })
+}
+
+#[test]
+fn results_are_bitwise_identical_for_1_and_4_threads() {
+    let op = random_row_problem(
+        Shape {
+            n: 5000,
+            p_m: 7,
+            p_g: 6,
+            p_h: 5,
+            p_w: 4,
+        },
+        2.0,
+        21,
+    )
+    .unwrap();
+    let v = Rng::new(2).normals(op.dim());
+    let one = run_with_threads(1, &op, &v);
+    let four = run_with_threads(4, &op, &v);
+    assert_eq!(one, four);
+}
+
+fn expect_invalid(result: Result<impl std::fmt::Debug, Error>, field: &str) {
+    match result {
+        Err(Error::InvalidInput { field: f, .. }) => assert!(f.contains(field), "field {f} should name {field}"),
+        other => panic!("expected InvalidInput naming {field}, got {other:?}"),
+    }
+}
+
+#[test]
+fn bad_inputs_are_rejected_with_the_field_named() {
+    expect_invalid(Designs::new(0, 1, 1, vec![], vec![]), "n");
+    expect_invalid(Designs::new(2, 2, 1, vec![1.0; 3], vec![1.0; 2]), "x_m.len");
+    let mut x_g = vec![1.0; 6];
+    x_g[4] = f64::NAN;
+    expect_invalid(Designs::new(3, 1, 2, vec![1.0; 3], x_g), "x_g[2, 0]");
+    // Layouts: overlapping blocks, r inconsistent with the blocks, mismatched h lengths.
+    let block = BlockLayout {
+        p_m: 2,
+        p_g: 2,
+        h: Some(3..5),
+        w: None,
+        p_total: 5,
+    };
+    expect_invalid(Layout::new(block, PrimaryLayout::standard(2, 0)), "block.h");
+    let primary = PrimaryLayout {
+        r: 5,
+        h: Some(2..4),
+        w: None,
+    };
+    expect_invalid(Layout::new(BlockLayout::standard(2, 2, 2, 0), primary), "primary.total");
+    expect_invalid(
+        Layout::new(BlockLayout::standard(2, 2, 3, 0), PrimaryLayout::standard(2, 1)),
+        "block",
+    );
+    // Operator: hessian length and design widths.
+    let layout = Layout::standard(2, 1, 1, 0).unwrap();
+    let designs = Arc::new(Designs::new(2, 2, 1, vec![1.0; 4], vec![1.0; 2]).unwrap());
+    expect_invalid(
+        RowHessian::new(layout.clone(), designs.clone(), vec![1.0; 17]),
+        "hess.len",
+    );
+    let mut hess = vec![1.0; 18];
+    hess[10] = f64::INFINITY;
+    expect_invalid(RowHessian::new(layout.clone(), designs.clone(), hess), "hess[1, 1]");
+    let wide = Layout::standard(3, 1, 1, 0).unwrap();
+    expect_invalid(RowHessian::new(wide, designs.clone(), vec![1.0; 18]), "layout.p_m");
+    let op = RowHessian::new(layout, designs, vec![1.0; 18]).unwrap();
+    let mut y = vec![0.0; 4];
+    assert!(op.apply(&vec![1.0; 3], &mut y).is_err(), "wrong x length must fail");
+    expect_invalid(op.joint_gradient(&[1.0], &[0.0; 6]), "neglog.len");
+}
