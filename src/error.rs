@@ -45,3 +45,13 @@ impl Error {
 
 /// Result alias for `matfree`.
 pub type Result<T> = std::result::Result<T, Error>;
+
+impl From<Error> for matfree_solvers::SolverError {
+    /// Input errors keep their field, value and rule; others become backend errors.
+    fn from(e: Error) -> Self {
+        match e {
+            Error::InvalidInput { field, value, rule } => Self::InvalidInput { field, value, rule },
+            other => Self::Backend(other.to_string()),
+        }
+    }
+}

@@ -1,0 +1,165 @@
+// Row-Hessian products: H = sum_i P_i^T H_i P_i with H_i r x r row-major
+// (symmetric), P_i pulling beta back to the row's primary coordinates.
+//
+// The pullback of beta column a is described by three small device arrays:
+// col_kind[a] (0: marginal design column col_j[a], 1: slope design column
+// col_j[a], 2: copied), and col_u[a], the primary coordinate it lands on.
+// Every reduction over rows is split into fixed chunks whose partials are
+// summed by reduce_partials in a fixed tree: no atomics, bitwise repeatable.
+
+#define KIND_MARGINAL 0
+#define KIND_SLOPE 1
+
+typedef long long i64;
+
+// P_i[u(a), a] for beta column a.
+__device__ __forceinline__ double pull_coef(
+    int kind, int j, i64 row, const double* __restrict__ x_m, int p_m,
+    const double* __restrict__ x_g, int p_g)
+{
+    if (kind == KIND_MARGINAL) return x_m[row * p_m + j];
+    if (kind == KIND_SLOPE) return x_g[row * p_g + j];
+    return 1.0;
+}
+
+// Warp-wide sum in a fixed butterfly order (every lane gets the total).
+__device__ __forceinline__ double warp_sum(double v)
+{
+    for (int off = 16; off > 0; off >>= 1) v += __shfl_xor_sync(0xffffffffu, v, off);
+    return v;
+}
+
+// Phase 1 of H V for k right-hand sides: t[j, i, :] = H_i (P_i v_j).
+// One warp per (row, rhs) pair; lanes stride over the designs for q and b,
+// then over the output coordinates u (reading column u of H_i, which by
+// symmetry is row u, with coalesced loads).
+extern "C" __global__ void row_action(
+    i64 n, int r, int p_m, int p_g, int p_total, int k,
+    const double* __restrict__ hess, const double* __restrict__ x_m,
+    const double* __restrict__ x_g, const int* __restrict__ primary_to_beta,
+    const double* __restrict__ v, double* __restrict__ t)
+{
+    const int lane = threadIdx.x & 31;
+    const i64 warp = ((i64)blockIdx.x * blockDim.x + threadIdx.x) >> 5;
+    const i64 warps = ((i64)gridDim.x * blockDim.x) >> 5;
+    for (i64 w = warp; w < n * k; w += warps) {
+        const i64 row = w % n;
+        const int j = (int)(w / n);
+        const double* vj = v + (i64)j * p_total;
+        double q = 0.0, b = 0.0;
+        for (int c = lane; c < p_m; c += 32) q += x_m[row * p_m + c] * vj[c];
+        for (int c = lane; c < p_g; c += 32) b += x_g[row * p_g + c] * vj[p_m + c];
+        q = warp_sum(q);
+        b = warp_sum(b);
+        const double* h = hess + row * r * r;
+        for (int u = lane; u < r; u += 32) {
+            double acc = h[u] * q + h[r + u] * b;
+            for (int s = 2; s < r; ++s) acc += h[(i64)s * r + u] * vj[primary_to_beta[s]];
+            t[((i64)j * n + row) * r + u] = acc;
+        }
+    }
+}
+
+// Phase 2: partial[chunk, j, a] = sum over the chunk's rows of
+// coef(a)^power * t[j, row * t_row + u(a) * t_col], summed in row order.
+// With t = row_action's output (t_row = r, t_col = 1, power 1) this is the
+// pullback of H V; with t = hess (t_row = r*r, t_col = r + 1, power 2) it is
+// the diagonal; with t = per-row gradients it is the joint gradient.
+extern "C" __global__ void pullback_partial(
+    i64 n, int rows_per_chunk, int p_m, int p_g, int p_total, int k,
+    const int* __restrict__ col_kind, const int* __restrict__ col_j,
+    const int* __restrict__ col_u, const double* __restrict__ x_m,
+    const double* __restrict__ x_g, const double* __restrict__ t,
+    i64 t_rhs_stride, int t_row, int t_col, int power,
+    double* __restrict__ partial)
+{
+    const i64 chunk = blockIdx.x;
+    const int j = blockIdx.y;
+    const i64 first = chunk * rows_per_chunk;
+    const i64 last = min(first + rows_per_chunk, n);
+    const double* tj = t + (i64)j * t_rhs_stride;
+    for (int a = threadIdx.x; a < p_total; a += blockDim.x) {
+        const int kind = col_kind[a], cj = col_j[a];
+        const i64 off = (i64)col_u[a] * t_col;
+        double acc = 0.0;
+        for (i64 row = first; row < last; ++row) {
+            double c = pull_coef(kind, cj, row, x_m, p_m, x_g, p_g);
+            if (power == 2) c *= c;
+            acc += c * tj[row * t_row + off];
+        }
+        partial[(chunk * k + j) * p_total + a] = acc;
+    }
+}
+
+// Dense joint Hessian partials: partial[chunk, a * p + b] for a <= b, the
+// chunk's sum of coef(a) coef(b) H_i[u(a), u(b)]; the lower triangle is
+// mirrored after the reduction. One thread per entry: no width ceiling.
+extern "C" __global__ void dense_partial(
+    i64 n, int rows_per_chunk, int r, int p_m, int p_g, int p_total,
+    const int* __restrict__ col_kind, const int* __restrict__ col_j,
+    const int* __restrict__ col_u, const double* __restrict__ hess,
+    const double* __restrict__ x_m, const double* __restrict__ x_g,
+    double* __restrict__ partial)
+{
+    const i64 entries = (i64)p_total * p_total;
+    const i64 e = (i64)blockIdx.x * blockDim.x + threadIdx.x;
+    if (e >= entries) return;
+    const int a = (int)(e / p_total), b = (int)(e % p_total);
+    const i64 chunk = blockIdx.y;
+    double acc = 0.0;
+    if (a <= b) {
+        const i64 first = chunk * rows_per_chunk;
+        const i64 last = min(first + rows_per_chunk, n);
+        const int ka = col_kind[a], ja = col_j[a], kb = col_kind[b], jb = col_j[b];
+        const i64 hoff = (i64)col_u[a] * r + col_u[b];
+        for (i64 row = first; row < last; ++row) {
+            const double ca = pull_coef(ka, ja, row, x_m, p_m, x_g, p_g);
+            const double cb = pull_coef(kb, jb, row, x_m, p_m, x_g, p_g);
+            acc += ca * cb * hess[row * r * r + hoff];
+        }
+    }
+    partial[chunk * entries + e] = acc;
+}
+
+// out[e] = sum over chunks of partial[c * len + e], one block per entry:
+// each thread sums a fixed stride of chunks, then a fixed shared-memory tree.
+// blockDim.x must be 256.
+extern "C" __global__ void reduce_partials(
+    i64 chunks, i64 len, const double* __restrict__ partial, double* __restrict__ out)
+{
+    __shared__ double buf[256];
+    for (i64 e = blockIdx.x; e < len; e += gridDim.x) {
+        double acc = 0.0;
+        for (i64 c = threadIdx.x; c < chunks; c += 256) acc += partial[c * len + e];
+        buf[threadIdx.x] = acc;
+        __syncthreads();
+        for (int half = 128; half > 0; half >>= 1) {
+            if (threadIdx.x < half) buf[threadIdx.x] += buf[threadIdx.x + half];
+            __syncthreads();
+        }
+        if (threadIdx.x == 0) out[e] = buf[0];
+        __syncthreads();
+    }
+}
+
+// Mirror the upper triangle of a p x p row-major matrix into the lower.
+extern "C" __global__ void mirror_upper(int p, double* __restrict__ a)
+{
+    const i64 e = (i64)blockIdx.x * blockDim.x + threadIdx.x;
+    if (e >= (i64)p * p) return;
+    const int i = (int)(e / p), j = (int)(e % p);
+    if (i > j) a[e] = a[(i64)j * p + i];
+}
+
+// partial[chunk] = sum of x over the chunk's rows, in row order.
+extern "C" __global__ void chunk_sum_partial(
+    i64 n, int rows_per_chunk, const double* __restrict__ x, double* __restrict__ partial)
+{
+    const i64 chunk = (i64)blockIdx.x * blockDim.x + threadIdx.x;
+    const i64 first = chunk * rows_per_chunk;
+    if (first >= n) return;
+    const i64 last = min(first + rows_per_chunk, n);
+    double acc = 0.0;
+    for (i64 row = first; row < last; ++row) acc += x[row];
+    partial[chunk] = acc;
+}

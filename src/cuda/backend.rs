@@ -1,0 +1,233 @@
+//! The solvers' `Backend` on the GPU: vectors and scalar slots are device
+//! buffers; dot and axpy go through cuBLAS in device pointer mode, so alphas
+//! and results never visit the host; the PCG scalar steps are one-thread
+//! kernels. `read_scalars` is the one synchronising call, counted.
+
+use std::sync::Arc;
+
+use cudarc::cublas::sys::{self as blas, cublasPointerMode_t, cublasStatus_t};
+use cudarc::driver::sys::{CUgraphInstantiate_flags, CUstreamCaptureMode};
+use cudarc::driver::{CudaGraph, CudaSlice, DevicePtr, DevicePtrMut};
+use matfree_solvers::{Backend, Result as SolverResult, Slot, SolverError};
+
+use super::kernels;
+use super::runtime::Gpu;
+
+/// The CUDA implementation of [`Backend`].
+#[derive(Clone)]
+pub struct CudaBackend {
+    gpu: Arc<Gpu>,
+}
+
+fn blas_ok(what: &str, s: cublasStatus_t) -> SolverResult<()> {
+    match s {
+        cublasStatus_t::CUBLAS_STATUS_SUCCESS => Ok(()),
+        other => Err(SolverError::Backend(format!("cuBLAS {what}: {other:?}"))),
+    }
+}
+
+fn same_len(field: &str, got: usize, want: usize) -> SolverResult<()> {
+    matfree_solvers::operator::expect_len(field, got, want)
+}
+
+use super::runtime::PINNED_SLOTS;
+
+const F64: u64 = std::mem::size_of::<f64>() as u64;
+
+impl CudaBackend {
+    /// A backend on `gpu`. cuBLAS is switched to device pointer mode here
+    /// and stays there: every scalar it reads or writes lives in a slot bank.
+    pub fn new(gpu: Arc<Gpu>) -> crate::Result<Self> {
+        gpu.blas
+            .set_pointer_mode(cublasPointerMode_t::CUBLAS_POINTER_MODE_DEVICE)
+            .map_err(|e| super::runtime::cuda_err("cuBLAS pointer mode", e))?;
+        Ok(Self { gpu })
+    }
+
+    /// The GPU this backend runs on.
+    pub fn gpu(&self) -> &Arc<Gpu> {
+        &self.gpu
+    }
+
+    /// Host synchronisations and device-to-host copies made so far.
+    pub fn syncs(&self) -> usize {
+        self.gpu.syncs()
+    }
+
+    fn handle(&self) -> blas::cublasHandle_t {
+        *self.gpu.blas.handle()
+    }
+}
+
+impl Backend for CudaBackend {
+    type Vector = CudaSlice<f64>;
+    type Scalars = CudaSlice<f64>;
+    type Recording = CudaGraph;
+
+    fn zeros(&self, n: usize) -> SolverResult<CudaSlice<f64>> {
+        self.gpu.zeros(n).map_err(SolverError::from)
+    }
+    fn upload(&self, x: &[f64]) -> SolverResult<CudaSlice<f64>> {
+        self.gpu.upload(x).map_err(SolverError::from)
+    }
+    fn download(&self, x: &CudaSlice<f64>) -> SolverResult<Vec<f64>> {
+        self.gpu.download(x).map_err(SolverError::from)
+    }
+    fn len(&self, x: &CudaSlice<f64>) -> usize {
+        x.len()
+    }
+    /// Banks are allocated at the pinned read-back buffer's full length, since
+    /// a device-to-host copy moves the whole destination.
+    fn scalars(&self, n: usize) -> SolverResult<CudaSlice<f64>> {
+        if n > PINNED_SLOTS {
+            return Err(SolverError::invalid(
+                "scalar slots",
+                n,
+                format!("at most {PINNED_SLOTS} per bank"),
+            ));
+        }
+        self.zeros(PINNED_SLOTS)
+    }
+    fn write_scalars(&self, s: &mut CudaSlice<f64>, start: Slot, values: &[f64]) -> SolverResult<()> {
+        same_len("scalar slots", s.len().max(start + values.len()), s.len())?;
+        let mut view = s.slice_mut(start..start + values.len());
+        self.gpu
+            .stream
+            .memcpy_htod(values, &mut view)
+            .map_err(|e| SolverError::Backend(format!("{e:?}")))
+    }
+    fn read_scalars(&self, s: &CudaSlice<f64>) -> SolverResult<Vec<f64>> {
+        let mut pinned = self
+            .gpu
+            .pinned
+            .lock()
+            .map_err(|_| SolverError::Backend("pinned buffer poisoned".into()))?;
+        same_len("scalar slots", s.len(), pinned.len())?;
+        let err = |e| SolverError::Backend(format!("reading scalars: {e:?}"));
+        self.gpu.count_sync();
+        self.gpu.stream.memcpy_dtoh(s, &mut *pinned).map_err(err)?;
+        // The pinned buffer's own event is not recorded while event tracking
+        // is off, so wait for the stream: this is the solve's one sync point.
+        self.gpu.stream.synchronize().map_err(err)?;
+        Ok(pinned.as_slice().map_err(err)?[..s.len()].to_vec())
+    }
+    fn copy(&self, src: &CudaSlice<f64>, dst: &mut CudaSlice<f64>) -> SolverResult<()> {
+        same_len("copy destination", dst.len(), src.len())?;
+        self.gpu
+            .stream
+            .memcpy_dtod(src, dst)
+            .map_err(|e| SolverError::Backend(format!("copy: {e:?}")))
+    }
+    fn dot(&self, x: &CudaSlice<f64>, y: &CudaSlice<f64>, s: &mut CudaSlice<f64>, out: Slot) -> SolverResult<()> {
+        same_len("dot operand", y.len(), x.len())?;
+        let st = &self.gpu.stream;
+        let ((xp, _a), (yp, _b), (sp, _c)) = (x.device_ptr(st), y.device_ptr(st), s.device_ptr_mut(st));
+        // SAFETY: x and y hold n values; the result slot lies inside s; device
+        // pointer mode is set, so the result is written on the device.
+        let status = unsafe {
+            blas::cublasDdot_v2_64(
+                self.handle(),
+                x.len() as i64,
+                xp as *const f64,
+                1,
+                yp as *const f64,
+                1,
+                (sp + out as u64 * F64) as *mut f64,
+            )
+        };
+        blas_ok("dot", status)
+    }
+    fn axpy(&self, s: &CudaSlice<f64>, alpha: Slot, x: &CudaSlice<f64>, y: &mut CudaSlice<f64>) -> SolverResult<()> {
+        same_len("axpy operand", y.len(), x.len())?;
+        let st = &self.gpu.stream;
+        let ((sp, _a), (xp, _b), (yp, _c)) = (s.device_ptr(st), x.device_ptr(st), y.device_ptr_mut(st));
+        // SAFETY: x and y hold n values; alpha is a slot of s, read on device.
+        let status = unsafe {
+            blas::cublasDaxpy_v2_64(
+                self.handle(),
+                x.len() as i64,
+                (sp + alpha as u64 * F64) as *const f64,
+                xp as *const f64,
+                1,
+                yp as *mut f64,
+                1,
+            )
+        };
+        blas_ok("axpy", status)
+    }
+    fn xpay(&self, x: &CudaSlice<f64>, s: &CudaSlice<f64>, beta: Slot, y: &mut CudaSlice<f64>) -> SolverResult<()> {
+        same_len("xpay operand", y.len(), x.len())?;
+        kernels::xpay(&self.gpu, x, s, beta, y).map_err(SolverError::from)
+    }
+    fn sub_from(&self, b: &CudaSlice<f64>, r: &mut CudaSlice<f64>) -> SolverResult<()> {
+        same_len("residual", r.len(), b.len())?;
+        kernels::sub_from(&self.gpu, b, r).map_err(SolverError::from)
+    }
+    fn mul_elementwise(&self, d: &CudaSlice<f64>, r: &CudaSlice<f64>, z: &mut CudaSlice<f64>) -> SolverResult<()> {
+        same_len("preconditioner input", r.len(), d.len())?;
+        same_len("preconditioner output", z.len(), d.len())?;
+        kernels::mul_elementwise(&self.gpu, d, r, z).map_err(SolverError::from)
+    }
+    fn invert_positive(
+        &self,
+        d: &CudaSlice<f64>,
+        extra: Option<&CudaSlice<f64>>,
+        ridge: f64,
+        field: &str,
+        out: &mut CudaSlice<f64>,
+    ) -> SolverResult<()> {
+        same_len("inverse diagonal", out.len(), d.len())?;
+        let mut first_bad = self.gpu.upload(&[i64::MAX]).map_err(SolverError::from)?;
+        kernels::invert_positive(&self.gpu, d, extra, ridge, out, &mut first_bad).map_err(SolverError::from)?;
+        self.gpu.count_sync();
+        let bad = self
+            .gpu
+            .stream
+            .clone_dtoh(&first_bad)
+            .map_err(|e| SolverError::Backend(format!("{e:?}")))?[0];
+        if bad == i64::MAX {
+            return Ok(());
+        }
+        // Error path only: fetch the offending entry for the message.
+        let i = bad as usize;
+        let at = |v: &CudaSlice<f64>| self.download(v).map(|h| h[i]);
+        let value = at(d)? + extra.map(at).transpose()?.unwrap_or(0.0) + ridge;
+        Err(SolverError::invalid(
+            format!("{field}[{i}]"),
+            value,
+            "diagonal + extra + ridge must be finite and > 0",
+        ))
+    }
+    fn pcg_alpha(&self, s: &mut CudaSlice<f64>) -> SolverResult<()> {
+        kernels::pcg_scalar(&self.gpu, false, s).map_err(SolverError::from)
+    }
+    fn pcg_beta(&self, s: &mut CudaSlice<f64>) -> SolverResult<()> {
+        kernels::pcg_scalar(&self.gpu, true, s).map_err(SolverError::from)
+    }
+
+    /// Records the first block of each length as a CUDA graph and replays it.
+    /// If capture is refused (an operation in the body is not capturable),
+    /// the body runs directly, which queues the same work.
+    fn repeat(
+        &self,
+        times: usize,
+        recording: &mut Option<(usize, CudaGraph)>,
+        body: &mut dyn FnMut() -> SolverResult<()>,
+    ) -> SolverResult<()> {
+        let err = |what: &str, e: cudarc::driver::DriverError| SolverError::Backend(format!("{what}: {e:?}"));
+        if !matches!(recording, Some((len, _)) if *len == times) {
+            *recording = None;
+            let st = &self.gpu.stream;
+            st.begin_capture(CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_THREAD_LOCAL)
+                .map_err(|e| err("begin graph capture", e))?;
+            let queued = (0..times).try_for_each(|_| body());
+            match (queued, st.end_capture(CUgraphInstantiate_flags(0))) {
+                (Ok(()), Ok(Some(g))) => *recording = Some((times, g)),
+                // Capture refused or failed: nothing ran, so run directly.
+                _ => return (0..times).try_for_each(|_| body()),
+            }
+        }
+        let (_, graph) = recording.as_ref().expect("recorded above");
+        graph.launch().map_err(|e| err("graph launch", e))
+    }
+}

@@ -1,0 +1,301 @@
+//! One safe wrapper per CUDA kernel: lengths are checked here, so the only
+//! `unsafe { launch }` blocks of the crate sit behind these functions.
+
+use cudarc::driver::{CudaSlice, LaunchConfig, PushKernelArg};
+
+use super::runtime::{cuda_err, Gpu};
+use crate::{Error, Result};
+
+/// Threads per block of the elementwise and partial kernels.
+const THREADS: u32 = 256;
+
+fn grid_1d(n: usize) -> LaunchConfig {
+    let blocks = n.div_ceil(THREADS as usize).clamp(1, 1 << 16) as u32;
+    LaunchConfig {
+        grid_dim: (blocks, 1, 1),
+        block_dim: (THREADS, 1, 1),
+        shared_mem_bytes: 0,
+    }
+}
+
+fn need(field: &str, got: usize, want: usize) -> Result<()> {
+    if got < want {
+        return Err(Error::invalid(
+            field,
+            got,
+            format!("device buffer must hold at least {want} values"),
+        ));
+    }
+    Ok(())
+}
+
+/// The device arrays of a row-Hessian operator, as the kernels see them.
+pub(crate) struct RowArgs<'a> {
+    pub n: usize,
+    pub r: usize,
+    pub p_m: usize,
+    pub p_g: usize,
+    pub p_total: usize,
+    pub hess: &'a CudaSlice<f64>,
+    pub x_m: &'a CudaSlice<f64>,
+    pub x_g: &'a CudaSlice<f64>,
+    pub col_kind: &'a CudaSlice<i32>,
+    pub col_j: &'a CudaSlice<i32>,
+    pub col_u: &'a CudaSlice<i32>,
+    pub primary_to_beta: &'a CudaSlice<i32>,
+}
+
+/// t[j, i, :] = H_i P_i v_j for k right-hand sides.
+pub(crate) fn row_action(g: &Gpu, a: &RowArgs, k: usize, v: &CudaSlice<f64>, t: &mut CudaSlice<f64>) -> Result<()> {
+    need("v", v.len(), k * a.p_total)?;
+    need("t", t.len(), k * a.n * a.r)?;
+    let (n, r, p_m, p_g, p, k32) = (
+        a.n as i64,
+        a.r as i32,
+        a.p_m as i32,
+        a.p_g as i32,
+        a.p_total as i32,
+        k as i32,
+    );
+    let warps_per_block = (THREADS / 32) as usize;
+    let blocks = (a.n * k).div_ceil(warps_per_block).clamp(1, 1 << 20) as u32;
+    let cfg = LaunchConfig {
+        grid_dim: (blocks, 1, 1),
+        block_dim: (THREADS, 1, 1),
+        shared_mem_bytes: 0,
+    };
+    let mut b = g.stream.launch_builder(&g.f.row_action);
+    b.arg(&n).arg(&r).arg(&p_m).arg(&p_g).arg(&p).arg(&k32);
+    b.arg(a.hess).arg(a.x_m).arg(a.x_g).arg(a.primary_to_beta).arg(v).arg(t);
+    // SAFETY: hess holds n r^2, x_m n p_m, x_g n p_g values (checked when the
+    // operator was built); v and t were checked above.
+    unsafe { b.launch(cfg) }.map_err(|e| cuda_err("row_action", e))?;
+    Ok(())
+}
+
+/// Which per-row quantity a pullback reduces.
+pub(crate) struct PullSource<'a> {
+    /// The per-row values.
+    pub t: &'a CudaSlice<f64>,
+    /// Stride between right-hand sides.
+    pub rhs_stride: usize,
+    /// Stride between rows.
+    pub row: usize,
+    /// Stride between primary coordinates.
+    pub col: usize,
+    /// 1: coef * t; 2: coef^2 * t.
+    pub power: i32,
+}
+
+/// partial[chunk, j, a] = sum over the chunk's rows of coef(a)^power t(row, u(a)).
+pub(crate) fn pullback_partial(
+    g: &Gpu,
+    a: &RowArgs,
+    k: usize,
+    rows_per_chunk: usize,
+    src: &PullSource,
+    partial: &mut CudaSlice<f64>,
+) -> Result<()> {
+    let chunks = a.n.div_ceil(rows_per_chunk);
+    need("partial", partial.len(), chunks * k * a.p_total)?;
+    let last_row = (a.n - 1) * src.row + (a.r - 1) * src.col + (k - 1) * src.rhs_stride;
+    need("pullback source", src.t.len(), last_row + 1)?;
+    let cfg = LaunchConfig {
+        grid_dim: (chunks as u32, k as u32, 1),
+        block_dim: (128, 1, 1),
+        shared_mem_bytes: 0,
+    };
+    let (n, rpc, p_m, p_g, p, k32) = (
+        a.n as i64,
+        rows_per_chunk as i32,
+        a.p_m as i32,
+        a.p_g as i32,
+        a.p_total as i32,
+        k as i32,
+    );
+    let (stride, row, col) = (src.rhs_stride as i64, src.row as i32, src.col as i32);
+    let mut b = g.stream.launch_builder(&g.f.pullback_partial);
+    b.arg(&n).arg(&rpc).arg(&p_m).arg(&p_g).arg(&p).arg(&k32);
+    b.arg(a.col_kind).arg(a.col_j).arg(a.col_u).arg(a.x_m).arg(a.x_g);
+    b.arg(src.t)
+        .arg(&stride)
+        .arg(&row)
+        .arg(&col)
+        .arg(&src.power)
+        .arg(partial);
+    // SAFETY: every index the kernel forms is bounded by the checks above and
+    // by the column maps, which the operator built from a validated layout.
+    unsafe { b.launch(cfg) }.map_err(|e| cuda_err("pullback_partial", e))?;
+    Ok(())
+}
+
+/// partial[chunk, a * p + b] of the dense joint Hessian's upper triangle.
+pub(crate) fn dense_partial(g: &Gpu, a: &RowArgs, rows_per_chunk: usize, partial: &mut CudaSlice<f64>) -> Result<()> {
+    let chunks = a.n.div_ceil(rows_per_chunk);
+    let entries = a.p_total * a.p_total;
+    need("partial", partial.len(), chunks * entries)?;
+    let blocks = entries.div_ceil(THREADS as usize) as u32;
+    let cfg = LaunchConfig {
+        grid_dim: (blocks, chunks as u32, 1),
+        block_dim: (THREADS, 1, 1),
+        shared_mem_bytes: 0,
+    };
+    let (n, rpc, r, p_m, p_g, p) = (
+        a.n as i64,
+        rows_per_chunk as i32,
+        a.r as i32,
+        a.p_m as i32,
+        a.p_g as i32,
+        a.p_total as i32,
+    );
+    let mut b = g.stream.launch_builder(&g.f.dense_partial);
+    b.arg(&n).arg(&rpc).arg(&r).arg(&p_m).arg(&p_g).arg(&p);
+    b.arg(a.col_kind)
+        .arg(a.col_j)
+        .arg(a.col_u)
+        .arg(a.hess)
+        .arg(a.x_m)
+        .arg(a.x_g)
+        .arg(partial);
+    // SAFETY: as for pullback_partial; partial was checked above.
+    unsafe { b.launch(cfg) }.map_err(|e| cuda_err("dense_partial", e))?;
+    Ok(())
+}
+
+/// out[e] = sum over chunks of partial[c * len + e], in a fixed tree.
+pub(crate) fn reduce_partials(
+    g: &Gpu,
+    chunks: usize,
+    len: usize,
+    partial: &CudaSlice<f64>,
+    out: &mut CudaSlice<f64>,
+) -> Result<()> {
+    need("partial", partial.len(), chunks * len)?;
+    need("out", out.len(), len)?;
+    let cfg = LaunchConfig {
+        grid_dim: (len.min(1 << 16) as u32, 1, 1),
+        block_dim: (256, 1, 1),
+        shared_mem_bytes: 0,
+    };
+    let (c, l) = (chunks as i64, len as i64);
+    let mut b = g.stream.launch_builder(&g.f.reduce_partials);
+    b.arg(&c).arg(&l).arg(partial).arg(out);
+    // SAFETY: lengths checked above; blockDim is the 256 the kernel requires.
+    unsafe { b.launch(cfg) }.map_err(|e| cuda_err("reduce_partials", e))?;
+    Ok(())
+}
+
+/// Copy the upper triangle of a p x p matrix into its lower triangle.
+pub(crate) fn mirror_upper(g: &Gpu, p: usize, a: &mut CudaSlice<f64>) -> Result<()> {
+    need("dense", a.len(), p * p)?;
+    let p32 = p as i32;
+    let mut b = g.stream.launch_builder(&g.f.mirror_upper);
+    b.arg(&p32).arg(a);
+    let cfg = LaunchConfig {
+        grid_dim: ((p * p).div_ceil(THREADS as usize) as u32, 1, 1),
+        block_dim: (THREADS, 1, 1),
+        shared_mem_bytes: 0,
+    };
+    // SAFETY: a holds p^2 values.
+    unsafe { b.launch(cfg) }.map_err(|e| cuda_err("mirror_upper", e))?;
+    Ok(())
+}
+
+/// partial[chunk] = sum of x over the chunk's rows.
+pub(crate) fn chunk_sum_partial(
+    g: &Gpu,
+    n: usize,
+    rows_per_chunk: usize,
+    x: &CudaSlice<f64>,
+    partial: &mut CudaSlice<f64>,
+) -> Result<()> {
+    need("x", x.len(), n)?;
+    let chunks = n.div_ceil(rows_per_chunk);
+    need("partial", partial.len(), chunks)?;
+    let (n64, rpc) = (n as i64, rows_per_chunk as i32);
+    let mut b = g.stream.launch_builder(&g.f.chunk_sum_partial);
+    b.arg(&n64).arg(&rpc).arg(x).arg(partial);
+    // SAFETY: lengths checked above.
+    unsafe { b.launch(grid_1d(chunks)) }.map_err(|e| cuda_err("chunk_sum_partial", e))?;
+    Ok(())
+}
+
+/// The PCG scalar kernels (`pcg_alpha`, `pcg_beta`) on a slot bank.
+pub(crate) fn pcg_scalar(g: &Gpu, beta_step: bool, s: &mut CudaSlice<f64>) -> Result<()> {
+    need("scalar slots", s.len(), matfree_solvers::backend::slot::COUNT)?;
+    let f = if beta_step { &g.f.pcg_beta } else { &g.f.pcg_alpha };
+    let mut b = g.stream.launch_builder(f);
+    b.arg(s);
+    let cfg = LaunchConfig {
+        grid_dim: (1, 1, 1),
+        block_dim: (1, 1, 1),
+        shared_mem_bytes: 0,
+    };
+    // SAFETY: the bank holds every slot the kernel touches (checked above).
+    unsafe { b.launch(cfg) }.map_err(|e| cuda_err("pcg scalar step", e))?;
+    Ok(())
+}
+
+/// y = x + s[slot] * y.
+pub(crate) fn xpay(g: &Gpu, x: &CudaSlice<f64>, s: &CudaSlice<f64>, slot: usize, y: &mut CudaSlice<f64>) -> Result<()> {
+    need("y", y.len(), x.len())?;
+    need("scalar slots", s.len(), slot + 1)?;
+    let (n, slot) = (x.len() as i64, slot as i32);
+    let mut b = g.stream.launch_builder(&g.f.xpay);
+    b.arg(&n).arg(x).arg(s).arg(&slot).arg(y);
+    // SAFETY: x and y hold n values; s holds the slot.
+    unsafe { b.launch(grid_1d(x.len())) }.map_err(|e| cuda_err("xpay", e))?;
+    Ok(())
+}
+
+/// r = b - r.
+pub(crate) fn sub_from(g: &Gpu, b_vec: &CudaSlice<f64>, r: &mut CudaSlice<f64>) -> Result<()> {
+    need("r", r.len(), b_vec.len())?;
+    let n = b_vec.len() as i64;
+    let mut b = g.stream.launch_builder(&g.f.sub_from);
+    b.arg(&n).arg(b_vec).arg(r);
+    // SAFETY: both hold n values.
+    unsafe { b.launch(grid_1d(b_vec.len())) }.map_err(|e| cuda_err("sub_from", e))?;
+    Ok(())
+}
+
+/// z = d .* r.
+pub(crate) fn mul_elementwise(g: &Gpu, d: &CudaSlice<f64>, r: &CudaSlice<f64>, z: &mut CudaSlice<f64>) -> Result<()> {
+    need("r", r.len(), d.len())?;
+    need("z", z.len(), d.len())?;
+    let n = d.len() as i64;
+    let mut b = g.stream.launch_builder(&g.f.mul_elementwise);
+    b.arg(&n).arg(d).arg(r).arg(z);
+    // SAFETY: all three hold n values.
+    unsafe { b.launch(grid_1d(d.len())) }.map_err(|e| cuda_err("mul_elementwise", e))?;
+    Ok(())
+}
+
+/// out = 1 / (d + extra + ridge); first_bad receives the smallest index
+/// whose denominator is not finite and positive (it must start at i64::MAX).
+pub(crate) fn invert_positive(
+    g: &Gpu,
+    d: &CudaSlice<f64>,
+    extra: Option<&CudaSlice<f64>>,
+    ridge: f64,
+    out: &mut CudaSlice<f64>,
+    first_bad: &mut CudaSlice<i64>,
+) -> Result<()> {
+    need("out", out.len(), d.len())?;
+    if let Some(e) = extra {
+        need("extra", e.len(), d.len())?;
+    }
+    let n = d.len() as i64;
+    let null: u64 = 0;
+    let mut b = g.stream.launch_builder(&g.f.invert_positive);
+    b.arg(&n).arg(d);
+    match extra {
+        Some(e) => b.arg(e),
+        None => b.arg(&null),
+    };
+    b.arg(&ridge).arg(out).arg(first_bad);
+    // SAFETY: d, out and extra (when given) hold n values; a null extra is
+    // tested in the kernel.
+    unsafe { b.launch(grid_1d(d.len())) }.map_err(|e| cuda_err("invert_positive", e))?;
+    Ok(())
+}

@@ -1,0 +1,16 @@
+//! The CUDA backend: one runtime per process (driver, NVRTC, cuBLAS found
+//! through cudarc's dynamic loading), the device-resident row-Hessian
+//! operator, and the vector backend the solvers run on.
+//!
+//! Nothing here links CUDA at build time: on a machine without it, every entry
+//! point returns an error naming what is missing, and [`select_device`]
+//! falls back to the CPU under `MATFREE_GPU=auto`.
+
+mod backend;
+mod kernels;
+mod row_hessian;
+mod runtime;
+
+pub use backend::CudaBackend;
+pub use row_hessian::DeviceRowHessian;
+pub use runtime::{gpu_for_test, select_device, Device, Gpu, GpuPolicy};

@@ -1,0 +1,339 @@
+//! The row Hessian resident on the GPU: per-row Hessians and both designs
+//! uploaded once; products, diagonal, dense matrix and joint gradient queued
+//! on the GPU's stream with fixed-order reductions (no atomics).
+
+use std::sync::{Arc, Mutex};
+
+use cudarc::driver::CudaSlice;
+use matfree_solvers::operator::expect_len;
+use matfree_solvers::{LinearOperator, Result as SolverResult, SolverError};
+
+use super::backend::CudaBackend;
+use super::kernels::{self, PullSource, RowArgs};
+use super::runtime::{cuda_err, Gpu};
+use crate::designs::{check_matrix, Designs};
+use crate::layout::{Layout, Via};
+use crate::row_hessian::{check_layout_designs, JointGradient, RowHessian, ROW_CHUNK};
+use crate::{Error, Result};
+
+/// Upper bound on transient scratch for multi-RHS products and the dense
+/// matrix; wider requests are processed in batches.
+const SCRATCH_BYTES: usize = 512 << 20;
+
+/// Most chunks of the dense reduction (each chunk holds a p x p partial).
+const DENSE_CHUNKS: usize = 64;
+
+/// The single-RHS scratch, allocated once so that products inside a
+/// recorded PCG block allocate nothing.
+struct Scratch {
+    t: CudaSlice<f64>,
+    partial: CudaSlice<f64>,
+}
+
+/// H = sum_i P_i^T H_i P_i with everything on the device.
+pub struct DeviceRowHessian {
+    gpu: Arc<Gpu>,
+    layout: Layout,
+    n: usize,
+    hess: CudaSlice<f64>,
+    x_m: CudaSlice<f64>,
+    x_g: CudaSlice<f64>,
+    col_kind: CudaSlice<i32>,
+    col_j: CudaSlice<i32>,
+    col_u: CudaSlice<i32>,
+    primary_to_beta: CudaSlice<i32>,
+    scratch: Mutex<Scratch>,
+}
+
+/// The kernels index with 32-bit sizes and grid dimensions: check them.
+fn check_ranges(layout: &Layout, n: usize) -> Result<()> {
+    let limit = i32::MAX as usize;
+    let chunks = n.div_ceil(ROW_CHUNK);
+    let checks = [
+        ("n / ROW_CHUNK (grid size)", chunks, limit),
+        ("r * r", layout.r() * layout.r(), limit),
+        ("p_total * p_total", layout.p_total() * layout.p_total(), limit),
+    ];
+    for (field, value, max) in checks {
+        if value > max {
+            return Err(Error::invalid(
+                field,
+                value,
+                format!("must be <= {max} for the CUDA kernels"),
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// The column maps the kernels read: kind (0 marginal, 1 slope, 2 copied),
+/// design column, primary coordinate; and each primary coordinate's beta
+/// index (for the copied coordinates, u >= 2).
+fn column_maps(layout: &Layout) -> (Vec<i32>, Vec<i32>, Vec<i32>, Vec<i32>) {
+    let map = layout.column_map();
+    let kind = map.iter().map(|(_, v)| match v {
+        Via::Marginal(_) => 0,
+        Via::Slope(_) => 1,
+        Via::Direct => 2,
+    });
+    let col = map.iter().map(|(_, v)| match v {
+        Via::Marginal(j) | Via::Slope(j) => *j as i32,
+        Via::Direct => 0,
+    });
+    let u = map.iter().map(|(u, _)| *u as i32);
+    let mut to_beta = vec![0i32; layout.r()];
+    for (a, (u, via)) in map.iter().enumerate() {
+        if *via == Via::Direct {
+            to_beta[*u] = a as i32;
+        }
+    }
+    (kind.collect(), col.collect(), u.collect(), to_beta)
+}
+
+impl DeviceRowHessian {
+    /// Validate (the rules of [`RowHessian::new`] and the kernels' 32-bit
+    /// ranges) and upload per-row Hessians and designs.
+    pub fn new(gpu: Arc<Gpu>, layout: Layout, designs: &Designs, hess: &[f64]) -> Result<Self> {
+        check_layout_designs(&layout, designs)?;
+        check_matrix("hess", hess, designs.n(), layout.r() * layout.r())?;
+        check_ranges(&layout, designs.n())?;
+        let (kind, col, u, to_beta) = column_maps(&layout);
+        let n = designs.n();
+        let scratch = Scratch {
+            t: gpu.zeros(n * layout.r())?,
+            partial: gpu.zeros(n.div_ceil(ROW_CHUNK) * layout.p_total())?,
+        };
+        Ok(Self {
+            hess: gpu.upload(hess)?,
+            x_m: gpu.upload(designs.x_m())?,
+            x_g: gpu.upload(designs.x_g())?,
+            col_kind: gpu.upload(&kind)?,
+            col_j: gpu.upload(&col)?,
+            col_u: gpu.upload(&u)?,
+            primary_to_beta: gpu.upload(&to_beta)?,
+            scratch: Mutex::new(scratch),
+            gpu,
+            layout,
+            n,
+        })
+    }
+
+    /// Upload a CPU operator.
+    pub fn from_cpu(gpu: Arc<Gpu>, op: &RowHessian) -> Result<Self> {
+        Self::new(gpu, op.layout().clone(), op.designs(), op.hess())
+    }
+
+    /// The layout.
+    pub fn layout(&self) -> &Layout {
+        &self.layout
+    }
+    /// Number of rows.
+    pub fn n(&self) -> usize {
+        self.n
+    }
+    /// The GPU it lives on.
+    pub fn gpu(&self) -> &Arc<Gpu> {
+        &self.gpu
+    }
+
+    fn args(&self) -> RowArgs<'_> {
+        let b = self.layout.block();
+        RowArgs {
+            n: self.n,
+            r: self.layout.r(),
+            p_m: b.p_m,
+            p_g: b.p_g,
+            p_total: b.p_total,
+            hess: &self.hess,
+            x_m: &self.x_m,
+            x_g: &self.x_g,
+            col_kind: &self.col_kind,
+            col_j: &self.col_j,
+            col_u: &self.col_u,
+            primary_to_beta: &self.primary_to_beta,
+        }
+    }
+
+    fn lock(&self) -> Result<std::sync::MutexGuard<'_, Scratch>> {
+        self.scratch
+            .lock()
+            .map_err(|_| Error::Cuda("row-Hessian scratch lock poisoned".into()))
+    }
+
+    /// out = H v, queued on the stream (no host sync).
+    pub fn hvp_into(&self, v: &CudaSlice<f64>, out: &mut CudaSlice<f64>) -> Result<()> {
+        let (p, r) = (self.layout.p_total(), self.layout.r());
+        let mut s = self.lock()?;
+        let Scratch { t, partial } = &mut *s;
+        kernels::row_action(&self.gpu, &self.args(), 1, v, t)?;
+        let src = PullSource {
+            t,
+            rhs_stride: 0,
+            row: r,
+            col: 1,
+            power: 1,
+        };
+        kernels::pullback_partial(&self.gpu, &self.args(), 1, ROW_CHUNK, &src, partial)?;
+        kernels::reduce_partials(&self.gpu, self.n.div_ceil(ROW_CHUNK), p, partial, out)
+    }
+
+    /// out = H V for k columns stored back to back, in batches that keep the
+    /// scratch under a fixed bound.
+    pub fn hvp_multi_into(&self, v: &CudaSlice<f64>, k: usize, out: &mut CudaSlice<f64>) -> Result<()> {
+        let (p, r, n) = (self.layout.p_total(), self.layout.r(), self.n);
+        let chunks = n.div_ceil(ROW_CHUNK);
+        let per_rhs = (n * r + chunks * p) * 8;
+        let batch = (SCRATCH_BYTES / per_rhs).clamp(1, 65_535).min(k.max(1));
+        let mut t = self.gpu.zeros::<f64>(batch * n * r)?;
+        let mut partial = self.gpu.zeros::<f64>(batch * chunks * p)?;
+        let (mut vb, mut ob) = (self.gpu.zeros::<f64>(batch * p)?, self.gpu.zeros::<f64>(batch * p)?);
+        let copy = |what: &str, e| cuda_err(what, e);
+        for j0 in (0..k).step_by(batch) {
+            let kb = batch.min(k - j0);
+            let cols = j0 * p..(j0 + kb) * p;
+            self.gpu
+                .stream
+                .memcpy_dtod(&v.slice(cols.clone()), &mut vb.slice_mut(..kb * p))
+                .map_err(|e| copy("rhs", e))?;
+            kernels::row_action(&self.gpu, &self.args(), kb, &vb, &mut t)?;
+            let src = PullSource {
+                t: &t,
+                rhs_stride: n * r,
+                row: r,
+                col: 1,
+                power: 1,
+            };
+            kernels::pullback_partial(&self.gpu, &self.args(), kb, ROW_CHUNK, &src, &mut partial)?;
+            // Partials are laid out [chunk, j, a]: reduce over chunks for all kb * p entries.
+            kernels::reduce_partials(&self.gpu, chunks, kb * p, &partial, &mut ob)?;
+            self.gpu
+                .stream
+                .memcpy_dtod(&ob.slice(..kb * p), &mut out.slice_mut(cols))
+                .map_err(|e| copy("out", e))?;
+        }
+        Ok(())
+    }
+
+    /// out = diag(H), queued on the stream.
+    pub fn diagonal_into(&self, out: &mut CudaSlice<f64>) -> Result<()> {
+        let (p, r) = (self.layout.p_total(), self.layout.r());
+        let mut s = self.lock()?;
+        let src = PullSource {
+            t: &self.hess,
+            rhs_stride: 0,
+            row: r * r,
+            col: r + 1,
+            power: 2,
+        };
+        kernels::pullback_partial(&self.gpu, &self.args(), 1, ROW_CHUNK, &src, &mut s.partial)?;
+        kernels::reduce_partials(&self.gpu, self.n.div_ceil(ROW_CHUNK), p, &s.partial, out)
+    }
+
+    /// out = H as a dense row-major p x p matrix on the device.
+    pub fn dense_into(&self, out: &mut CudaSlice<f64>) -> Result<()> {
+        let p = self.layout.p_total();
+        let max_chunks = (SCRATCH_BYTES / (p * p * 8)).clamp(1, DENSE_CHUNKS);
+        let rows_per_chunk = self.n.div_ceil(max_chunks).max(ROW_CHUNK.min(self.n));
+        let chunks = self.n.div_ceil(rows_per_chunk);
+        let mut partial = self.gpu.zeros::<f64>(chunks * p * p)?;
+        kernels::dense_partial(&self.gpu, &self.args(), rows_per_chunk, &mut partial)?;
+        kernels::reduce_partials(&self.gpu, chunks, p * p, &partial, out)?;
+        kernels::mirror_upper(&self.gpu, p, out)
+    }
+
+    /// The joint negative log-likelihood and its gradient from per-row values
+    /// and gradients already on the device (two counted downloads).
+    pub fn joint_gradient(&self, neglog: &CudaSlice<f64>, grad: &CudaSlice<f64>) -> Result<JointGradient> {
+        let (n, r, p) = (self.n, self.layout.r(), self.layout.p_total());
+        if neglog.len() != n {
+            return Err(Error::invalid(
+                "neglog.len",
+                neglog.len(),
+                format!("must equal n = {n}"),
+            ));
+        }
+        if grad.len() != n * r {
+            return Err(Error::invalid(
+                "grad.len",
+                grad.len(),
+                format!("must equal n * r = {}", n * r),
+            ));
+        }
+        let chunks = n.div_ceil(ROW_CHUNK);
+        let (mut g, mut total) = (self.gpu.zeros::<f64>(p)?, self.gpu.zeros::<f64>(1)?);
+        {
+            let mut s = self.lock()?;
+            let src = PullSource {
+                t: grad,
+                rhs_stride: 0,
+                row: r,
+                col: 1,
+                power: 1,
+            };
+            kernels::pullback_partial(&self.gpu, &self.args(), 1, ROW_CHUNK, &src, &mut s.partial)?;
+            kernels::reduce_partials(&self.gpu, chunks, p, &s.partial, &mut g)?;
+            kernels::chunk_sum_partial(&self.gpu, n, ROW_CHUNK, neglog, &mut s.partial)?;
+            kernels::reduce_partials(&self.gpu, chunks, 1, &s.partial, &mut total)?;
+        }
+        Ok(JointGradient {
+            neglog: self.gpu.download(&total)?[0],
+            gradient: self.gpu.download(&g)?,
+        })
+    }
+
+    /// Host convenience: H v.
+    pub fn hvp_host(&self, v: &[f64]) -> Result<Vec<f64>> {
+        let p = self.layout.p_total();
+        if v.len() != p {
+            return Err(Error::invalid("v.len", v.len(), format!("must equal p_total = {p}")));
+        }
+        let mut out = self.gpu.zeros(p)?;
+        self.hvp_into(&self.gpu.upload(v)?, &mut out)?;
+        self.gpu.download(&out)
+    }
+
+    /// Host convenience: diag(H).
+    pub fn diagonal_host(&self) -> Result<Vec<f64>> {
+        let mut out = self.gpu.zeros(self.layout.p_total())?;
+        self.diagonal_into(&mut out)?;
+        self.gpu.download(&out)
+    }
+
+    /// Host convenience: the dense joint Hessian, row-major.
+    pub fn dense_host(&self) -> Result<Vec<f64>> {
+        let p = self.layout.p_total();
+        let mut out = self.gpu.zeros(p * p)?;
+        self.dense_into(&mut out)?;
+        self.gpu.download(&out)
+    }
+
+    /// Host convenience: the joint gradient from host per-row values.
+    pub fn joint_gradient_host(&self, neglog: &[f64], grad: &[f64]) -> Result<JointGradient> {
+        check_matrix("neglog", neglog, self.n, 1)?;
+        check_matrix("grad", grad, self.n, self.layout.r())?;
+        self.joint_gradient(&self.gpu.upload(neglog)?, &self.gpu.upload(grad)?)
+    }
+}
+
+impl LinearOperator<CudaBackend> for DeviceRowHessian {
+    fn dim(&self) -> usize {
+        self.layout.p_total()
+    }
+    fn apply(&self, x: &CudaSlice<f64>, y: &mut CudaSlice<f64>) -> SolverResult<()> {
+        expect_len("x", x.len(), self.dim())?;
+        expect_len("y", y.len(), self.dim())?;
+        self.hvp_into(x, y).map_err(SolverError::from)
+    }
+    fn apply_multi(&self, x: &CudaSlice<f64>, k: usize, y: &mut CudaSlice<f64>) -> SolverResult<()> {
+        expect_len("x", x.len(), self.dim() * k)?;
+        expect_len("y", y.len(), self.dim() * k)?;
+        self.hvp_multi_into(x, k, y).map_err(SolverError::from)
+    }
+    fn diagonal(&self, out: &mut CudaSlice<f64>) -> SolverResult<()> {
+        expect_len("diagonal", out.len(), self.dim())?;
+        self.diagonal_into(out).map_err(SolverError::from)
+    }
+    fn to_dense(&self) -> SolverResult<Vec<f64>> {
+        self.dense_host().map_err(SolverError::from)
+    }
+}

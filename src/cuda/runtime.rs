@@ -1,0 +1,293 @@
+//! Finding the GPU once per process, and the `MATFREE_GPU` policy.
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, OnceLock};
+
+use cudarc::cublas::CudaBlas;
+use cudarc::driver::{CudaContext, CudaFunction, CudaSlice, CudaStream, PinnedHostSlice};
+
+use crate::{Error, Result};
+
+/// How to choose between the CPU and the GPU (`MATFREE_GPU`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum GpuPolicy {
+    /// Use the GPU when one is found, else the CPU (the default).
+    Auto,
+    /// Use the GPU or fail.
+    Required,
+    /// Always the CPU.
+    Off,
+}
+
+impl GpuPolicy {
+    /// Parse a policy (`auto`, `required`, `off`).
+    pub fn parse(value: &str) -> Result<Self> {
+        match value.trim().to_ascii_lowercase().as_str() {
+            "" | "auto" => Ok(Self::Auto),
+            "required" | "require" | "on" => Ok(Self::Required),
+            "off" | "cpu" | "0" => Ok(Self::Off),
+            _ => Err(Error::invalid(
+                "MATFREE_GPU",
+                value,
+                "must be one of auto, required, off",
+            )),
+        }
+    }
+
+    /// The policy from the environment variable `MATFREE_GPU` (unset: auto).
+    pub fn from_env() -> Result<Self> {
+        Self::parse(&std::env::var("MATFREE_GPU").unwrap_or_default())
+    }
+}
+
+/// The device a computation runs on.
+pub enum Device {
+    /// The CPU, with the reason the GPU is not used.
+    Cpu {
+        /// Why not the GPU.
+        reason: String,
+    },
+    /// The GPU.
+    Gpu(Arc<Gpu>),
+}
+
+impl Device {
+    /// A one-line description for logs and summaries.
+    pub fn describe(&self) -> String {
+        match self {
+            Device::Cpu { reason } => format!("cpu ({} threads; {reason})", rayon::current_num_threads()),
+            Device::Gpu(g) => format!(
+                "gpu: {} (sm_{}{})",
+                g.name, g.compute_capability.0, g.compute_capability.1
+            ),
+        }
+    }
+}
+
+/// Apply a policy: `Off` gives the CPU, `Auto` the GPU if it can be started
+/// and the CPU otherwise, `Required` the GPU or an error naming what failed.
+pub fn select_device(policy: GpuPolicy) -> Result<Device> {
+    match policy {
+        GpuPolicy::Off => Ok(Device::Cpu {
+            reason: "MATFREE_GPU=off".into(),
+        }),
+        GpuPolicy::Auto => Ok(match Gpu::get() {
+            Ok(g) => Device::Gpu(g),
+            Err(e) => Device::Cpu {
+                reason: format!("no usable GPU: {e}"),
+            },
+        }),
+        GpuPolicy::Required => Gpu::get().map(Device::Gpu),
+    }
+}
+
+/// The GPU for a GPU test, under the `MATFREE_GPU` rule: `off` or (with
+/// `auto`) no usable GPU prints that the test skipped and gives `None`;
+/// `required` without a GPU panics, failing the test.
+pub fn gpu_for_test(test: &str) -> Option<Arc<Gpu>> {
+    let policy = GpuPolicy::from_env().unwrap_or_else(|e| panic!("{test}: {e}"));
+    match select_device(policy) {
+        Ok(Device::Gpu(g)) => Some(g),
+        Ok(Device::Cpu { reason }) => {
+            println!("{test}: skipped: {reason}");
+            None
+        }
+        Err(e) => panic!("{test}: MATFREE_GPU=required but the GPU is unusable: {e}"),
+    }
+}
+
+/// The compiled kernels, looked up once.
+pub(crate) struct Functions {
+    pub row_action: CudaFunction,
+    pub pullback_partial: CudaFunction,
+    pub dense_partial: CudaFunction,
+    pub reduce_partials: CudaFunction,
+    pub mirror_upper: CudaFunction,
+    pub chunk_sum_partial: CudaFunction,
+    pub pcg_alpha: CudaFunction,
+    pub pcg_beta: CudaFunction,
+    pub xpay: CudaFunction,
+    pub sub_from: CudaFunction,
+    pub mul_elementwise: CudaFunction,
+    pub invert_positive: CudaFunction,
+}
+
+/// One GPU: its context, the stream every operation is queued on, cuBLAS,
+/// and the kernels compiled for its architecture.
+pub struct Gpu {
+    pub(crate) stream: Arc<CudaStream>,
+    pub(crate) blas: CudaBlas,
+    pub(crate) f: Functions,
+    pub(crate) pinned: Mutex<PinnedHostSlice<f64>>,
+    _blas_workspace: CudaSlice<u8>,
+    name: String,
+    compute_capability: (i32, i32),
+    syncs: AtomicUsize,
+}
+
+// SAFETY: every field is used from one stream; cudarc's handles are
+// thread-safe to move and share, and the pinned buffer sits behind a Mutex.
+unsafe impl Send for Gpu {}
+unsafe impl Sync for Gpu {}
+
+pub(crate) fn cuda_err(what: &str, e: impl std::fmt::Debug) -> Error {
+    Error::Cuda(format!("{what}: {e:?}"))
+}
+
+/// Length of the pinned read-back buffer and of every scalar bank.
+pub(crate) const PINNED_SLOTS: usize = 64;
+
+/// The kernel sources, embedded at build time.
+const SOURCES: [(&str, &str); 2] = [
+    ("row_hessian.cu", include_str!("../../kernels/row_hessian.cu")),
+    ("pcg.cu", include_str!("../../kernels/pcg.cu")),
+];
+
+fn check_libraries() -> Result<()> {
+    // SAFETY: these only try to dlopen the library; no CUDA call is made.
+    let present = unsafe {
+        [
+            ("CUDA driver (libcuda)", cudarc::driver::sys::is_culib_present()),
+            ("NVRTC (libnvrtc)", cudarc::nvrtc::sys::is_culib_present()),
+            ("cuBLAS (libcublas)", cudarc::cublas::sys::is_culib_present()),
+        ]
+    };
+    match present.iter().find(|(_, ok)| !ok) {
+        Some((name, _)) => Err(Error::Cuda(format!("{name} not found"))),
+        None => Ok(()),
+    }
+}
+
+impl Gpu {
+    /// The process's GPU (device 0), started on first use. The error of a
+    /// failed start is kept and returned to every later caller.
+    pub fn get() -> Result<Arc<Gpu>> {
+        static GPU: OnceLock<std::result::Result<Arc<Gpu>, String>> = OnceLock::new();
+        let message = |e: Error| match e {
+            Error::Cuda(m) => m,
+            other => other.to_string(),
+        };
+        GPU.get_or_init(|| Gpu::start(0).map(Arc::new).map_err(message))
+            .clone()
+            .map_err(Error::Cuda)
+    }
+
+    fn start(ordinal: usize) -> Result<Gpu> {
+        check_libraries()?;
+        let count = CudaContext::device_count().map_err(|e| cuda_err("counting devices", e))?;
+        if count < 1 {
+            return Err(Error::Cuda("no CUDA device visible".into()));
+        }
+        let ctx = CudaContext::new(ordinal).map_err(|e| cuda_err("creating a context", e))?;
+        // One stream does all the work, so cudarc's cross-stream events are
+        // not needed; they would also break graph capture.
+        // SAFETY: no buffer is shared between streams in this crate.
+        unsafe { ctx.disable_event_tracking() };
+        let stream = ctx.new_stream().map_err(|e| cuda_err("creating a stream", e))?;
+        let compute_capability = ctx
+            .compute_capability()
+            .map_err(|e| cuda_err("compute capability", e))?;
+        let name = ctx.name().map_err(|e| cuda_err("device name", e))?;
+        let f = compile(&ctx, compute_capability)?;
+        let blas = CudaBlas::new(stream.clone()).map_err(|e| cuda_err("creating cuBLAS", e))?;
+        let workspace = stream
+            .alloc_zeros::<u8>(4 << 20)
+            .map_err(|e| cuda_err("cuBLAS workspace", e))?;
+        set_blas_workspace(&blas, &stream, &workspace)?;
+        // SAFETY: plain page-locked host memory (not write-combined: the host reads it).
+        let pinned =
+            unsafe { ctx.alloc_pinned_with_flags::<f64>(PINNED_SLOTS, 0) }.map_err(|e| cuda_err("pinned", e))?;
+        Ok(Gpu {
+            stream,
+            blas,
+            f,
+            pinned: Mutex::new(pinned),
+            _blas_workspace: workspace,
+            name,
+            compute_capability,
+            syncs: AtomicUsize::new(0),
+        })
+    }
+
+    /// The device's name.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// Host synchronisations and device-to-host copies made so far.
+    pub fn syncs(&self) -> usize {
+        self.syncs.load(Ordering::Relaxed)
+    }
+
+    pub(crate) fn count_sync(&self) {
+        self.syncs.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Upload a host slice (queued on the stream).
+    pub fn upload<T: cudarc::driver::DeviceRepr>(&self, x: &[T]) -> Result<CudaSlice<T>> {
+        self.stream.clone_htod(x).map_err(|e| cuda_err("upload", e))
+    }
+
+    /// Download a device buffer (a counted synchronisation).
+    pub fn download(&self, x: &CudaSlice<f64>) -> Result<Vec<f64>> {
+        self.count_sync();
+        self.stream.clone_dtoh(x).map_err(|e| cuda_err("download", e))
+    }
+
+    /// A zeroed device buffer.
+    pub fn zeros<T: cudarc::driver::DeviceRepr + cudarc::driver::ValidAsZeroBits>(
+        &self,
+        n: usize,
+    ) -> Result<CudaSlice<T>> {
+        self.stream.alloc_zeros(n.max(1)).map_err(|e| cuda_err("alloc", e))
+    }
+}
+
+fn set_blas_workspace(blas: &CudaBlas, stream: &CudaStream, ws: &CudaSlice<u8>) -> Result<()> {
+    use cudarc::driver::DevicePtr;
+    let (ptr, _guard) = ws.device_ptr(stream);
+    // SAFETY: the workspace lives as long as the Gpu that owns the handle.
+    let status =
+        unsafe { cudarc::cublas::sys::cublasSetWorkspace_v2(*blas.handle(), ptr as *mut std::ffi::c_void, ws.len()) };
+    match status {
+        cudarc::cublas::sys::cublasStatus_t::CUBLAS_STATUS_SUCCESS => Ok(()),
+        s => Err(cuda_err("cublasSetWorkspace", s)),
+    }
+}
+
+fn compile(ctx: &Arc<CudaContext>, (major, minor): (i32, i32)) -> Result<Functions> {
+    // Compiled once per process; the leaked arch string lives as long.
+    let arch: &'static str = Box::leak(format!("sm_{major}{minor}").into_boxed_str());
+    let mut modules = Vec::new();
+    for (file, src) in SOURCES {
+        let opts = cudarc::nvrtc::CompileOptions {
+            arch: Some(arch),
+            ..Default::default()
+        };
+        let ptx = cudarc::nvrtc::compile_ptx_with_opts(src, opts)
+            .map_err(|e| Error::Cuda(format!("NVRTC compile of kernels/{file} for {arch} failed: {e:?}")))?;
+        modules.push(
+            ctx.load_module(ptx)
+                .map_err(|e| cuda_err(&format!("loading kernels/{file}"), e))?,
+        );
+    }
+    let get = |m: usize, name: &str| {
+        modules[m]
+            .load_function(name)
+            .map_err(|e| cuda_err(&format!("kernel {name}"), e))
+    };
+    Ok(Functions {
+        row_action: get(0, "row_action")?,
+        pullback_partial: get(0, "pullback_partial")?,
+        dense_partial: get(0, "dense_partial")?,
+        reduce_partials: get(0, "reduce_partials")?,
+        mirror_upper: get(0, "mirror_upper")?,
+        chunk_sum_partial: get(0, "chunk_sum_partial")?,
+        pcg_alpha: get(1, "pcg_alpha")?,
+        pcg_beta: get(1, "pcg_beta")?,
+        xpay: get(1, "xpay")?,
+        sub_from: get(1, "sub_from")?,
+        mul_elementwise: get(1, "mul_elementwise")?,
+        invert_positive: get(1, "invert_positive")?,
+    })
+}

@@ -1,0 +1,166 @@
+//! The device row-Hessian operator against the CPU operator (the oracle), at
+//! widths below and above the warp (r = 4, 20, 33, 64) and p_total 44 and 300.
+//! GPU tests follow MATFREE_GPU: with `auto` and no GPU they print a skip.
+
+use matfree::cuda::{gpu_for_test, select_device, Device, DeviceRowHessian, GpuPolicy};
+use matfree::fixture::{random_row_problem, Rng, Shape};
+use matfree::solvers::{CpuBackend, LinearOperator};
+use matfree::{Error, RowHessian};
+
+fn assert_close(label: &str, got: &[f64], want: &[f64], rel: f64) {
+    assert_eq!(got.len(), want.len(), "{label} length");
+    let scale = want.iter().fold(0.0f64, |m, v| m.max(v.abs())).max(1e-300);
+    for (k, (g, w)) in got.iter().zip(want).enumerate() {
+        assert!(
+            (g - w).abs() <= rel * scale,
+            "{label}[{k}]: gpu {g} vs cpu {w} (scale {scale})"
+        );
+    }
+}
+
+/// (r, p_total) = (4, 44), (20, 44), (33, 44), (64, 300), (20, 300), (33, 300).
+fn shapes() -> Vec<Shape> {
+    let s = |n, p_m, p_g, p_h, p_w| Shape { n, p_m, p_g, p_h, p_w };
+    vec![
+        s(2003, 22, 20, 1, 1),
+        s(1537, 14, 12, 10, 8),
+        s(999, 7, 6, 20, 11),
+        s(1200, 130, 108, 40, 22),
+        s(777, 150, 132, 10, 8),
+        s(640, 140, 127, 16, 15),
+    ]
+}
+
+fn cpu_results(op: &RowHessian, v: &[f64], k: usize) -> Vec<Vec<f64>> {
+    let p = op.dim();
+    let mut multi = vec![0.0; p * k];
+    op.apply_multi(&v.to_vec(), k, &mut multi).unwrap();
+    vec![
+        multi[..p].to_vec(),
+        multi,
+        op.diagonal_host(),
+        LinearOperator::<CpuBackend>::to_dense(op).unwrap(),
+    ]
+}
+
+fn gpu_results(dev: &DeviceRowHessian, v: &[f64], k: usize) -> Vec<Vec<f64>> {
+    let g = dev.gpu();
+    let p = dev.layout().p_total();
+    let mut multi = g.zeros(p * k).unwrap();
+    dev.hvp_multi_into(&g.upload(v).unwrap(), k, &mut multi).unwrap();
+    vec![
+        dev.hvp_host(&v[..p]).unwrap(),
+        g.download(&multi).unwrap(),
+        dev.diagonal_host().unwrap(),
+        dev.dense_host().unwrap(),
+    ]
+}
+
+#[test]
+fn device_operations_match_cpu_operator() {
+    let Some(gpu) = gpu_for_test("device_operations_match_cpu_operator") else {
+        return;
+    };
+    for (s, shape) in shapes().into_iter().enumerate() {
+        let op = random_row_problem(shape, 1.0, 100 + s as u64).unwrap();
+        let dev = DeviceRowHessian::from_cpu(gpu.clone(), &op).unwrap();
+        let (p, r, k) = (op.dim(), op.layout().r(), 3 + s);
+        let v = Rng::new(7 + s as u64).normals(p * k);
+        let want = cpu_results(&op, &v, k);
+        let got = gpu_results(&dev, &v, k);
+        for (label, (g, w)) in ["hvp", "hvp_multi", "diagonal", "dense"]
+            .iter()
+            .zip(got.iter().zip(&want))
+        {
+            assert_close(&format!("{label} r={r} p={p}"), g, w, 1e-12);
+        }
+        let mut rng = Rng::new(3);
+        let (neglog, grad) = (rng.normals(op.n()), rng.normals(op.n() * r));
+        let jg_cpu = op.joint_gradient(&neglog, &grad).unwrap();
+        let jg_gpu = dev.joint_gradient_host(&neglog, &grad).unwrap();
+        assert_close("joint gradient", &jg_gpu.gradient, &jg_cpu.gradient, 1e-12);
+        assert_close("joint neglog", &[jg_gpu.neglog], &[jg_cpu.neglog], 1e-12);
+        // Repeated runs are bitwise equal.
+        assert_eq!(gpu_results(&dev, &v, k), got, "repeat r={r} p={p}");
+        assert_eq!(dev.joint_gradient_host(&neglog, &grad).unwrap(), jg_gpu);
+        println!("r = {r}, p = {p}, n = {}: parity ok", op.n());
+    }
+}
+
+#[test]
+fn large_multi_rhs_batches_match_single_products() {
+    let Some(gpu) = gpu_for_test("large_multi_rhs_batches_match_single_products") else {
+        return;
+    };
+    let op = random_row_problem(
+        Shape {
+            n: 300,
+            p_m: 5,
+            p_g: 4,
+            p_h: 3,
+            p_w: 2,
+        },
+        0.0,
+        5,
+    )
+    .unwrap();
+    let dev = DeviceRowHessian::from_cpu(gpu.clone(), &op).unwrap();
+    let (p, k) = (op.dim(), 70);
+    let v = Rng::new(1).normals(p * k);
+    let mut out = gpu.zeros(p * k).unwrap();
+    dev.hvp_multi_into(&gpu.upload(&v).unwrap(), k, &mut out).unwrap();
+    let out = gpu.download(&out).unwrap();
+    for j in 0..k {
+        let single = dev.hvp_host(&v[j * p..(j + 1) * p]).unwrap();
+        assert_close(&format!("column {j}"), &out[j * p..(j + 1) * p], &single, 1e-14);
+    }
+}
+
+#[test]
+fn bad_shapes_are_rejected_before_launch() {
+    let Some(gpu) = gpu_for_test("bad_shapes_are_rejected_before_launch") else {
+        return;
+    };
+    let op = random_row_problem(
+        Shape {
+            n: 50,
+            p_m: 3,
+            p_g: 2,
+            p_h: 2,
+            p_w: 1,
+        },
+        0.0,
+        2,
+    )
+    .unwrap();
+    let short = &op.hess()[..op.hess().len() - 1];
+    let err = DeviceRowHessian::new(gpu.clone(), op.layout().clone(), op.designs(), short).err();
+    assert!(
+        matches!(err, Some(Error::InvalidInput { ref field, .. }) if field == "hess.len"),
+        "{err:?}"
+    );
+    let dev = DeviceRowHessian::from_cpu(gpu.clone(), &op).unwrap();
+    assert!(matches!(dev.hvp_host(&[1.0; 3]), Err(Error::InvalidInput { .. })));
+    let mut y = gpu.zeros(op.dim()).unwrap();
+    assert!(dev.apply(&gpu.upload(&[1.0; 4]).unwrap(), &mut y).is_err());
+    assert!(dev.joint_gradient_host(&[0.0; 49], &vec![0.0; 50 * 5]).is_err());
+    assert!(dev.joint_gradient_host(&[f64::NAN; 50], &vec![0.0; 50 * 5]).is_err());
+}
+
+#[test]
+fn policy_off_uses_the_cpu_and_says_so() {
+    match select_device(GpuPolicy::Off).unwrap() {
+        Device::Cpu { reason } => assert!(reason.contains("MATFREE_GPU=off"), "{reason}"),
+        Device::Gpu(_) => panic!("MATFREE_GPU=off must select the CPU"),
+    }
+    assert!(select_device(GpuPolicy::Off).unwrap().describe().starts_with("cpu"));
+    assert_eq!(GpuPolicy::parse("AUTO").unwrap(), GpuPolicy::Auto);
+    assert_eq!(GpuPolicy::parse("required").unwrap(), GpuPolicy::Required);
+    match GpuPolicy::parse("maybe") {
+        Err(Error::InvalidInput { field, .. }) => assert_eq!(field, "MATFREE_GPU"),
+        other => panic!("expected an error naming MATFREE_GPU, got {:?}", other.map(|_| ())),
+    }
+    // Auto never fails: without a GPU it is the CPU, with the reason.
+    let auto = select_device(GpuPolicy::Auto).unwrap();
+    println!("auto selects: {}", auto.describe());
+}

@@ -1,0 +1,235 @@
+//! Device PCG (cuBLAS with device scalars, graph-replayed blocks) against
+//! the CPU PCG on the same systems, with the sync budget checked.
+
+use std::sync::Arc;
+
+use cudarc::driver::CudaSlice;
+use matfree::cuda::{gpu_for_test, CudaBackend, DeviceRowHessian, Gpu};
+use matfree::fixture::{random_row_problem, Rng, Shape};
+use matfree::solvers::precond::Preconditioner;
+use matfree::solvers::{
+    cg, Backend, BreakdownQuantity, Cholesky, CpuBackend, Jacobi, LinearOperator, PcgOptions, StopReason,
+};
+use matfree::RowHessian;
+
+fn fixture() -> RowHessian {
+    random_row_problem(
+        Shape {
+            n: 20_000,
+            p_m: 14,
+            p_g: 12,
+            p_h: 10,
+            p_w: 8,
+        },
+        3.0,
+        41,
+    )
+    .unwrap()
+}
+
+fn device_jacobi<'b>(be: &'b CudaBackend, dev: &DeviceRowHessian) -> Jacobi<'b, CudaBackend> {
+    let mut diag = be.zeros(dev.dim()).unwrap();
+    dev.diagonal(&mut diag).unwrap();
+    Jacobi::new(be, &diag, None, 0.0).unwrap()
+}
+
+#[test]
+fn device_pcg_matches_cpu_pcg_within_sync_budget() {
+    let Some(gpu) = gpu_for_test("device_pcg_matches_cpu_pcg_within_sync_budget") else {
+        return;
+    };
+    let op = fixture();
+    let p = op.dim();
+    let dense = LinearOperator::<CpuBackend>::to_dense(&op).unwrap();
+    let m = faer::Mat::from_fn(p, p, |i, j| dense[i * p + j]);
+    let ev = m.self_adjoint_eigenvalues(faer::Side::Lower).unwrap();
+    assert!(
+        ev[p - 1] / ev[0] >= 1e6,
+        "fixture condition number {}",
+        ev[p - 1] / ev[0]
+    );
+    let b = Rng::new(6).normals(p);
+    let opts = PcgOptions {
+        rtol: 1e-12,
+        max_iter: 2000,
+        check_every: 8,
+        refresh_every: 0,
+        ..Default::default()
+    };
+
+    let cpu = CpuBackend::new();
+    let mut cdiag = vec![0.0; p];
+    op.diagonal(&mut cdiag).unwrap();
+    let cj = Jacobi::new(&cpu, &cdiag, None, 0.0).unwrap();
+    let want = cg(&cpu, &op, &cj, &b, None, &opts).unwrap();
+
+    let be = CudaBackend::new(gpu.clone()).unwrap();
+    let dev = DeviceRowHessian::from_cpu(gpu.clone(), &op).unwrap();
+    let gj = device_jacobi(&be, &dev);
+    let bd = be.upload(&b).unwrap();
+    let before = gpu.syncs();
+    let got = cg(&be, &dev, &gj, &bd, None, &opts).unwrap();
+    let syncs = gpu.syncs() - before;
+    let k = got.info.iterations;
+    println!(
+        "gpu: {k} iterations, {syncs} syncs; cpu: {} iterations",
+        want.info.iterations
+    );
+    println!("gpu info: {:?}", got.info);
+    assert!(got.info.converged && want.info.converged);
+    assert!(
+        k.abs_diff(want.info.iterations) <= 1,
+        "iterations {k} vs {}",
+        want.info.iterations
+    );
+    assert!(
+        syncs <= k.div_ceil(opts.check_every) + 2,
+        "{syncs} syncs for {k} iterations"
+    );
+    let x = be.download(&got.x).unwrap();
+    let xn = want.x.iter().map(|v| v * v).sum::<f64>().sqrt();
+    let diff = x
+        .iter()
+        .zip(&want.x)
+        .map(|(u, v)| (u - v) * (u - v))
+        .sum::<f64>()
+        .sqrt();
+    assert!(diff <= 1e-10 * xn, "solution relative difference {}", diff / xn);
+    // Bitwise repeatable.
+    let again = cg(&be, &dev, &gj, &bd, None, &opts).unwrap();
+    assert_eq!(be.download(&again.x).unwrap(), x);
+    assert_eq!(again.info, got.info);
+}
+
+#[test]
+fn warm_start_from_the_solution_stops_at_once_on_device() {
+    let Some(gpu) = gpu_for_test("warm_start_from_the_solution_stops_at_once_on_device") else {
+        return;
+    };
+    let op = fixture();
+    let p = op.dim();
+    let b = Rng::new(9).normals(p);
+    let dense = LinearOperator::<CpuBackend>::to_dense(&op).unwrap();
+    let x = Cholesky::factor(p, &dense).unwrap().solve(&b, 1).unwrap();
+    let be = CudaBackend::new(gpu.clone()).unwrap();
+    let dev = DeviceRowHessian::from_cpu(gpu, &op).unwrap();
+    let gj = device_jacobi(&be, &dev);
+    let opts = PcgOptions {
+        rtol: 1e-8,
+        ..Default::default()
+    };
+    let sol = cg(
+        &be,
+        &dev,
+        &gj,
+        &be.upload(&b).unwrap(),
+        Some(&be.upload(&x).unwrap()),
+        &opts,
+    )
+    .unwrap();
+    assert_eq!(sol.info.iterations, 0);
+    assert_eq!(sol.info.stop_reason, StopReason::Converged);
+    assert_eq!(sol.info.host_reads, 1);
+}
+
+fn negated(op: &RowHessian) -> RowHessian {
+    let hess = op.hess().iter().map(|v| -v).collect();
+    RowHessian::new(op.layout().clone(), op.designs().clone(), hess).unwrap()
+}
+
+#[test]
+fn indefinite_operator_breaks_down_on_device() {
+    let Some(gpu) = gpu_for_test("indefinite_operator_breaks_down_on_device") else {
+        return;
+    };
+    let op = negated(
+        &random_row_problem(
+            Shape {
+                n: 500,
+                p_m: 4,
+                p_g: 3,
+                p_h: 2,
+                p_w: 2,
+            },
+            0.0,
+            3,
+        )
+        .unwrap(),
+    );
+    let be = CudaBackend::new(gpu.clone()).unwrap();
+    let dev = DeviceRowHessian::from_cpu(gpu, &op).unwrap();
+    let id = Jacobi::identity(&be, dev.dim()).unwrap();
+    let b = be.upload(&Rng::new(1).normals(dev.dim())).unwrap();
+    let sol = cg(&be, &dev, &id, &b, None, &PcgOptions::default()).unwrap();
+    match sol.info.stop_reason {
+        StopReason::Breakdown {
+            quantity: BreakdownQuantity::PAp,
+            value,
+        } => assert!(value < 0.0),
+        other => panic!("expected a PAp breakdown, got {other:?}"),
+    }
+    assert!(be.download(&sol.x).unwrap().iter().all(|v| v.is_finite()));
+}
+
+/// z = -r on the device: a negative definite preconditioner.
+struct Negate<'b> {
+    be: &'b CudaBackend,
+    minus_one: CudaSlice<f64>,
+}
+impl Preconditioner<CudaBackend> for Negate<'_> {
+    fn apply(&self, r: &CudaSlice<f64>, z: &mut CudaSlice<f64>) -> matfree::solvers::Result<()> {
+        self.be.mul_elementwise(&self.minus_one, r, z)
+    }
+}
+
+#[test]
+fn bad_preconditioner_is_reported_on_device_and_jacobi_rules_hold() {
+    let Some(gpu) = gpu_for_test("bad_preconditioner_is_reported_on_device") else {
+        return;
+    };
+    let op = random_row_problem(
+        Shape {
+            n: 400,
+            p_m: 4,
+            p_g: 3,
+            p_h: 2,
+            p_w: 2,
+        },
+        0.0,
+        4,
+    )
+    .unwrap();
+    let be = CudaBackend::new(gpu.clone()).unwrap();
+    let dev = DeviceRowHessian::from_cpu(gpu.clone(), &op).unwrap();
+    let neg = Negate {
+        be: &be,
+        minus_one: be.upload(&vec![-1.0; dev.dim()]).unwrap(),
+    };
+    let b = be.upload(&vec![1.0; dev.dim()]).unwrap();
+    let sol = cg(&be, &dev, &neg, &b, None, &PcgOptions::default()).unwrap();
+    assert!(matches!(sol.info.stop_reason, StopReason::BadPreconditioner { value } if value < 0.0));
+    jacobi_errors_match_cpu(&be, &gpu);
+}
+
+fn jacobi_errors_match_cpu(be: &CudaBackend, gpu: &Arc<Gpu>) {
+    let d = vec![1.0, 2.0, 3.0, -0.5, f64::NAN, 4.0];
+    let cpu_err = Jacobi::new(&CpuBackend::new(), &d, None, 0.0)
+        .err()
+        .unwrap()
+        .to_string();
+    let gpu_err = Jacobi::new(be, &gpu.upload(&d).unwrap(), None, 0.0)
+        .err()
+        .unwrap()
+        .to_string();
+    assert_eq!(gpu_err, cpu_err);
+    let extra = [0.0, 0.0, 0.0, 1.0, 0.0, 0.0];
+    let ok = Jacobi::new(
+        be,
+        &gpu.upload(&d[..4]).unwrap(),
+        Some(&gpu.upload(&extra[..4]).unwrap()),
+        0.25,
+    )
+    .unwrap();
+    let inv = be.download(ok.inverse_diagonal()).unwrap();
+    assert_eq!(inv, vec![1.0 / 1.25, 1.0 / 2.25, 1.0 / 3.25, 1.0 / 0.75]);
+}
