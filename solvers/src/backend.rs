@@ -58,6 +58,8 @@ pub trait Backend {
     /// A zero vector of length `n`.
     fn zeros(&self, n: usize) -> Result<Self::Vector>;
     /// Upload a host slice.
+    // The name mirrors `to_host`; a backend is needed to allocate, hence `&self`.
+    #[allow(clippy::wrong_self_convention)]
     fn from_host(&self, x: &[f64]) -> Result<Self::Vector>;
     /// Download a vector (synchronises; not for use inside an iteration).
     fn to_host(&self, x: &Self::Vector) -> Result<Vec<f64>>;
@@ -115,6 +117,20 @@ pub trait Backend {
         ridge: f64,
         field: &str,
         out: &mut Self::Vector,
+    ) -> Result<()>;
+
+    /// y += A x, with A a dense row-major `n x n` matrix stored as a backend
+    /// vector of length `n * n`. `x` and `y` may hold `k >= 1` columns of
+    /// length `n` back to back (then Y += A X, a gemm on the GPU). Each entry
+    /// of A x is summed over its row in index order, so the CPU result is
+    /// reproducible. Queued; no sync. Used for the dense penalty in
+    /// [`crate::penalty::Penalised`].
+    fn gemv_acc(
+        &self,
+        a: &Self::Vector,
+        n: usize,
+        x: &Self::Vector,
+        y: &mut Self::Vector,
     ) -> Result<()>;
 
     /// PCG step 1, on the slots: if running, alpha = rz / pAp, with breakdown

@@ -13,6 +13,7 @@ pub mod dense;
 mod error;
 pub mod operator;
 pub mod pcg;
+pub mod penalty;
 pub mod precond;
 
 pub use backend::{Backend, Slot};
@@ -21,4 +22,5 @@ pub use dense::Cholesky;
 pub use error::{Result, SolverError};
 pub use operator::{DenseOperator, LinearOperator};
 pub use pcg::{cg, BreakdownQuantity, PcgInfo, PcgOptions, PcgSolution, StopReason};
+pub use penalty::{Penalised, Penalty, PenaltyBlock, PenaltyMatrix};
 pub use precond::{Jacobi, Preconditioner};
