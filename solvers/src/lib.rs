@@ -11,6 +11,7 @@ pub mod backend;
 pub mod cpu;
 pub mod dense;
 mod error;
+pub mod newton;
 pub mod operator;
 pub mod pcg;
 pub mod penalty;
@@ -20,6 +21,10 @@ pub use backend::{Backend, Slot};
 pub use cpu::CpuBackend;
 pub use dense::Cholesky;
 pub use error::{Result, SolverError};
+pub use newton::{
+    newton, CostEstimate, Evaluation, Forcing, NewtonFit, NewtonIteration, NewtonOptions,
+    NewtonReport, Objective, Solver, Termination,
+};
 pub use operator::{DenseOperator, LinearOperator};
 pub use pcg::{cg, BreakdownQuantity, PcgInfo, PcgOptions, PcgSolution, StopReason};
 pub use penalty::{Penalised, Penalty, PenaltyBlock, PenaltyMatrix};
