@@ -117,6 +117,9 @@ pub struct Logistic<'d> {
     pub domain: Option<f64>,
     /// Adds `gamma sum_j (beta_j^2 - 1)^2 / 4`: a non-convex double well.
     pub double_well: f64,
+    /// Give REML the exact dH along a direction instead of the default
+    /// finite difference.
+    pub exact_dh: bool,
 }
 
 impl<'d> Logistic<'d> {
@@ -125,6 +128,7 @@ impl<'d> Logistic<'d> {
             data,
             domain: None,
             double_well: 0.0,
+            exact_dh: false,
         }
     }
 
@@ -152,6 +156,28 @@ impl<'d> Logistic<'d> {
             .iter()
             .map(|b| g * (b * b - 1.0).powi(2) / 4.0)
             .sum::<f64>()
+    }
+
+    /// The exact derivative of the Hessian along d:
+    /// X^T diag(w'(eta) X d) X with w' = mu (1 - mu) (1 - 2 mu).
+    pub fn exact_hessian_derivative(&self, beta: &[f64], d: &[f64]) -> Vec<f64> {
+        let (n, p) = (self.data.n, self.data.p);
+        let (eta, xd) = (self.eta(beta), self.eta(d));
+        let mut h = vec![0.0; p * p];
+        for i in 0..n {
+            let mu = 1.0 / (1.0 + (-eta[i]).exp());
+            let c = mu * (1.0 - mu) * (1.0 - 2.0 * mu) * xd[i];
+            let row = &self.data.x[i * p..(i + 1) * p];
+            for a in 0..p {
+                for b in 0..p {
+                    h[a * p + b] += c * row[a] * row[b];
+                }
+            }
+        }
+        for a in 0..p {
+            h[a * p + a] += 6.0 * self.double_well * beta[a] * d[a];
+        }
+        h
     }
 
     /// Gradient and dense Hessian (row-major) of neglog.
@@ -199,6 +225,13 @@ impl Objective<CpuBackend> for Logistic<'_> {
     }
     fn value(&self, beta: &[f64]) -> Result<Option<f64>> {
         Ok(self.inside(beta).then(|| self.neglog(beta)))
+    }
+    fn hessian_derivative(&self, beta: &[f64], d: &[f64], rel_step: f64) -> Result<Vec<f64>> {
+        if self.exact_dh {
+            Ok(self.exact_hessian_derivative(beta, d))
+        } else {
+            matfree_solvers::fd_hessian_derivative(self, beta, d, rel_step)
+        }
     }
 }
 
