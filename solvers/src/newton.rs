@@ -290,7 +290,9 @@ impl NewtonOptions {
 pub enum Termination {
     /// The gradient met `grad_tol`.
     Gradient,
-    /// An unridged Newton direction met `step_tol`.
+    /// An unridged Newton step was negligible: its direction met `step_tol`
+    /// or its decrement was below the rounding of f ([`resolution`]); the
+    /// step is taken before stopping.
     Step,
     /// `max_iter` iterations ran.
     MaxIterations,
@@ -307,6 +309,8 @@ pub struct NewtonIteration {
     pub grad_norm: f64,
     /// `||delta||_inf` of the Newton direction (before halving).
     pub direction_norm: f64,
+    /// Newton decrement `-grad^T delta` (twice the predicted decrease).
+    pub decrement: f64,
     /// `||t delta||_inf` of the accepted step (0 if none was accepted).
     pub step_norm: f64,
     /// Accepted step length t (0 if none was accepted).
@@ -380,6 +384,14 @@ struct Problem<'a, 'o, B: Backend> {
     lambda: &'a [f64],
     s: PenaltyMatrix<B>,
     opts: &'a NewtonOptions,
+}
+
+/// The smallest change of f that evaluations can resolve:
+/// `16 eps (|f| + 1)`. Near the optimum the Armijo test gets this much
+/// slack, and a Newton decrement below it ends the solve: from there on the
+/// objective cannot tell a better point from a worse one.
+pub fn resolution(f: f64) -> f64 {
+    16.0 * f64::EPSILON * (f.abs() + 1.0)
 }
 
 fn inf_norm(x: &[f64]) -> f64 {
@@ -462,7 +474,8 @@ pub fn newton<'o, B: Backend>(
         }
         let (next, record) = iterate(&prob, &cur, &mut run)?;
         let small = record.ridge == 0.0
-            && record.direction_norm <= opts.step_tol * (inf_norm(&cur.beta) + 1.0);
+            && (record.direction_norm <= opts.step_tol * (inf_norm(&cur.beta) + 1.0)
+                || record.decrement <= resolution(cur.value));
         run.iterations.push(record);
         let Some(next) = next else {
             break Termination::LineSearchFailed;
@@ -567,6 +580,7 @@ fn iterate<'o, B: Backend>(
         objective: cur.value,
         grad_norm: inf_norm(&cur.grad),
         direction_norm: inf_norm(&step.delta),
+        decrement: -dot(&cur.grad, &step.delta),
         step_norm: search.t * inf_norm(&step.delta),
         step_length: search.t,
         solver,
@@ -787,7 +801,8 @@ fn line_search<B: Backend>(
             .collect();
         s.evaluations += 1;
         match prob.value(&trial)? {
-            Some(f) if f <= cur.value + prob.opts.armijo * s.t * slope => {
+            // The slack lets a step through whose decrease f cannot resolve.
+            Some(f) if f <= cur.value + prob.opts.armijo * s.t * slope + resolution(cur.value) => {
                 s.beta = Some(trial);
                 return Ok(s);
             }
