@@ -319,6 +319,9 @@ pub struct NewtonIteration {
     pub solver: Solver,
     /// PCG iterations (0 for a dense step).
     pub pcg_iterations: usize,
+    /// Synchronising scalar reads made by this step's PCG solves (failed
+    /// ridge attempts included); the driver makes no other `read_scalars`.
+    pub pcg_host_reads: usize,
     /// PCG relative tolerance (forcing term) used, if PCG ran.
     pub pcg_rtol: Option<f64>,
     /// Whether PCG met its tolerance, if PCG ran.
@@ -585,6 +588,7 @@ fn iterate<'o, B: Backend>(
         step_length: search.t,
         solver,
         pcg_iterations: step.pcg_iterations,
+        pcg_host_reads: step.pcg_host_reads,
         pcg_rtol: (solver == Solver::Pcg).then_some(rtol),
         pcg_converged: step.pcg_converged,
         ridge: step.ridge,
@@ -640,6 +644,7 @@ fn choose_solver<B: Backend>(prob: &Problem<'_, '_, B>, expected_iters: usize) -
 struct Step {
     delta: Vec<f64>,
     pcg_iterations: usize,
+    pcg_host_reads: usize,
     pcg_converged: Option<bool>,
     ridge: f64,
     ridge_retries: usize,
@@ -648,7 +653,8 @@ struct Step {
 /// Outcome of one solve attempt at a fixed ridge.
 enum Attempt {
     Solved(Step),
-    NotPositiveDefinite,
+    /// Not positive definite, after this many PCG host reads.
+    NotPositiveDefinite(usize),
 }
 
 /// Solve `(H + S + ridge I) delta = -grad`, growing the ridge until the
@@ -664,18 +670,24 @@ fn solve_step<B: Backend>(
     let first = prob.opts.ridge_start * scale;
     // The Jacobi preconditioner needs a positive diagonal: start past it.
     let mut ridge = if dmin > 0.0 { 0.0 } else { first - dmin };
+    let mut reads = 0;
     for retries in 0..=prob.opts.max_ridge_tries {
         let op = Penalised::new(prob.backend, cur.hessian.as_ref(), &prob.s, ridge)?;
         let attempt = match solver {
             Solver::Pcg => pcg_step(prob, &op, &cur.grad, rtol)?,
             _ => dense_step(&op, &cur.grad)?,
         };
-        if let Attempt::Solved(mut step) = attempt {
-            if dot(&step.delta, &cur.grad) < 0.0 {
-                step.ridge = ridge;
-                step.ridge_retries = retries;
-                return Ok(step);
+        match attempt {
+            Attempt::Solved(mut step) => {
+                reads += step.pcg_host_reads;
+                if dot(&step.delta, &cur.grad) < 0.0 {
+                    step.ridge = ridge;
+                    step.ridge_retries = retries;
+                    step.pcg_host_reads = reads;
+                    return Ok(step);
+                }
             }
+            Attempt::NotPositiveDefinite(r) => reads += r,
         }
         ridge = if ridge == 0.0 {
             first
@@ -711,13 +723,14 @@ fn dense_step<B: Backend>(op: &Penalised<'_, B>, grad: &[f64]) -> Result<Attempt
     let a = op.to_dense()?;
     let chol = match Cholesky::factor(op.dim(), &a) {
         Ok(c) => c,
-        Err(SolverError::NotPositiveDefinite { .. }) => return Ok(Attempt::NotPositiveDefinite),
+        Err(SolverError::NotPositiveDefinite { .. }) => return Ok(Attempt::NotPositiveDefinite(0)),
         Err(e) => return Err(e),
     };
     let rhs: Vec<f64> = grad.iter().map(|g| -g).collect();
     Ok(Attempt::Solved(Step {
         delta: chol.solve(&rhs, 1)?,
         pcg_iterations: 0,
+        pcg_host_reads: 0,
         pcg_converged: None,
         ridge: 0.0,
         ridge_retries: 0,
@@ -735,7 +748,7 @@ fn pcg_step<B: Backend>(
     op.diagonal(&mut d)?;
     let Ok(jacobi) = Jacobi::new(be, &d, None, 0.0) else {
         // A diagonal entry is not positive: H + S + ridge I is not positive definite.
-        return Ok(Attempt::NotPositiveDefinite);
+        return Ok(Attempt::NotPositiveDefinite(0));
     };
     let rhs: Vec<f64> = grad.iter().map(|g| -g).collect();
     let b = be.from_host(&rhs)?;
@@ -750,7 +763,9 @@ fn pcg_step<B: Backend>(
             quantity: BreakdownQuantity::PAp,
             ..
         }
-        | StopReason::BadPreconditioner { .. } => return Ok(Attempt::NotPositiveDefinite),
+        | StopReason::BadPreconditioner { .. } => {
+            return Ok(Attempt::NotPositiveDefinite(sol.info.host_reads))
+        }
         StopReason::Breakdown { quantity, value } => {
             return Err(SolverError::invalid(
                 format!("pcg {quantity:?}"),
@@ -762,6 +777,7 @@ fn pcg_step<B: Backend>(
     Ok(Attempt::Solved(Step {
         delta: be.to_host(&sol.x)?,
         pcg_iterations: sol.info.iterations,
+        pcg_host_reads: sol.info.host_reads,
         pcg_converged: Some(sol.info.converged),
         ridge: 0.0,
         ridge_retries: 0,

@@ -82,6 +82,47 @@ fn newton_reaches_reference_optimum_with_each_solver() {
 }
 
 #[test]
+fn pcg_newton_reads_device_scalars_only_inside_pcg() {
+    let d = data();
+    let (obj, pen, be) = (Logistic::new(&d), penalty(&d), CpuBackend::new());
+    let fit = newton(
+        &be,
+        &obj,
+        &pen,
+        &LAMBDA,
+        &poor_start(d.p),
+        &opts(Solver::Pcg),
+    )
+    .unwrap();
+    let per_step: Vec<usize> = fit
+        .report
+        .iterations
+        .iter()
+        .map(|it| it.pcg_host_reads)
+        .collect();
+    assert_eq!(be.reads(), per_step.iter().sum::<usize>());
+    // Each solve reads once per check block plus twice (PcgOptions::default
+    // checks every 10 iterations).
+    for it in &fit.report.iterations {
+        assert!(
+            it.pcg_host_reads <= it.pcg_iterations.div_ceil(10) + 2,
+            "{it:?}"
+        );
+    }
+    let be2 = CpuBackend::new();
+    newton(
+        &be2,
+        &obj,
+        &pen,
+        &LAMBDA,
+        &poor_start(d.p),
+        &opts(Solver::Dense),
+    )
+    .unwrap();
+    assert_eq!(be2.reads(), 0);
+}
+
+#[test]
 fn non_finite_trial_objective_halves_the_step() {
     let d = data();
     let pen = penalty(&d);

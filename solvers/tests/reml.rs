@@ -208,3 +208,34 @@ fn reml_selects_sensible_smoothing_on_known_truth() {
     }
     assert!(fit.laml.value <= r.iterations[0].value);
 }
+
+#[test]
+fn reml_rejects_invalid_inputs_by_field() {
+    let d = simulate(100, 0.0, &[f1, zero], 1);
+    let (obj, pen, be) = (Logistic::new(&d), penalty(&d), CpuBackend::new());
+    let beta0 = vec![0.0; d.p];
+    let msg = |rho: &[f64], o: &RemlOptions| {
+        reml(&be, &obj, &pen, rho, &beta0, o)
+            .err()
+            .unwrap()
+            .to_string()
+    };
+    let o = RemlOptions::default();
+    assert!(msg(&[0.0], &o).contains("rho0"));
+    assert!(msg(&[0.0, f64::NAN], &o).contains("rho0[1]"));
+    let bad = RemlOptions {
+        rho_min: 3.0,
+        rho_max: 1.0,
+        ..RemlOptions::default()
+    };
+    assert!(msg(&[0.0, 0.0], &bad).contains("rho_min"));
+    let bad = RemlOptions {
+        fd_step: 0.0,
+        ..RemlOptions::default()
+    };
+    assert!(msg(&[0.0, 0.0], &bad).contains("fd_step"));
+    let e = laml(&be, &obj, &pen, &[0.0, 0.0, 0.0], &beta0, &o)
+        .err()
+        .unwrap();
+    assert!(e.to_string().contains("rho"));
+}
