@@ -233,3 +233,61 @@ fn jacobi_errors_match_cpu(be: &CudaBackend, gpu: &Arc<Gpu>) {
     let inv = be.download(ok.inverse_diagonal()).unwrap();
     assert_eq!(inv, vec![1.0 / 1.25, 1.0 / 2.25, 1.0 / 3.25, 1.0 / 0.75]);
 }
+
+#[test]
+fn device_gemv_and_penalised_operator_match_cpu() {
+    use matfree::solvers::penalty::{Penalised, PenaltyMatrix};
+    let Some(gpu) = gpu_for_test("device_gemv_and_penalised_operator_match_cpu") else {
+        return;
+    };
+    let op = random_row_problem(
+        Shape {
+            n: 900,
+            p_m: 9,
+            p_g: 7,
+            p_h: 20,
+            p_w: 11,
+        },
+        1.0,
+        12,
+    )
+    .unwrap();
+    let p = op.dim();
+    let mut rng = Rng::new(5);
+    let a = rng.normals(p * p);
+    let (x, y0) = (rng.normals(p * 3), rng.normals(p * 3));
+    let cpu = CpuBackend::new();
+    let mut y_cpu = y0.clone();
+    cpu.gemv_acc(&a, p, &x, &mut y_cpu).unwrap();
+    let be = CudaBackend::new(gpu.clone()).unwrap();
+    let mut y_gpu = be.upload(&y0).unwrap();
+    be.gemv_acc(&be.upload(&a).unwrap(), p, &be.upload(&x).unwrap(), &mut y_gpu)
+        .unwrap();
+    let y_gpu = be.download(&y_gpu).unwrap();
+    for (g, c) in y_gpu.iter().zip(&y_cpu) {
+        assert!((g - c).abs() <= 1e-12 * c.abs().max(1.0), "gemv {g} vs {c}");
+    }
+    // H + S on the device equals H + S on the CPU.
+    let s: Vec<f64> = (0..p * p)
+        .map(|k| if k / p == k % p { 2.0 + (k % 7) as f64 } else { 0.0 })
+        .collect();
+    let dev = DeviceRowHessian::from_cpu(gpu.clone(), &op).unwrap();
+    let (sc, sg) = (
+        PenaltyMatrix::new(&cpu, p, s.clone()).unwrap(),
+        PenaltyMatrix::new(&be, p, s).unwrap(),
+    );
+    let (pc, pg) = (
+        Penalised::new(&cpu, &op, &sc, 0.5).unwrap(),
+        Penalised::new(&be, &dev, &sg, 0.5).unwrap(),
+    );
+    let v = rng.normals(p);
+    let mut want = vec![0.0; p];
+    pc.apply(&v, &mut want).unwrap();
+    let mut got = be.zeros(p).unwrap();
+    pg.apply(&be.upload(&v).unwrap(), &mut got).unwrap();
+    let got = be.download(&got).unwrap();
+    let scale = want.iter().fold(0.0f64, |m, v| m.max(v.abs()));
+    for (g, c) in got.iter().zip(&want) {
+        assert!((g - c).abs() <= 1e-12 * scale, "penalised {g} vs {c}");
+    }
+}

@@ -94,6 +94,14 @@ pub trait Backend {
         out: &mut Self::Vector,
     ) -> Result<()>;
 
+    /// y += A x, with A a dense row-major `n x n` matrix stored as a backend
+    /// vector of length `n * n`. `x` and `y` may hold `k >= 1` columns of
+    /// length `n` back to back (then Y += A X, a gemm on the GPU). Each entry
+    /// of A x is summed over its row in index order, so the CPU result is
+    /// reproducible. Queued; no sync. Used for the dense penalty in
+    /// [`crate::penalty::Penalised`].
+    fn gemv_acc(&self, a: &Self::Vector, n: usize, x: &Self::Vector, y: &mut Self::Vector) -> Result<()>;
+
     /// PCG step 1, on the slots: if running, alpha = rz / pAp, with breakdown
     /// when pAp <= 0 or alpha is not finite; once stopped, alpha = 0.
     fn pcg_alpha(&self, s: &mut Self::Scalars) -> Result<()>;

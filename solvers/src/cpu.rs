@@ -141,6 +141,25 @@ impl Backend for CpuBackend {
         }
         Ok(())
     }
+    fn gemv_acc(&self, a: &Vec<f64>, n: usize, x: &Vec<f64>, y: &mut Vec<f64>) -> Result<()> {
+        check_len("gemv matrix", a.len(), n * n)?;
+        check_len("gemv output", y.len(), x.len())?;
+        if n == 0 || !x.len().is_multiple_of(n) {
+            return Err(SolverError::invalid(
+                "gemv input",
+                x.len(),
+                format!("length must be a positive multiple of n = {n}"),
+            ));
+        }
+        for (xc, yc) in x.chunks(n).zip(y.chunks_mut(n)) {
+            // Rows are independent and each is summed in index order, so the
+            // parallel split does not change the result.
+            yc.par_iter_mut().enumerate().for_each(|(i, yi)| {
+                *yi += a[i * n..(i + 1) * n].iter().zip(xc).map(|(u, v)| u * v).sum::<f64>();
+            });
+        }
+        Ok(())
+    }
     fn pcg_alpha(&self, s: &mut Vec<f64>) -> Result<()> {
         pcg_alpha_slots(s);
         Ok(())

@@ -1,6 +1,7 @@
 //! Backend-agnostic solvers for matfree: preconditioned conjugate gradients,
-//! preconditioners, and the exact dense path, written once against the
-//! [`Backend`] and [`LinearOperator`] traits.
+//! preconditioners, the exact dense path, penalties, the penalised Newton
+//! driver and REML/LAML smoothing-parameter selection, written once against
+//! the [`Backend`] and [`LinearOperator`] traits.
 //!
 //! The CPU backend here is the reference oracle; the CUDA backend in the
 //! `matfree` crate implements the same traits with device-resident vectors
@@ -11,14 +12,25 @@ pub mod backend;
 pub mod cpu;
 pub mod dense;
 mod error;
+pub mod logdet;
+pub mod newton;
 pub mod operator;
 pub mod pcg;
+pub mod penalty;
 pub mod precond;
+pub mod reml;
 
 pub use backend::{Backend, Slot};
 pub use cpu::CpuBackend;
 pub use dense::Cholesky;
 pub use error::{Result, SolverError};
+pub use logdet::PenalisedFactor;
+pub use newton::{
+    fd_hessian_derivative, newton, CostEstimate, Evaluation, Forcing, NewtonFit, NewtonIteration, NewtonOptions,
+    NewtonReport, Objective, Solver, Termination,
+};
 pub use operator::{DenseOperator, LinearOperator};
 pub use pcg::{cg, BreakdownQuantity, PcgInfo, PcgOptions, PcgSolution, StopReason};
+pub use penalty::{Penalised, Penalty, PenaltyBlock, PenaltyMatrix};
 pub use precond::{Jacobi, Preconditioner};
+pub use reml::{laml, reml, LamlEvaluation, RemlFit, RemlIteration, RemlOptions, RemlReport, RemlTermination};

@@ -17,6 +17,8 @@ use super::runtime::Gpu;
 #[derive(Clone)]
 pub struct CudaBackend {
     gpu: Arc<Gpu>,
+    /// 1.0 on the device: alpha and beta of cuBLAS calls in device pointer mode.
+    one: Arc<CudaSlice<f64>>,
 }
 
 fn blas_ok(what: &str, s: cublasStatus_t) -> SolverResult<()> {
@@ -41,7 +43,8 @@ impl CudaBackend {
         gpu.blas
             .set_pointer_mode(cublasPointerMode_t::CUBLAS_POINTER_MODE_DEVICE)
             .map_err(|e| super::runtime::cuda_err("cuBLAS pointer mode", e))?;
-        Ok(Self { gpu })
+        let one = Arc::new(gpu.upload(&[1.0])?);
+        Ok(Self { gpu, one })
     }
 
     /// The GPU this backend runs on.
@@ -197,6 +200,46 @@ impl Backend for CudaBackend {
             value,
             "diagonal + extra + ridge must be finite and > 0",
         ))
+    }
+    fn gemv_acc(&self, a: &CudaSlice<f64>, n: usize, x: &CudaSlice<f64>, y: &mut CudaSlice<f64>) -> SolverResult<()> {
+        same_len("gemv matrix", a.len(), n * n)?;
+        same_len("gemv output", y.len(), x.len())?;
+        if n == 0 || !x.len().is_multiple_of(n) {
+            let rule = format!("length must be a positive multiple of n = {n}");
+            return Err(SolverError::invalid("gemv input", x.len(), rule));
+        }
+        if n > i32::MAX as usize || x.len() / n > i32::MAX as usize {
+            return Err(SolverError::invalid(
+                "gemv n",
+                n,
+                "n and the column count must fit in i32 for cuBLAS",
+            ));
+        }
+        let st = &self.gpu.stream;
+        let (ap, _a) = a.device_ptr(st);
+        let ((xp, _b), (yp, _c), (one, _d)) = (x.device_ptr(st), y.device_ptr_mut(st), self.one.device_ptr(st));
+        let (n32, k32) = (n as i32, (x.len() / n) as i32);
+        // Row-major A is column-major A^T, so Y += op(A^T) X with op = T.
+        // SAFETY: A holds n^2 values, X and Y n k; alpha = beta = 1 on device.
+        let status = unsafe {
+            blas::cublasDgemm_v2(
+                self.handle(),
+                blas::cublasOperation_t::CUBLAS_OP_T,
+                blas::cublasOperation_t::CUBLAS_OP_N,
+                n32,
+                k32,
+                n32,
+                one as *const f64,
+                ap as *const f64,
+                n32,
+                xp as *const f64,
+                n32,
+                one as *const f64,
+                yp as *mut f64,
+                n32,
+            )
+        };
+        blas_ok("gemm", status)
     }
     fn pcg_alpha(&self, s: &mut CudaSlice<f64>) -> SolverResult<()> {
         kernels::pcg_scalar(&self.gpu, false, s).map_err(SolverError::from)

@@ -1,0 +1,223 @@
+//! The Newton driver against an independent dense Newton reference on a
+//! penalised logistic regression.
+
+mod common;
+
+use common::*;
+use matfree_solvers::{
+    newton, CostEstimate, CpuBackend, Evaluation, NewtonOptions, NewtonReport, Objective, Result, Solver, Termination,
+};
+
+fn f1(x: f64) -> f64 {
+    (2.0 * std::f64::consts::PI * x).sin()
+}
+fn f2(x: f64) -> f64 {
+    2.0 * (x - 0.5) * (x - 0.5) - 0.2
+}
+fn f3(_: f64) -> f64 {
+    0.0
+}
+
+fn data() -> Data {
+    simulate(1000, -0.3, &[f1, f2, f3], 7)
+}
+
+const LAMBDA: [f64; 3] = [0.5, 2.0, 30.0];
+
+/// A poor start: alternating +-1.5 saturates many rows.
+fn poor_start(p: usize) -> Vec<f64> {
+    (0..p).map(|j| if j % 2 == 0 { 1.5 } else { -1.5 }).collect()
+}
+
+fn opts(solver: Solver) -> NewtonOptions {
+    NewtonOptions {
+        solver,
+        grad_tol: 1e-11,
+        ..NewtonOptions::default()
+    }
+}
+
+fn check_converged(report: &NewtonReport, tol: f64) {
+    assert!(report.converged, "{report:?}");
+    assert!(report.grad_norm <= tol * (report.objective.abs() + 1.0) || report.termination == Termination::Step);
+}
+
+#[test]
+fn newton_reaches_reference_optimum_with_each_solver() {
+    let d = data();
+    let (obj, pen, be) = (Logistic::new(&d), penalty(&d), CpuBackend::new());
+    let reference = reference_optimum(&obj, &pen, &LAMBDA, &vec![0.0; d.p]);
+    for solver in [Solver::Pcg, Solver::Dense] {
+        let fit = newton(&be, &obj, &pen, &LAMBDA, &poor_start(d.p), &opts(solver)).unwrap();
+        let r = &fit.report;
+        check_converged(r, 1e-11);
+        let err = max_rel_diff(&fit.beta, &reference);
+        assert!(err < 1e-8, "{solver:?}: rel err {err:e}");
+        assert!(r.iterations.len() >= 3, "a poor start needs several steps");
+        assert!(r.iterations.iter().all(|it| it.solver == solver));
+        // The objective never increases.
+        for w in r.iterations.windows(2) {
+            assert!(w[1].objective <= w[0].objective);
+        }
+        if solver == Solver::Pcg {
+            let rtols: Vec<f64> = r.iterations.iter().map(|it| it.pcg_rtol.unwrap()).collect();
+            assert_eq!(rtols[0], 0.5, "first forcing term is eta_max");
+            assert!(rtols.last().unwrap() < &1e-3, "forcing tightens: {rtols:?}");
+            assert!(r.iterations.iter().all(|it| it.pcg_iterations > 0));
+        } else {
+            assert!(r.iterations.iter().all(|it| it.pcg_rtol.is_none()));
+        }
+        let json = serde_json::to_string(r).unwrap();
+        let back: NewtonReport = serde_json::from_str(&json).unwrap();
+        assert_eq!(back.iterations.len(), r.iterations.len());
+        assert_eq!(back.termination, r.termination);
+        assert!((back.objective - r.objective).abs() <= 1e-12 * r.objective.abs());
+    }
+}
+
+#[test]
+fn pcg_newton_reads_device_scalars_only_inside_pcg() {
+    let d = data();
+    let (obj, pen, be) = (Logistic::new(&d), penalty(&d), CpuBackend::new());
+    let fit = newton(&be, &obj, &pen, &LAMBDA, &poor_start(d.p), &opts(Solver::Pcg)).unwrap();
+    let per_step: Vec<usize> = fit.report.iterations.iter().map(|it| it.pcg_host_reads).collect();
+    assert_eq!(be.reads(), per_step.iter().sum::<usize>());
+    // Each solve reads once per check block plus twice (PcgOptions::default
+    // checks every 10 iterations).
+    for it in &fit.report.iterations {
+        assert!(it.pcg_host_reads <= it.pcg_iterations.div_ceil(10) + 2, "{it:?}");
+    }
+    let be2 = CpuBackend::new();
+    newton(&be2, &obj, &pen, &LAMBDA, &poor_start(d.p), &opts(Solver::Dense)).unwrap();
+    assert_eq!(be2.reads(), 0);
+}
+
+#[test]
+fn non_finite_trial_objective_halves_the_step() {
+    let d = data();
+    let pen = penalty(&d);
+    let be = CpuBackend::new();
+    let free = Logistic::new(&d);
+    let beta0 = poor_start(d.p);
+    let reference = reference_optimum(&free, &pen, &LAMBDA, &vec![0.0; d.p]);
+    // The first full Newton step from beta0, computed independently.
+    let (mut g, mut h) = free.derivatives(&beta0);
+    let s = pen.dense(&LAMBDA).unwrap();
+    let sb = pen.apply(&LAMBDA, &beta0).unwrap();
+    for i in 0..d.p {
+        g[i] = -(g[i] + sb[i]);
+    }
+    for (hi, si) in h.iter_mut().zip(&s) {
+        *hi += si;
+    }
+    let step = chol_solve(d.p, &h, &g);
+    let inf = |v: &[f64]| v.iter().fold(0.0f64, |m, x| m.max(x.abs()));
+    let first: Vec<f64> = beta0.iter().zip(&step).map(|(b, s)| b + s).collect();
+    // A domain that holds beta0 and the optimum but not the first full step.
+    let bound = 0.5 * (inf(&first) + inf(&beta0).max(inf(&reference)));
+    assert!(inf(&first) > bound && bound > inf(&beta0) && bound > inf(&reference));
+    let obj = Logistic {
+        domain: Some(bound),
+        ..Logistic::new(&d)
+    };
+    for solver in [Solver::Dense, Solver::Pcg] {
+        let mut o = opts(solver);
+        // A near-exact first PCG step, so that it leaves the domain too.
+        o.forcing.eta_max = 1e-8;
+        let fit = newton(&be, &obj, &pen, &LAMBDA, &beta0, &o).unwrap();
+        let it0 = &fit.report.iterations[0];
+        assert!(it0.non_finite_trials >= 1 && it0.halvings >= 1, "{it0:?}");
+        assert!(it0.step_length <= 0.5);
+        check_converged(&fit.report, 1e-11);
+        assert!(max_rel_diff(&fit.beta, &reference) < 1e-8);
+    }
+}
+
+#[test]
+fn indefinite_hessian_is_ridged_and_reported() {
+    let d = data();
+    let pen = penalty(&d);
+    let be = CpuBackend::new();
+    // Near beta = 0 the double well contributes -gamma I; gamma just above
+    // the smallest curvature of H + S makes a few directions negative.
+    let beta0: Vec<f64> = (0..d.p).map(|j| 0.01 * (j as f64 - 9.0)).collect();
+    let s = pen.dense(&LAMBDA).unwrap();
+    let penalised_h = |obj: &Logistic<'_>, beta: &[f64]| {
+        let (_, h) = obj.derivatives(beta);
+        h.iter().zip(&s).map(|(h, s)| h + s).collect::<Vec<f64>>()
+    };
+    let convex = eigenvalues(d.p, &penalised_h(&Logistic::new(&d), &beta0));
+    let obj = Logistic {
+        double_well: 2.0 * convex[0],
+        ..Logistic::new(&d)
+    };
+    assert!(eigenvalues(d.p, &penalised_h(&obj, &beta0))[0] < 0.0);
+    for solver in [Solver::Dense, Solver::Pcg] {
+        let fit = newton(&be, &obj, &pen, &LAMBDA, &beta0, &opts(solver)).unwrap();
+        let it0 = &fit.report.iterations[0];
+        assert!(it0.ridge > 0.0, "{solver:?}: {it0:?}");
+        check_converged(&fit.report, 1e-11);
+        // A minimum, not a saddle: the final penalised Hessian is positive definite.
+        assert!(eigenvalues(d.p, &penalised_h(&obj, &fit.beta))[0] > 0.0);
+        assert!(fit.report.objective < it0.objective);
+    }
+}
+
+/// Delegates to the logistic objective but reports its own costs.
+struct Costed<'d>(Logistic<'d>, CostEstimate);
+
+impl Objective<CpuBackend> for Costed<'_> {
+    fn dim(&self) -> usize {
+        self.0.dim()
+    }
+    fn evaluate(&self, beta: &[f64]) -> Result<Option<Evaluation<'_, CpuBackend>>> {
+        self.0.evaluate(beta)
+    }
+    fn cost(&self) -> CostEstimate {
+        self.1
+    }
+}
+
+#[test]
+fn auto_follows_the_cost_estimate() {
+    let d = data();
+    let (pen, be) = (penalty(&d), CpuBackend::new());
+    let p = d.p;
+    let cheap_dense = Costed(Logistic::new(&d), CostEstimate::dense(p));
+    let dear_dense = Costed(
+        Logistic::new(&d),
+        CostEstimate {
+            hvp: 1.0,
+            dense_assembly: 1e12,
+        },
+    );
+    let o = opts(Solver::Auto);
+    let fit = newton(&be, &cheap_dense, &pen, &LAMBDA, &vec![0.0; p], &o).unwrap();
+    assert!(fit.report.iterations.iter().all(|it| it.solver == Solver::Dense));
+    let fit = newton(&be, &dear_dense, &pen, &LAMBDA, &vec![0.0; p], &o).unwrap();
+    assert!(fit.report.iterations.iter().all(|it| it.solver == Solver::Pcg));
+    assert!(fit.report.converged);
+}
+
+#[test]
+fn invalid_inputs_are_rejected_with_their_field() {
+    let d = data();
+    let (obj, pen, be) = (Logistic::new(&d), penalty(&d), CpuBackend::new());
+    let err = |o: &NewtonOptions, lambda: &[f64], beta0: &[f64]| {
+        newton(&be, &obj, &pen, lambda, beta0, o).err().unwrap().to_string()
+    };
+    let beta0 = vec![0.0; d.p];
+    let bad = NewtonOptions {
+        armijo: 0.7,
+        ..NewtonOptions::default()
+    };
+    assert!(err(&bad, &LAMBDA, &beta0).contains("armijo"));
+    assert!(err(&NewtonOptions::default(), &[1.0, 0.0, 1.0], &beta0).contains("lambda[1]"));
+    assert!(err(&NewtonOptions::default(), &LAMBDA, &beta0[1..]).contains("beta0"));
+    let outside = Logistic {
+        domain: Some(0.1),
+        ..Logistic::new(&d)
+    };
+    let e = newton(&be, &outside, &pen, &LAMBDA, &vec![1.0; d.p], &NewtonOptions::default());
+    assert!(e.err().unwrap().to_string().contains("beta0"));
+}
