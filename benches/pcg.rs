@@ -111,7 +111,28 @@ fn bench_gpu(c: &mut Criterion, name: &str, shape: Shape, op: &RowHessian) {
     g.finish();
 }
 
+/// Device-to-device copy of 1 GiB: the bandwidth every byte-bound figure is
+/// compared with (bytes = read + write).
+fn bench_copy(c: &mut Criterion) {
+    let Some(gpu) = gpu_for_test("bench copy (gpu)") else {
+        return;
+    };
+    let n = (1usize << 30) / 8;
+    let src = gpu.zeros::<f64>(n).unwrap();
+    let mut dst = gpu.zeros::<f64>(n).unwrap();
+    let mut g = c.benchmark_group("gpu/copy");
+    g.throughput(Throughput::Bytes(2 * (n * 8) as u64));
+    g.bench_function("dtod_1GiB", |bch| {
+        bch.iter(|| {
+            gpu.copy(&src, &mut dst).unwrap();
+            gpu.synchronize().unwrap()
+        })
+    });
+    g.finish();
+}
+
 fn benches(c: &mut Criterion) {
+    bench_copy(c);
     for (name, shape) in shapes() {
         let op = random_row_problem(shape, 1.0, 7).unwrap();
         println!("{name}: {shape:?}, HVP floor {:.1} MB", hvp_bytes(&shape) as f64 / 1e6);

@@ -163,3 +163,60 @@ extern "C" __global__ void chunk_sum_partial(
     for (i64 row = first; row < last; ++row) acc += x[row];
     partial[chunk] = acc;
 }
+
+// Single-vector H v fused in one pass: each block owns a contiguous range of
+// rows; each warp takes every W-th row of it and accumulates P_i^T H_i P_i v
+// into its own shared-memory p-vector, then the block adds its W vectors in
+// warp order and writes one partial. Each row Hessian and design row is read
+// once, with lane u reading column u of H_i (coalesced). Shared memory:
+// (W + 1) p doubles + r ints, so very wide p uses the two-phase path instead.
+extern "C" __global__ void hvp_fused(
+    i64 n, int rows_per_block, int r, int p_m, int p_g, int p_total,
+    const double* __restrict__ hess, const double* __restrict__ x_m,
+    const double* __restrict__ x_g, const int* __restrict__ primary_to_beta,
+    const double* __restrict__ v, double* __restrict__ partial)
+{
+    extern __shared__ double sh[];
+    const int W = blockDim.x >> 5;
+    const int lane = threadIdx.x & 31, w = threadIdx.x >> 5;
+    double* vs = sh;
+    double* acc = sh + p_total;
+    int* p2b = (int*)(acc + W * p_total);
+    for (int a = threadIdx.x; a < p_total; a += blockDim.x) vs[a] = v[a];
+    for (int a = threadIdx.x; a < W * p_total; a += blockDim.x) acc[a] = 0.0;
+    for (int u = threadIdx.x; u < r; u += blockDim.x) p2b[u] = primary_to_beta[u];
+    __syncthreads();
+    double* mine = acc + w * p_total;
+    const i64 first = (i64)blockIdx.x * rows_per_block;
+    const i64 last = min(first + rows_per_block, n);
+    for (i64 row = first + w; row < last; row += W) {
+        const double* xm = x_m + row * p_m;
+        const double* xg = x_g + row * p_g;
+        double q = 0.0, b = 0.0;
+        for (int c = lane; c < p_m; c += 32) q += xm[c] * vs[c];
+        for (int c = lane; c < p_g; c += 32) b += xg[c] * vs[p_m + c];
+        q = warp_sum(q);
+        b = warp_sum(b);
+        const double* h = hess + row * r * r;
+        double t0 = 0.0, t1 = 0.0;
+        for (int u = lane; u < r; u += 32) {
+            double t = h[u] * q + h[r + u] * b;
+#pragma unroll 8
+            for (int s = 2; s < r; ++s) t += h[(i64)s * r + u] * vs[p2b[s]];
+            if (u >= 2) mine[p2b[u]] += t;
+            if (u == 0) t0 = t;
+            if (u == 1) t1 = t;
+        }
+        t0 = __shfl_sync(0xffffffffu, t0, 0);
+        t1 = __shfl_sync(0xffffffffu, t1, 1);
+        // Each lane always updates the same columns: no cross-lane hazards.
+        for (int c = lane; c < p_m; c += 32) mine[c] += t0 * xm[c];
+        for (int c = lane; c < p_g; c += 32) mine[p_m + c] += t1 * xg[c];
+    }
+    __syncthreads();
+    for (int a = threadIdx.x; a < p_total; a += blockDim.x) {
+        double s = 0.0;
+        for (int k = 0; k < W; ++k) s += acc[k * p_total + a];
+        partial[(i64)blockIdx.x * p_total + a] = s;
+    }
+}

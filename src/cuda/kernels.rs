@@ -73,6 +73,56 @@ pub(crate) fn row_action(g: &Gpu, a: &RowArgs, k: usize, v: &CudaSlice<f64>, t: 
     Ok(())
 }
 
+/// Warps per block of the fused HVP.
+pub(crate) const FUSED_WARPS: usize = 8;
+
+/// Shared memory the fused HVP needs, in bytes.
+pub(crate) fn hvp_fused_shared_bytes(r: usize, p_total: usize) -> usize {
+    (FUSED_WARPS + 1) * p_total * 8 + r * 4
+}
+
+/// partial[block, :] = sum over the block's rows of P_i^T H_i P_i v, one pass.
+pub(crate) fn hvp_fused(
+    g: &Gpu,
+    a: &RowArgs,
+    rows_per_block: usize,
+    v: &CudaSlice<f64>,
+    partial: &mut CudaSlice<f64>,
+) -> Result<()> {
+    let blocks = a.n.div_ceil(rows_per_block);
+    need("v", v.len(), a.p_total)?;
+    need("partial", partial.len(), blocks * a.p_total)?;
+    let shared = hvp_fused_shared_bytes(a.r, a.p_total);
+    if shared > 48 << 10 {
+        return Err(Error::invalid("hvp_fused shared bytes", shared, "must be <= 48 KiB"));
+    }
+    let cfg = LaunchConfig {
+        grid_dim: (blocks as u32, 1, 1),
+        block_dim: (FUSED_WARPS as u32 * 32, 1, 1),
+        shared_mem_bytes: shared as u32,
+    };
+    let (n, rpb, r, p_m, p_g, p) = (
+        a.n as i64,
+        rows_per_block as i32,
+        a.r as i32,
+        a.p_m as i32,
+        a.p_g as i32,
+        a.p_total as i32,
+    );
+    let mut b = g.stream.launch_builder(&g.f.hvp_fused);
+    b.arg(&n).arg(&rpb).arg(&r).arg(&p_m).arg(&p_g).arg(&p);
+    b.arg(a.hess)
+        .arg(a.x_m)
+        .arg(a.x_g)
+        .arg(a.primary_to_beta)
+        .arg(v)
+        .arg(partial);
+    // SAFETY: operator arrays were validated at construction; v and partial
+    // checked above; the dynamic shared memory matches the kernel's carve-up.
+    unsafe { b.launch(cfg) }.map_err(|e| cuda_err("hvp_fused", e))?;
+    Ok(())
+}
+
 /// Which per-row quantity a pullback reduces.
 pub(crate) struct PullSource<'a> {
     /// The per-row values.

@@ -20,6 +20,14 @@ use crate::{Error, Result};
 /// matrix; wider requests are processed in batches.
 const SCRATCH_BYTES: usize = 512 << 20;
 
+/// Most blocks of the fused HVP: enough to fill an H200 several times over,
+/// few enough that the partials stay small. Depends only on n, so results
+/// do not depend on the device.
+const FUSED_BLOCKS: usize = 2048;
+
+/// Fewest rows a fused-HVP block takes.
+const FUSED_MIN_ROWS: usize = 8;
+
 /// Most chunks of the dense reduction (each chunk holds a p x p partial).
 const DENSE_CHUNKS: usize = 64;
 
@@ -28,6 +36,12 @@ const DENSE_CHUNKS: usize = 64;
 struct Scratch {
     t: CudaSlice<f64>,
     partial: CudaSlice<f64>,
+}
+
+/// Rows per block of the fused HVP, or `None` when p is too wide for its
+/// shared-memory accumulators (the two-phase path serves those).
+fn fused_rows_per_block(n: usize, r: usize, p_total: usize) -> Option<usize> {
+    (kernels::hvp_fused_shared_bytes(r, p_total) <= 48 << 10).then(|| n.div_ceil(FUSED_BLOCKS).max(FUSED_MIN_ROWS))
 }
 
 /// H = sum_i P_i^T H_i P_i with everything on the device.
@@ -101,7 +115,7 @@ impl DeviceRowHessian {
         let n = designs.n();
         let scratch = Scratch {
             t: gpu.zeros(n * layout.r())?,
-            partial: gpu.zeros(n.div_ceil(ROW_CHUNK) * layout.p_total())?,
+            partial: gpu.zeros(n.div_ceil(ROW_CHUNK).max(FUSED_BLOCKS) * layout.p_total())?,
         };
         Ok(Self {
             hess: gpu.upload(hess)?,
@@ -160,11 +174,16 @@ impl DeviceRowHessian {
             .map_err(|_| Error::Cuda("row-Hessian scratch lock poisoned".into()))
     }
 
-    /// out = H v, queued on the stream (no host sync).
+    /// out = H v, queued on the stream (no host sync): one fused pass when p
+    /// fits the fused kernel's shared memory, else the two-phase path.
     pub fn hvp_into(&self, v: &CudaSlice<f64>, out: &mut CudaSlice<f64>) -> Result<()> {
-        let (p, r) = (self.layout.p_total(), self.layout.r());
+        let (p, r, n) = (self.layout.p_total(), self.layout.r(), self.n);
         let mut s = self.lock()?;
         let Scratch { t, partial } = &mut *s;
+        if let Some(rows) = fused_rows_per_block(n, r, p) {
+            kernels::hvp_fused(&self.gpu, &self.args(), rows, v, partial)?;
+            return kernels::reduce_partials(&self.gpu, n.div_ceil(rows), p, partial, out);
+        }
         kernels::row_action(&self.gpu, &self.args(), 1, v, t)?;
         let src = PullSource {
             t,
@@ -174,7 +193,7 @@ impl DeviceRowHessian {
             power: 1,
         };
         kernels::pullback_partial(&self.gpu, &self.args(), 1, ROW_CHUNK, &src, partial)?;
-        kernels::reduce_partials(&self.gpu, self.n.div_ceil(ROW_CHUNK), p, partial, out)
+        kernels::reduce_partials(&self.gpu, n.div_ceil(ROW_CHUNK), p, partial, out)
     }
 
     /// out = H V for k columns stored back to back, in batches that keep the

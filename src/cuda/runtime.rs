@@ -99,6 +99,7 @@ pub fn gpu_for_test(test: &str) -> Option<Arc<Gpu>> {
 /// The compiled kernels, looked up once.
 pub(crate) struct Functions {
     pub row_action: CudaFunction,
+    pub hvp_fused: CudaFunction,
     pub pullback_partial: CudaFunction,
     pub dense_partial: CudaFunction,
     pub reduce_partials: CudaFunction,
@@ -234,6 +235,17 @@ impl Gpu {
         self.stream.clone_dtoh(x).map_err(|e| cuda_err("download", e))
     }
 
+    /// dst = src on the device (queued).
+    pub fn copy(&self, src: &CudaSlice<f64>, dst: &mut CudaSlice<f64>) -> Result<()> {
+        self.stream.memcpy_dtod(src, dst).map_err(|e| cuda_err("copy", e))
+    }
+
+    /// Wait for everything queued (a counted synchronisation).
+    pub fn synchronize(&self) -> Result<()> {
+        self.count_sync();
+        self.stream.synchronize().map_err(|e| cuda_err("synchronize", e))
+    }
+
     /// A zeroed device buffer.
     pub fn zeros<T: cudarc::driver::DeviceRepr + cudarc::driver::ValidAsZeroBits>(
         &self,
@@ -278,6 +290,7 @@ fn compile(ctx: &Arc<CudaContext>, (major, minor): (i32, i32)) -> Result<Functio
     };
     Ok(Functions {
         row_action: get(0, "row_action")?,
+        hvp_fused: get(0, "hvp_fused")?,
         pullback_partial: get(0, "pullback_partial")?,
         dense_partial: get(0, "dense_partial")?,
         reduce_partials: get(0, "reduce_partials")?,
