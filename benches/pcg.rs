@@ -7,7 +7,7 @@
 //!     cargo bench --bench pcg [-- FILTER]
 
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
-use matfree::cuda::{gpu_for_test, CudaBackend, DeviceRowHessian};
+use matfree::cuda::{gpu_for_test, CudaBackend, DeviceCholesky, DeviceRowHessian};
 use matfree::fixture::{random_row_problem, Rng, Shape};
 use matfree::solvers::{cg, Backend, CpuBackend, Jacobi, LinearOperator, PcgOptions};
 use matfree::RowHessian;
@@ -98,6 +98,10 @@ fn bench_gpu(c: &mut Criterion, name: &str, shape: Shape, op: &RowHessian) {
             dev.apply(&v, &mut y).unwrap();
             gpu.download(&y).unwrap()
         })
+    });
+    let eye: Vec<f64> = (0..p * p).map(|e| if e / p == e % p { 1.0 } else { 0.0 }).collect();
+    g.bench_function(BenchmarkId::new("dense_cholesky_logdet", shape.n), |bch| {
+        bch.iter(|| DeviceCholesky::factor_penalised(&dev, &eye).unwrap().logdet().unwrap())
     });
     let mut diag = be.zeros(p).unwrap();
     dev.diagonal(&mut diag).unwrap();

@@ -164,12 +164,37 @@ extern "C" __global__ void chunk_sum_partial(
     partial[chunk] = acc;
 }
 
+// sum over s >= 2 of H[s, u] dc[s]: the part of (H_i P_i v)_u that does not
+// depend on the row's design (dc[s] = v at primary coordinate s, dc[0] =
+// dc[1] = 0), so its loads can be issued before q and b are known.
+__device__ __forceinline__ double column_direct(const double* __restrict__ h, int r, int u,
+                                                const double* __restrict__ dc)
+{
+    double t = 0.0;
+#pragma unroll 8
+    for (int s = 2; s < r; ++s) t += h[(i64)s * r + u] * dc[s];
+    return t;
+}
+
+// Scatter one row's action into a warp's accumulators: t_u for u >= 2 goes
+// to its copied beta column, t_0 and t_1 through the design rows. Each lane
+// always owns the same columns, so there are no cross-lane hazards.
+__device__ __forceinline__ void scatter_row(double* mine, int lane, int r, int p_m, int p_g,
+                                            const double* __restrict__ xm, const double* __restrict__ xg,
+                                            const int* p2b, double t_first, double t0, double t1)
+{
+    if (lane >= 2 && lane < r) mine[p2b[lane]] += t_first;
+    for (int c = lane; c < p_m; c += 32) mine[c] += t0 * xm[c];
+    for (int c = lane; c < p_g; c += 32) mine[p_m + c] += t1 * xg[c];
+}
+
 // Single-vector H v fused in one pass: each block owns a contiguous range of
-// rows; each warp takes every W-th row of it and accumulates P_i^T H_i P_i v
-// into its own shared-memory p-vector, then the block adds its W vectors in
-// warp order and writes one partial. Each row Hessian and design row is read
-// once, with lane u reading column u of H_i (coalesced). Shared memory:
-// (W + 1) p doubles + r ints, so very wide p uses the two-phase path instead.
+// rows; each warp takes rows in pairs (two rows' loads in flight at once),
+// every W-th pair of the range, and accumulates P_i^T H_i P_i v into its own
+// shared-memory p-vector; the block then adds its W vectors in warp order
+// and writes one partial. Each row Hessian and design row is read once, lane
+// u reading column u of H_i (coalesced). Shared memory: (W + 1) p + r
+// doubles + r ints, so very wide p uses the two-phase path instead.
 extern "C" __global__ void hvp_fused(
     i64 n, int rows_per_block, int r, int p_m, int p_g, int p_total,
     const double* __restrict__ hess, const double* __restrict__ x_m,
@@ -181,37 +206,43 @@ extern "C" __global__ void hvp_fused(
     const int lane = threadIdx.x & 31, w = threadIdx.x >> 5;
     double* vs = sh;
     double* acc = sh + p_total;
-    int* p2b = (int*)(acc + W * p_total);
+    double* dc = acc + W * p_total;
+    int* p2b = (int*)(dc + r);
     for (int a = threadIdx.x; a < p_total; a += blockDim.x) vs[a] = v[a];
     for (int a = threadIdx.x; a < W * p_total; a += blockDim.x) acc[a] = 0.0;
-    for (int u = threadIdx.x; u < r; u += blockDim.x) p2b[u] = primary_to_beta[u];
+    for (int u = threadIdx.x; u < r; u += blockDim.x) {
+        p2b[u] = primary_to_beta[u];
+        dc[u] = u >= 2 ? v[primary_to_beta[u]] : 0.0;
+    }
     __syncthreads();
     double* mine = acc + w * p_total;
     const i64 first = (i64)blockIdx.x * rows_per_block;
     const i64 last = min(first + rows_per_block, n);
-    for (i64 row = first + w; row < last; row += W) {
-        const double* xm = x_m + row * p_m;
-        const double* xg = x_g + row * p_g;
-        double q = 0.0, b = 0.0;
-        for (int c = lane; c < p_m; c += 32) q += xm[c] * vs[c];
-        for (int c = lane; c < p_g; c += 32) b += xg[c] * vs[p_m + c];
-        q = warp_sum(q);
-        b = warp_sum(b);
-        const double* h = hess + row * r * r;
-        double t0 = 0.0, t1 = 0.0;
-        for (int u = lane; u < r; u += 32) {
-            double t = h[u] * q + h[r + u] * b;
-#pragma unroll 8
-            for (int s = 2; s < r; ++s) t += h[(i64)s * r + u] * vs[p2b[s]];
-            if (u >= 2) mine[p2b[u]] += t;
-            if (u == 0) t0 = t;
-            if (u == 1) t1 = t;
+    for (i64 ra = first + 2 * w; ra < last; ra += 2 * W) {
+        const bool has_b = ra + 1 < last;
+        const i64 rb = has_b ? ra + 1 : ra;
+        const double *xma = x_m + ra * p_m, *xga = x_g + ra * p_g;
+        const double *xmb = x_m + rb * p_m, *xgb = x_g + rb * p_g;
+        const double *ha = hess + ra * r * r, *hb = hess + rb * r * r;
+        double qa = 0.0, ba = 0.0, qb = 0.0, bb = 0.0;
+        for (int c = lane; c < p_m; c += 32) { qa += xma[c] * vs[c]; qb += xmb[c] * vs[c]; }
+        for (int c = lane; c < p_g; c += 32) { ba += xga[c] * vs[p_m + c]; bb += xgb[c] * vs[p_m + c]; }
+        const int u = lane < r ? lane : 0;
+        double ta = column_direct(ha, r, u, dc), tb = column_direct(hb, r, u, dc);
+        qa = warp_sum(qa); ba = warp_sum(ba); qb = warp_sum(qb); bb = warp_sum(bb);
+        ta += ha[u] * qa + ha[r + u] * ba;
+        tb += hb[u] * qb + hb[r + u] * bb;
+        const double ta0 = __shfl_sync(0xffffffffu, ta, 0), ta1 = __shfl_sync(0xffffffffu, ta, 1);
+        const double tb0 = __shfl_sync(0xffffffffu, tb, 0), tb1 = __shfl_sync(0xffffffffu, tb, 1);
+        scatter_row(mine, lane, r, p_m, p_g, xma, xga, p2b, ta, ta0, ta1);
+        // Columns past the first 32 (r > 32).
+        for (int uu = lane + 32; uu < r; uu += 32)
+            mine[p2b[uu]] += column_direct(ha, r, uu, dc) + ha[uu] * qa + ha[r + uu] * ba;
+        if (has_b) {
+            scatter_row(mine, lane, r, p_m, p_g, xmb, xgb, p2b, tb, tb0, tb1);
+            for (int uu = lane + 32; uu < r; uu += 32)
+                mine[p2b[uu]] += column_direct(hb, r, uu, dc) + hb[uu] * qb + hb[r + uu] * bb;
         }
-        t0 = __shfl_sync(0xffffffffu, t0, 0);
-        t1 = __shfl_sync(0xffffffffu, t1, 1);
-        // Each lane always updates the same columns: no cross-lane hazards.
-        for (int c = lane; c < p_m; c += 32) mine[c] += t0 * xm[c];
-        for (int c = lane; c < p_g; c += 32) mine[p_m + c] += t1 * xg[c];
     }
     __syncthreads();
     for (int a = threadIdx.x; a < p_total; a += blockDim.x) {

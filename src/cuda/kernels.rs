@@ -78,7 +78,7 @@ pub(crate) const FUSED_WARPS: usize = 8;
 
 /// Shared memory the fused HVP needs, in bytes.
 pub(crate) fn hvp_fused_shared_bytes(r: usize, p_total: usize) -> usize {
-    (FUSED_WARPS + 1) * p_total * 8 + r * 4
+    ((FUSED_WARPS + 1) * p_total + r) * 8 + r * 4
 }
 
 /// partial[block, :] = sum over the block's rows of P_i^T H_i P_i v, one pass.
@@ -347,5 +347,33 @@ pub(crate) fn invert_positive(
     // SAFETY: d, out and extra (when given) hold n values; a null extra is
     // tested in the kernel.
     unsafe { b.launch(grid_1d(d.len())) }.map_err(|e| cuda_err("invert_positive", e))?;
+    Ok(())
+}
+
+/// out[0] = 2 sum ln a[i, i] of an n x n matrix, in a fixed order.
+pub(crate) fn log_diag_sum(g: &Gpu, n: usize, a: &CudaSlice<f64>, out: &mut CudaSlice<f64>) -> Result<()> {
+    need("factor", a.len(), n * n)?;
+    need("out", out.len(), 1)?;
+    let n32 = n as i32;
+    let mut b = g.stream.launch_builder(&g.f.log_diag_sum);
+    b.arg(&n32).arg(a).arg(out);
+    let cfg = LaunchConfig {
+        grid_dim: (1, 1, 1),
+        block_dim: (256, 1, 1),
+        shared_mem_bytes: 0,
+    };
+    // SAFETY: a holds n^2 values, out one; blockDim is the kernel's 256.
+    unsafe { b.launch(cfg) }.map_err(|e| cuda_err("log_diag_sum", e))?;
+    Ok(())
+}
+
+/// y += x.
+pub(crate) fn add_into(g: &Gpu, x: &CudaSlice<f64>, y: &mut CudaSlice<f64>) -> Result<()> {
+    need("y", y.len(), x.len())?;
+    let n = x.len() as i64;
+    let mut b = g.stream.launch_builder(&g.f.add_into);
+    b.arg(&n).arg(x).arg(y);
+    // SAFETY: both hold n values.
+    unsafe { b.launch(grid_1d(x.len())) }.map_err(|e| cuda_err("add_into", e))?;
     Ok(())
 }

@@ -7,10 +7,12 @@
 //! falls back to the CPU under `MATFREE_GPU=auto`.
 
 mod backend;
+mod dense;
 mod kernels;
 mod row_hessian;
 mod runtime;
 
 pub use backend::CudaBackend;
+pub use dense::DeviceCholesky;
 pub use row_hessian::DeviceRowHessian;
 pub use runtime::{gpu_for_test, select_device, Device, Gpu, GpuPolicy};

@@ -26,7 +26,7 @@ const SCRATCH_BYTES: usize = 512 << 20;
 const FUSED_BLOCKS: usize = 2048;
 
 /// Fewest rows a fused-HVP block takes.
-const FUSED_MIN_ROWS: usize = 8;
+const FUSED_MIN_ROWS: usize = 16;
 
 /// Most chunks of the dense reduction (each chunk holds a p x p partial).
 const DENSE_CHUNKS: usize = 64;

@@ -111,6 +111,8 @@ pub(crate) struct Functions {
     pub sub_from: CudaFunction,
     pub mul_elementwise: CudaFunction,
     pub invert_positive: CudaFunction,
+    pub log_diag_sum: CudaFunction,
+    pub add_into: CudaFunction,
 }
 
 /// One GPU: its context, the stream every operation is queued on, cuBLAS,
@@ -118,6 +120,7 @@ pub(crate) struct Functions {
 pub struct Gpu {
     pub(crate) stream: Arc<CudaStream>,
     pub(crate) blas: CudaBlas,
+    pub(crate) solver: cudarc::cusolver::DnHandle,
     pub(crate) f: Functions,
     pub(crate) pinned: Mutex<PinnedHostSlice<f64>>,
     _blas_workspace: CudaSlice<u8>,
@@ -139,9 +142,10 @@ pub(crate) fn cuda_err(what: &str, e: impl std::fmt::Debug) -> Error {
 pub(crate) const PINNED_SLOTS: usize = 64;
 
 /// The kernel sources, embedded at build time.
-const SOURCES: [(&str, &str); 2] = [
+const SOURCES: [(&str, &str); 3] = [
     ("row_hessian.cu", include_str!("../../kernels/row_hessian.cu")),
     ("pcg.cu", include_str!("../../kernels/pcg.cu")),
+    ("dense.cu", include_str!("../../kernels/dense.cu")),
 ];
 
 fn check_libraries() -> Result<()> {
@@ -151,6 +155,7 @@ fn check_libraries() -> Result<()> {
             ("CUDA driver (libcuda)", cudarc::driver::sys::is_culib_present()),
             ("NVRTC (libnvrtc)", cudarc::nvrtc::sys::is_culib_present()),
             ("cuBLAS (libcublas)", cudarc::cublas::sys::is_culib_present()),
+            ("cuSOLVER (libcusolver)", cudarc::cusolver::sys::is_culib_present()),
         ]
     };
     match present.iter().find(|(_, ok)| !ok) {
@@ -191,6 +196,7 @@ impl Gpu {
         let name = ctx.name().map_err(|e| cuda_err("device name", e))?;
         let f = compile(&ctx, compute_capability)?;
         let blas = CudaBlas::new(stream.clone()).map_err(|e| cuda_err("creating cuBLAS", e))?;
+        let solver = cudarc::cusolver::DnHandle::new(stream.clone()).map_err(|e| cuda_err("creating cuSOLVER", e))?;
         let workspace = stream
             .alloc_zeros::<u8>(4 << 20)
             .map_err(|e| cuda_err("cuBLAS workspace", e))?;
@@ -201,6 +207,7 @@ impl Gpu {
         Ok(Gpu {
             stream,
             blas,
+            solver,
             f,
             pinned: Mutex::new(pinned),
             _blas_workspace: workspace,
@@ -302,5 +309,7 @@ fn compile(ctx: &Arc<CudaContext>, (major, minor): (i32, i32)) -> Result<Functio
         sub_from: get(1, "sub_from")?,
         mul_elementwise: get(1, "mul_elementwise")?,
         invert_positive: get(1, "invert_positive")?,
+        log_diag_sum: get(2, "log_diag_sum")?,
+        add_into: get(2, "add_into")?,
     })
 }
