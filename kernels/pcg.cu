@@ -25,7 +25,7 @@
 typedef long long i64;
 
 // alpha = rz / pAp while running; zero once stopped.
-extern "C" __global__ void pcg_alpha(double* s)
+__device__ void alpha_step(double* s)
 {
     double alpha = 0.0;
     if (s[STATUS] == RUNNING) {
@@ -46,7 +46,7 @@ extern "C" __global__ void pcg_alpha(double* s)
 }
 
 // beta = rz_new / rz, the iteration count, and the stop tests.
-extern "C" __global__ void pcg_beta(double* s)
+__device__ void beta_step(double* s)
 {
     double beta = 0.0;
     if (s[STATUS] == RUNNING) {
@@ -70,6 +70,64 @@ extern "C" __global__ void pcg_beta(double* s)
         }
     }
     s[BETA] = beta;
+}
+
+extern "C" __global__ void pcg_alpha(double* s) { alpha_step(s); }
+extern "C" __global__ void pcg_beta(double* s) { beta_step(s); }
+
+// Sum of one value per thread over a block of 256, in a fixed tree; every
+// thread gets the total.
+__device__ double block_sum_256(double v, double* buf)
+{
+    buf[threadIdx.x] = v;
+    __syncthreads();
+    for (int half = 128; half > 0; half >>= 1) {
+        if (threadIdx.x < half) buf[threadIdx.x] += buf[threadIdx.x + half];
+        __syncthreads();
+    }
+    const double total = buf[0];
+    __syncthreads();
+    return total;
+}
+
+// One whole PCG iteration after q = A p, for z = d .* r, in one block of 256
+// threads (for short vectors, where launches dominate): the same updates and
+// slot rules as the unfused sequence. Thread i owns entries i, i + 256, ...
+extern "C" __global__ void pcg_step_small(i64 n, const double* __restrict__ d, double* __restrict__ x,
+                                          double* __restrict__ r, double* __restrict__ z, double* __restrict__ p,
+                                          const double* __restrict__ q, double* s)
+{
+    __shared__ double buf[256];
+    __shared__ double coef;
+    double acc = 0.0;
+    for (i64 i = threadIdx.x; i < n; i += 256) acc += p[i] * q[i];
+    const double pap = block_sum_256(acc, buf);
+    if (threadIdx.x == 0) {
+        s[PAP] = pap;
+        alpha_step(s);
+        coef = s[ALPHA];
+    }
+    __syncthreads();
+    const double alpha = coef;
+    double rz = 0.0, rr = 0.0;
+    for (i64 i = threadIdx.x; i < n; i += 256) {
+        x[i] += alpha * p[i];
+        r[i] += -alpha * q[i];
+        z[i] = d[i] * r[i];
+        rz += r[i] * z[i];
+        rr += r[i] * r[i];
+    }
+    const double rz_new = block_sum_256(rz, buf);
+    const double rr_new = block_sum_256(rr, buf);
+    if (threadIdx.x == 0) {
+        s[RZ_NEW] = rz_new;
+        s[RR] = rr_new;
+        beta_step(s);
+        coef = s[BETA];
+    }
+    __syncthreads();
+    const double beta = coef;
+    for (i64 i = threadIdx.x; i < n; i += 256) p[i] = z[i] + beta * p[i];
 }
 
 // y = x + s[slot] * y

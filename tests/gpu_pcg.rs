@@ -67,9 +67,15 @@ fn device_pcg_matches_cpu_pcg_within_sync_budget() {
     let dev = DeviceRowHessian::from_cpu(gpu.clone(), &op).unwrap();
     let gj = device_jacobi(&be, &dev);
     let bd = be.upload(&b).unwrap();
-    let before = gpu.syncs();
+    let (before, graphs_before) = (gpu.syncs(), gpu.graph_launches());
     let got = cg(&be, &dev, &gj, &bd, None, &opts).unwrap();
     let syncs = gpu.syncs() - before;
+    let graphs = gpu.graph_launches() - graphs_before;
+    assert_eq!(
+        graphs,
+        got.info.residual_history.len() - 1,
+        "every block replays a recorded graph"
+    );
     let k = got.info.iterations;
     println!(
         "gpu: {k} iterations, {syncs} syncs; cpu: {} iterations",
@@ -99,6 +105,25 @@ fn device_pcg_matches_cpu_pcg_within_sync_budget() {
     let again = cg(&be, &dev, &gj, &bd, None, &opts).unwrap();
     assert_eq!(be.download(&again.x).unwrap(), x);
     assert_eq!(again.info, got.info);
+    // The unfused path (cuBLAS dot/axpy with device scalars) agrees too.
+    let unfused = cg(&be, &dev, &NotDiagonal(&gj), &bd, None, &opts).unwrap();
+    assert!(unfused.info.iterations.abs_diff(want.info.iterations) <= 1);
+    let xu = be.download(&unfused.x).unwrap();
+    let diff = xu
+        .iter()
+        .zip(&want.x)
+        .map(|(u, v)| (u - v) * (u - v))
+        .sum::<f64>()
+        .sqrt();
+    assert!(diff <= 1e-10 * xn, "unfused solution relative difference {}", diff / xn);
+}
+
+/// Hides a Jacobi's diagonal, so PCG takes the unfused sequence.
+struct NotDiagonal<'a, 'b>(&'a Jacobi<'b, CudaBackend>);
+impl Preconditioner<CudaBackend> for NotDiagonal<'_, '_> {
+    fn apply(&self, r: &CudaSlice<f64>, z: &mut CudaSlice<f64>) -> matfree::solvers::Result<()> {
+        self.0.apply(r, z)
+    }
 }
 
 #[test]
@@ -230,7 +255,7 @@ fn jacobi_errors_match_cpu(be: &CudaBackend, gpu: &Arc<Gpu>) {
         0.25,
     )
     .unwrap();
-    let inv = be.download(ok.inverse_diagonal()).unwrap();
+    let inv = be.download(ok.inverse_diagonal().unwrap()).unwrap();
     assert_eq!(inv, vec![1.0 / 1.25, 1.0 / 2.25, 1.0 / 3.25, 1.0 / 0.75]);
 }
 

@@ -45,6 +45,20 @@ pub mod slot {
     pub const COUNT: usize = 12;
 }
 
+/// The vectors one PCG iteration updates once q = A p is known.
+pub struct PcgVectors<'a, V> {
+    /// The iterate.
+    pub x: &'a mut V,
+    /// The residual.
+    pub r: &'a mut V,
+    /// The preconditioned residual.
+    pub z: &'a mut V,
+    /// The search direction.
+    pub p: &'a mut V,
+    /// A p.
+    pub q: &'a V,
+}
+
 /// Vector operations and device-resident scalars.
 ///
 /// Every method only queues work; results become visible to the host through
@@ -109,6 +123,20 @@ pub trait Backend {
     /// iteration, and stop on convergence (rr <= thresh2), on a preconditioner
     /// that is not positive (rz_new < 0 or not finite) or on breakdown.
     fn pcg_beta(&self, s: &mut Self::Scalars) -> Result<()>;
+
+    /// One whole PCG iteration after q = A p, for a diagonal preconditioner
+    /// z = d .* r, fused into as few launches as the backend can: the same
+    /// updates and slot rules as the sequence in [`crate::pcg`]. Returns
+    /// `Ok(false)` (the default) when the backend does not fuse, and the
+    /// caller then runs the sequence itself.
+    fn pcg_step_diagonal(
+        &self,
+        _d: &Self::Vector,
+        _v: PcgVectors<'_, Self::Vector>,
+        _s: &mut Self::Scalars,
+    ) -> Result<bool> {
+        Ok(false)
+    }
 
     /// A recorded block of work that a backend can replay (a CUDA graph on
     /// the GPU; `()` on the CPU).

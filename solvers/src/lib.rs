@@ -20,7 +20,7 @@ pub mod penalty;
 pub mod precond;
 pub mod reml;
 
-pub use backend::{Backend, Slot};
+pub use backend::{Backend, PcgVectors, Slot};
 pub use cpu::CpuBackend;
 pub use dense::Cholesky;
 pub use error::{Result, SolverError};

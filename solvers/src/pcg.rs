@@ -24,7 +24,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::backend::{slot, Backend};
+use crate::backend::{slot, Backend, PcgVectors};
 use crate::operator::{expect_len, LinearOperator};
 use crate::precond::Preconditioner;
 use crate::{Result, SolverError};
@@ -292,6 +292,18 @@ fn iteration<B: Backend>(
     s: &mut B::Scalars,
 ) -> Result<()> {
     a.apply(&w.p, &mut w.q)?;
+    if let Some(d) = m.inverse_diagonal() {
+        let v = PcgVectors {
+            x: &mut w.x,
+            r: &mut w.r,
+            z: &mut w.z,
+            p: &mut w.p,
+            q: &w.q,
+        };
+        if backend.pcg_step_diagonal(d, v, s)? {
+            return Ok(());
+        }
+    }
     backend.dot(&w.p, &w.q, s, slot::PAP)?;
     backend.pcg_alpha(s)?;
     backend.axpy(s, slot::ALPHA, &w.p, &mut w.x)?;

@@ -8,6 +8,12 @@ use crate::{Result, SolverError};
 pub trait Preconditioner<B: Backend> {
     /// z = M^{-1} r.
     fn apply(&self, r: &B::Vector, z: &mut B::Vector) -> Result<()>;
+
+    /// d with M^{-1} = diag(d), for preconditioners that are diagonal (lets a
+    /// backend fuse the whole PCG update; see `Backend::pcg_step_diagonal`).
+    fn inverse_diagonal(&self) -> Option<&B::Vector> {
+        None
+    }
 }
 
 /// Jacobi preconditioner: M = diag(A) + extra + ridge, stored as its inverse
@@ -40,15 +46,14 @@ impl<'b, B: Backend> Jacobi<'b, B> {
         let ones = backend.upload(&vec![1.0; n])?;
         Self::new(backend, &ones, None, 0.0)
     }
-
-    /// The stored inverse diagonal.
-    pub fn inverse_diagonal(&self) -> &B::Vector {
-        &self.inv_diag
-    }
 }
 
 impl<B: Backend> Preconditioner<B> for Jacobi<'_, B> {
     fn apply(&self, r: &B::Vector, z: &mut B::Vector) -> Result<()> {
         self.backend.mul_elementwise(&self.inv_diag, r, z)
+    }
+
+    fn inverse_diagonal(&self) -> Option<&B::Vector> {
+        Some(&self.inv_diag)
     }
 }

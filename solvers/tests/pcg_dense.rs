@@ -170,7 +170,7 @@ fn jacobi_rejects_non_positive_and_non_finite_entries() {
     let extra = vec![0.0, 0.0, 1.0, 0.0];
     let j = Jacobi::new(&be, &d, Some(&extra), 0.5).unwrap();
     assert_eq!(
-        be.download(j.inverse_diagonal()).unwrap(),
+        be.download(j.inverse_diagonal().unwrap()).unwrap(),
         vec![1.0 / 1.5, 1.0 / 2.5, 1.0, 1.0 / 4.5]
     );
     assert!(Jacobi::new(&be, &vec![1.0, f64::NAN], None, 0.0).is_err());

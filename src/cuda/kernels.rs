@@ -286,6 +286,41 @@ pub(crate) fn pcg_scalar(g: &Gpu, beta_step: bool, s: &mut CudaSlice<f64>) -> Re
     Ok(())
 }
 
+/// Vectors up to this length take the single-block fused PCG step.
+pub(crate) const SMALL_PCG: usize = 1 << 14;
+
+/// One fused PCG iteration after q = A p with z = d .* r, in one block.
+pub(crate) fn pcg_step_small(
+    g: &Gpu,
+    d: &CudaSlice<f64>,
+    v: matfree_solvers::PcgVectors<'_, CudaSlice<f64>>,
+    s: &mut CudaSlice<f64>,
+) -> Result<()> {
+    let n = d.len();
+    for (field, len) in [
+        ("x", v.x.len()),
+        ("r", v.r.len()),
+        ("z", v.z.len()),
+        ("p", v.p.len()),
+        ("q", v.q.len()),
+    ] {
+        need(field, len, n)?;
+    }
+    need("scalar slots", s.len(), matfree_solvers::backend::slot::COUNT)?;
+    let n64 = n as i64;
+    let mut b = g.stream.launch_builder(&g.f.pcg_step_small);
+    b.arg(&n64).arg(d).arg(v.x).arg(v.r).arg(v.z).arg(v.p).arg(v.q).arg(s);
+    let cfg = LaunchConfig {
+        grid_dim: (1, 1, 1),
+        block_dim: (256, 1, 1),
+        shared_mem_bytes: 0,
+    };
+    // SAFETY: every vector holds n values, the bank every slot; one block of
+    // the 256 threads the kernel's reductions assume.
+    unsafe { b.launch(cfg) }.map_err(|e| cuda_err("pcg_step_small", e))?;
+    Ok(())
+}
+
 /// y = x + s[slot] * y.
 pub(crate) fn xpay(g: &Gpu, x: &CudaSlice<f64>, s: &CudaSlice<f64>, slot: usize, y: &mut CudaSlice<f64>) -> Result<()> {
     need("y", y.len(), x.len())?;

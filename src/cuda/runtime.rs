@@ -107,6 +107,7 @@ pub(crate) struct Functions {
     pub chunk_sum_partial: CudaFunction,
     pub pcg_alpha: CudaFunction,
     pub pcg_beta: CudaFunction,
+    pub pcg_step_small: CudaFunction,
     pub xpay: CudaFunction,
     pub sub_from: CudaFunction,
     pub mul_elementwise: CudaFunction,
@@ -127,6 +128,7 @@ pub struct Gpu {
     name: String,
     compute_capability: (i32, i32),
     syncs: AtomicUsize,
+    graph_launches: AtomicUsize,
 }
 
 // SAFETY: every field is used from one stream; cudarc's handles are
@@ -214,6 +216,7 @@ impl Gpu {
             name,
             compute_capability,
             syncs: AtomicUsize::new(0),
+            graph_launches: AtomicUsize::new(0),
         })
     }
 
@@ -225,6 +228,15 @@ impl Gpu {
     /// Host synchronisations and device-to-host copies made so far.
     pub fn syncs(&self) -> usize {
         self.syncs.load(Ordering::Relaxed)
+    }
+
+    /// CUDA graph launches (replayed PCG blocks) so far.
+    pub fn graph_launches(&self) -> usize {
+        self.graph_launches.load(Ordering::Relaxed)
+    }
+
+    pub(crate) fn count_graph_launch(&self) {
+        self.graph_launches.fetch_add(1, Ordering::Relaxed);
     }
 
     pub(crate) fn count_sync(&self) {
@@ -305,6 +317,7 @@ fn compile(ctx: &Arc<CudaContext>, (major, minor): (i32, i32)) -> Result<Functio
         chunk_sum_partial: get(0, "chunk_sum_partial")?,
         pcg_alpha: get(1, "pcg_alpha")?,
         pcg_beta: get(1, "pcg_beta")?,
+        pcg_step_small: get(1, "pcg_step_small")?,
         xpay: get(1, "xpay")?,
         sub_from: get(1, "sub_from")?,
         mul_elementwise: get(1, "mul_elementwise")?,
