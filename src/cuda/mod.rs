@@ -14,5 +14,5 @@ mod runtime;
 
 pub use backend::CudaBackend;
 pub use dense::DeviceCholesky;
-pub use row_hessian::DeviceRowHessian;
+pub use row_hessian::{DeviceDesigns, DeviceRowHessian};
 pub use runtime::{gpu_for_test, select_device, Device, Gpu, GpuPolicy};

@@ -26,10 +26,11 @@ const SCRATCH_BYTES: usize = 512 << 20;
 const FUSED_BLOCKS: usize = 2048;
 
 /// Fewest rows a fused-HVP block takes.
-const FUSED_MIN_ROWS: usize = 16;
+const FUSED_MIN_ROWS: usize = 32;
 
-/// Most chunks of the dense reduction (each chunk holds a p x p partial).
-const DENSE_CHUNKS: usize = 64;
+/// Most chunks of the dense reduction (each holds a p x p partial): many, so
+/// that every thread of `dense_partial` walks only a few hundred rows.
+const DENSE_CHUNKS: usize = 1024;
 
 /// The single-RHS scratch, allocated once so that products inside a
 /// recorded PCG block allocate nothing.
@@ -44,14 +45,48 @@ fn fused_rows_per_block(n: usize, r: usize, p_total: usize) -> Option<usize> {
     (kernels::hvp_fused_shared_bytes(r, p_total) <= 48 << 10).then(|| n.div_ceil(FUSED_BLOCKS).max(FUSED_MIN_ROWS))
 }
 
+/// The two designs on the device, uploaded once and shared by every row
+/// Hessian built over them (one per Newton iteration).
+pub struct DeviceDesigns {
+    gpu: Arc<Gpu>,
+    n: usize,
+    p_m: usize,
+    p_g: usize,
+    x_m: CudaSlice<f64>,
+    x_g: CudaSlice<f64>,
+}
+
+impl DeviceDesigns {
+    /// Upload validated designs.
+    pub fn upload(gpu: Arc<Gpu>, designs: &Designs) -> Result<Arc<Self>> {
+        Ok(Arc::new(Self {
+            n: designs.n(),
+            p_m: designs.p_m(),
+            p_g: designs.p_g(),
+            x_m: gpu.upload(designs.x_m())?,
+            x_g: gpu.upload(designs.x_g())?,
+            gpu,
+        }))
+    }
+
+    /// Number of rows.
+    pub fn n(&self) -> usize {
+        self.n
+    }
+
+    /// The GPU they live on.
+    pub fn gpu(&self) -> &Arc<Gpu> {
+        &self.gpu
+    }
+}
+
 /// H = sum_i P_i^T H_i P_i with everything on the device.
 pub struct DeviceRowHessian {
     gpu: Arc<Gpu>,
     layout: Layout,
     n: usize,
     hess: CudaSlice<f64>,
-    x_m: CudaSlice<f64>,
-    x_g: CudaSlice<f64>,
+    designs: Arc<DeviceDesigns>,
     col_kind: CudaSlice<i32>,
     col_j: CudaSlice<i32>,
     col_u: CudaSlice<i32>,
@@ -110,22 +145,44 @@ impl DeviceRowHessian {
     pub fn new(gpu: Arc<Gpu>, layout: Layout, designs: &Designs, hess: &[f64]) -> Result<Self> {
         check_layout_designs(&layout, designs)?;
         check_matrix("hess", hess, designs.n(), layout.r() * layout.r())?;
-        check_ranges(&layout, designs.n())?;
+        let hess = gpu.upload(hess)?;
+        Self::from_device(layout, DeviceDesigns::upload(gpu, designs)?, hess)
+    }
+
+    /// Wrap per-row Hessians already on the device (`n * r * r`, row-major,
+    /// produced there, e.g. by the BMS row kernel) over uploaded designs.
+    pub fn from_device(layout: Layout, designs: Arc<DeviceDesigns>, hess: CudaSlice<f64>) -> Result<Self> {
+        let (n, r, b) = (designs.n, layout.r(), layout.block());
+        if (b.p_m, b.p_g) != (designs.p_m, designs.p_g) {
+            let rule = format!("must equal the designs' widths ({}, {})", designs.p_m, designs.p_g);
+            return Err(Error::invalid(
+                "layout.(p_m, p_g)",
+                format!("({}, {})", b.p_m, b.p_g),
+                rule,
+            ));
+        }
+        if hess.len() != n * r * r {
+            return Err(Error::invalid(
+                "hess.len",
+                hess.len(),
+                format!("must equal n r^2 = {}", n * r * r),
+            ));
+        }
+        check_ranges(&layout, n)?;
+        let gpu = designs.gpu.clone();
         let (kind, col, u, to_beta) = column_maps(&layout);
-        let n = designs.n();
         let scratch = Scratch {
-            t: gpu.zeros(n * layout.r())?,
+            t: gpu.zeros(n * r)?,
             partial: gpu.zeros(n.div_ceil(ROW_CHUNK).max(FUSED_BLOCKS) * layout.p_total())?,
         };
         Ok(Self {
-            hess: gpu.upload(hess)?,
-            x_m: gpu.upload(designs.x_m())?,
-            x_g: gpu.upload(designs.x_g())?,
+            hess,
             col_kind: gpu.upload(&kind)?,
             col_j: gpu.upload(&col)?,
             col_u: gpu.upload(&u)?,
             primary_to_beta: gpu.upload(&to_beta)?,
             scratch: Mutex::new(scratch),
+            designs,
             gpu,
             layout,
             n,
@@ -150,6 +207,11 @@ impl DeviceRowHessian {
         &self.gpu
     }
 
+    /// The designs it is built over.
+    pub fn designs(&self) -> &Arc<DeviceDesigns> {
+        &self.designs
+    }
+
     fn args(&self) -> RowArgs<'_> {
         let b = self.layout.block();
         RowArgs {
@@ -159,8 +221,8 @@ impl DeviceRowHessian {
             p_g: b.p_g,
             p_total: b.p_total,
             hess: &self.hess,
-            x_m: &self.x_m,
-            x_g: &self.x_g,
+            x_m: &self.designs.x_m,
+            x_g: &self.designs.x_g,
             col_kind: &self.col_kind,
             col_j: &self.col_j,
             col_u: &self.col_u,
