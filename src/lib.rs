@@ -9,6 +9,7 @@
 #![warn(missing_docs)]
 
 pub mod cuda;
+pub mod data;
 pub mod designs;
 mod error;
 pub mod fixture;
