@@ -14,6 +14,7 @@ pub mod designs;
 mod error;
 pub mod fixture;
 pub mod layout;
+pub mod plot;
 pub mod row_hessian;
 
 pub use designs::Designs;
