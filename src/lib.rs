@@ -9,10 +9,12 @@
 #![warn(missing_docs)]
 
 pub mod cuda;
+pub mod data;
 pub mod designs;
 mod error;
 pub mod fixture;
 pub mod layout;
+pub mod plot;
 pub mod row_hessian;
 
 pub use designs::Designs;

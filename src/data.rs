@@ -1,0 +1,283 @@
+//! Loading a Bernoulli marginal-slope data set from a plain CSV file.
+//!
+//! The files are simple: comma-separated, one header row of column names
+//! (optionally double-quoted), optional whitespace around every field, no
+//! embedded commas. Only the columns named in the [`ColumnSpec`] are parsed, so
+//! other columns (ids, free text) may hold anything. Every rejected input is an
+//! [`Error::InvalidInput`] whose field names the file, the line and data row,
+//! and the column.
+
+use std::collections::HashMap;
+use std::path::Path;
+
+use crate::{Error, Result};
+
+/// Name of the intercept column added first to both designs.
+pub const INTERCEPT: &str = "(Intercept)";
+
+/// Which CSV columns feed which part of the model.
+#[derive(Clone, Debug, Default)]
+pub struct ColumnSpec {
+    /// The 0/1 label column.
+    pub label: String,
+    /// The standardised score column.
+    pub score: String,
+    /// Optional weight column (each weight must be > 0); weights are 1 when absent.
+    pub weights: Option<String>,
+    /// Covariates of the marginal design (an intercept is added in front).
+    pub marginal: Vec<String>,
+    /// Covariates of the slope design (an intercept is added in front).
+    pub slope: Vec<String>,
+}
+
+/// A validated data set: labels, scores, weights and the two row-major designs.
+#[derive(Clone, Debug)]
+pub struct Dataset {
+    /// Number of data rows.
+    pub n: usize,
+    /// Labels, each 0.0 or 1.0.
+    pub y: Vec<f64>,
+    /// Scores.
+    pub z: Vec<f64>,
+    /// Weights, each finite and > 0.
+    pub w: Vec<f64>,
+    /// Marginal design, n x p_m row-major, intercept column first.
+    pub x_m: Vec<f64>,
+    /// Slope design, n x p_g row-major, intercept column first.
+    pub x_g: Vec<f64>,
+    /// Marginal design width (1 + number of marginal covariates).
+    pub p_m: usize,
+    /// Slope design width (1 + number of slope covariates).
+    pub p_g: usize,
+    /// Column names of the marginal design, starting with [`INTERCEPT`].
+    pub marginal_names: Vec<String>,
+    /// Column names of the slope design, starting with [`INTERCEPT`].
+    pub slope_names: Vec<String>,
+}
+
+/// Read and validate a CSV file; see [`parse_csv`] for the rules.
+///
+/// An unreadable file (missing, not UTF-8, a directory) is an error, not a panic.
+pub fn read_csv(path: &Path, spec: &ColumnSpec, min_rows: usize) -> Result<Dataset> {
+    let name = path.display().to_string();
+    let text =
+        std::fs::read_to_string(path).map_err(|e| Error::invalid(&name, "", format!("cannot read file: {e}")))?;
+    parse_csv(&name, &text, spec, min_rows)
+}
+
+/// Parse and validate CSV text. `name_for_messages` (usually the path) leads
+/// every error's field.
+///
+/// Rules: a header row of unique names; every requested column present; every
+/// data row with as many fields as the header; labels 0 or 1; every used value
+/// a finite number; weights > 0; at least `max(min_rows, 1)` data rows. Blank
+/// lines are skipped (they do not count as data rows).
+pub fn parse_csv(name_for_messages: &str, text: &str, spec: &ColumnSpec, min_rows: usize) -> Result<Dataset> {
+    let file = name_for_messages;
+    // A leading byte-order mark (spreadsheet exports) is not part of the first name.
+    let text = text.strip_prefix('\u{feff}').unwrap_or(text);
+    let mut lines = text
+        .lines()
+        .enumerate()
+        .map(|(i, l)| (i + 1, l))
+        .filter(|(_, l)| !l.trim().is_empty());
+    let (header_line, header) = lines
+        .next()
+        .ok_or_else(|| Error::invalid(file, "", "the file is empty (no header row)"))?;
+    let names = parse_header(file, header_line, header)?;
+    let cols = Columns::resolve(file, &names, spec)?;
+    let mut acc = Accumulator::new(spec);
+    for (row, (line, text)) in lines.enumerate() {
+        let at = Location {
+            file,
+            line,
+            row: row + 1,
+        };
+        let fields = split_fields(text);
+        if fields.len() != names.len() {
+            let rule = format!(
+                "expected {} fields (as in the header), found {}",
+                names.len(),
+                fields.len()
+            );
+            return Err(Error::invalid(at.whole_row(), text.trim(), rule));
+        }
+        acc.push_row(&at, &names, &fields, &cols)?;
+    }
+    acc.finish(file, min_rows)
+}
+
+/// Where a value sits, for error messages.
+struct Location<'a> {
+    file: &'a str,
+    line: usize,
+    row: usize,
+}
+
+impl Location<'_> {
+    fn whole_row(&self) -> String {
+        format!("{}: line {} (data row {})", self.file, self.line, self.row)
+    }
+    fn cell(&self, column: &str) -> String {
+        format!(
+            "{}: line {} (data row {}), column '{column}'",
+            self.file, self.line, self.row
+        )
+    }
+}
+
+/// Split a line on commas, trimming whitespace and one pair of surrounding quotes.
+fn split_fields(line: &str) -> Vec<&str> {
+    line.split(',').map(unquote).collect()
+}
+
+fn unquote(field: &str) -> &str {
+    let t = field.trim();
+    match t.strip_prefix('"').and_then(|s| s.strip_suffix('"')) {
+        Some(inner) => inner.trim(),
+        None => t,
+    }
+}
+
+/// Header names, rejecting duplicates. Empty names are allowed (R writes one
+/// for its row-name column) but can never be requested.
+fn parse_header(file: &str, line: usize, header: &str) -> Result<Vec<String>> {
+    let names: Vec<String> = split_fields(header).into_iter().map(str::to_string).collect();
+    let mut seen: HashMap<&str, usize> = HashMap::new();
+    for (j, name) in names.iter().enumerate().filter(|(_, n)| !n.is_empty()) {
+        if let Some(first) = seen.insert(name.as_str(), j) {
+            let field = format!("{file}: line {line} (header), column '{name}'");
+            let rule = format!("duplicate column name (fields {} and {})", first + 1, j + 1);
+            return Err(Error::invalid(field, name, rule));
+        }
+    }
+    Ok(names)
+}
+
+/// Field indices of every requested column.
+struct Columns {
+    label: usize,
+    score: usize,
+    weights: Option<usize>,
+    marginal: Vec<usize>,
+    slope: Vec<usize>,
+}
+
+impl Columns {
+    fn resolve(file: &str, names: &[String], spec: &ColumnSpec) -> Result<Self> {
+        let find = |role: &str, want: &str| -> Result<usize> {
+            names.iter().position(|n| !n.is_empty() && n == want).ok_or_else(|| {
+                let available = names.iter().map(|n| format!("'{n}'")).collect::<Vec<_>>().join(", ");
+                let field = format!("{file}: header, column '{want}' ({role})");
+                Error::invalid(field, want, format!("no such column; available columns: {available}"))
+            })
+        };
+        let list = |role: &str, wanted: &[String]| -> Result<Vec<usize>> {
+            check_unique(file, role, wanted)?;
+            wanted.iter().map(|c| find(role, c)).collect()
+        };
+        Ok(Self {
+            label: find("label", &spec.label)?,
+            score: find("score", &spec.score)?,
+            weights: spec.weights.as_deref().map(|w| find("weights", w)).transpose()?,
+            marginal: list("marginal", &spec.marginal)?,
+            slope: list("slope", &spec.slope)?,
+        })
+    }
+}
+
+/// A covariate listed twice in one design would make that design singular.
+fn check_unique(file: &str, role: &str, wanted: &[String]) -> Result<()> {
+    for (j, c) in wanted.iter().enumerate() {
+        if wanted[..j].contains(c) {
+            let field = format!("{file}: {role} covariates, column '{c}'");
+            return Err(Error::invalid(field, c, "listed more than once in the same design"));
+        }
+    }
+    Ok(())
+}
+
+/// Parse one cell as a finite number.
+fn number(at: &Location, column: &str, raw: &str) -> Result<f64> {
+    let v: f64 = raw
+        .parse()
+        .map_err(|_| Error::invalid(at.cell(column), format!("'{raw}'"), "not a number"))?;
+    if !v.is_finite() {
+        return Err(Error::invalid(at.cell(column), raw, "must be finite"));
+    }
+    Ok(v)
+}
+
+/// A weight must be > 0: a zero weight drops the row silently, a negative one breaks convexity.
+fn positive(at: &Location, column: &str, w: f64) -> Result<f64> {
+    if w > 0.0 {
+        Ok(w)
+    } else {
+        Err(Error::invalid(at.cell(column), w, "weight must be > 0"))
+    }
+}
+
+/// The columns of the data set, filled row by row.
+struct Accumulator {
+    ds: Dataset,
+}
+
+impl Accumulator {
+    fn new(spec: &ColumnSpec) -> Self {
+        let with_intercept = |cols: &[String]| {
+            std::iter::once(INTERCEPT.to_string())
+                .chain(cols.iter().cloned())
+                .collect::<Vec<_>>()
+        };
+        let (marginal_names, slope_names) = (with_intercept(&spec.marginal), with_intercept(&spec.slope));
+        let ds = Dataset {
+            n: 0,
+            y: vec![],
+            z: vec![],
+            w: vec![],
+            x_m: vec![],
+            x_g: vec![],
+            p_m: marginal_names.len(),
+            p_g: slope_names.len(),
+            marginal_names,
+            slope_names,
+        };
+        Self { ds }
+    }
+
+    fn push_row(&mut self, at: &Location, names: &[String], fields: &[&str], cols: &Columns) -> Result<()> {
+        let get = |j: usize| number(at, &names[j], fields[j]);
+        let y = get(cols.label)?;
+        if y != 0.0 && y != 1.0 {
+            return Err(Error::invalid(at.cell(&names[cols.label]), y, "label must be 0 or 1"));
+        }
+        let z = get(cols.score)?;
+        let w = match cols.weights {
+            Some(j) => positive(at, &names[j], get(j)?)?,
+            None => 1.0,
+        };
+        let ds = &mut self.ds;
+        ds.x_m.push(1.0);
+        for &j in &cols.marginal {
+            ds.x_m.push(get(j)?);
+        }
+        ds.x_g.push(1.0);
+        for &j in &cols.slope {
+            ds.x_g.push(get(j)?);
+        }
+        ds.y.push(y);
+        ds.z.push(z);
+        ds.w.push(w);
+        ds.n += 1;
+        Ok(())
+    }
+
+    fn finish(self, file: &str, min_rows: usize) -> Result<Dataset> {
+        let need = min_rows.max(1);
+        if self.ds.n < need {
+            let rule = format!("at least {need} data rows are required");
+            return Err(Error::invalid(format!("{file}: data rows"), self.ds.n, rule));
+        }
+        Ok(self.ds)
+    }
+}
