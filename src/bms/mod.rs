@@ -1,0 +1,5 @@
+//! The Bernoulli marginal-slope (BMS) model: bases, calibration, Stage 1
+//! (cells and moments), the Stage-2 row kernel on the CPU, and a generator.
+//! `shared/docs/bms-model.md` fixes the math every piece follows.
+
+pub mod probit;
