@@ -2,4 +2,5 @@
 //! (cells and moments), the Stage-2 row kernel on the CPU, and a generator.
 //! `shared/docs/bms-model.md` fixes the math every piece follows.
 
+pub mod basis;
 pub mod probit;
