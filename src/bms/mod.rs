@@ -3,4 +3,6 @@
 //! `shared/docs/bms-model.md` fixes the math every piece follows.
 
 pub mod basis;
+pub mod cells;
 pub mod probit;
+pub mod quadrature;

@@ -151,6 +151,9 @@ pub fn erfc(y: f64) -> f64 {
 
 /// The standard normal density phi(x).
 pub fn norm_pdf(x: f64) -> f64 {
+    if x.is_infinite() {
+        return 0.0;
+    }
     // exp(-x^2/2) = exp(-(x/sqrt2)^2); split as in `exp_neg_sq` but on x
     // itself so no rounding of x / sqrt 2 enters the exponent.
     let xh = (16.0 * x).trunc() / 16.0;
