@@ -3,6 +3,7 @@
 //! `shared/docs/bms-model.md` fixes the math every piece follows.
 
 pub mod basis;
+pub mod calibration;
 pub mod cells;
 pub mod probit;
 pub mod quadrature;
