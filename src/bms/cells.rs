@@ -180,6 +180,76 @@ impl Bases {
     }
 }
 
+/// The observed-point inputs of a row at z_obs (after solving a): eta and
+/// its derivatives there, evaluated from the bases directly.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Observed {
+    /// eta(z_obs).
+    pub e: f64,
+    /// d eta / da.
+    pub chi: f64,
+    /// d2 eta / da2.
+    pub xi: f64,
+    /// d eta / d theta_u, u = 0..r (rho_0 = 0).
+    pub rho: Vec<f64>,
+    /// d2 eta / da d theta_u (tau_0 = 0).
+    pub tau: Vec<f64>,
+    /// Explicit second partials d2 eta / d theta_u d theta_v, r x r row-major.
+    pub r_uv: Vec<f64>,
+}
+
+/// Values, first and second derivatives of a basis at x (empty if absent).
+fn basis_at(basis: &Option<CubicBasis>, x: f64) -> [Vec<f64>; 3] {
+    let d = basis.as_ref().map_or(0, |b| b.dim());
+    let mut out = [vec![0.0; d], vec![0.0; d], vec![0.0; d]];
+    if let Some(b) = basis {
+        let [v, d1, d2] = &mut out;
+        b.eval(x, v, d1, d2);
+    }
+    out
+}
+
+fn dot(a: &[f64], b: &[f64]) -> f64 {
+    a.iter().zip(b).map(|(x, y)| x * y).sum()
+}
+
+impl Bases {
+    /// eta and its partial derivatives (a held fixed) at z for row theta.
+    pub fn observed(&self, theta: &[f64], a: f64, z: f64) -> Observed {
+        let (b, s_f, r, p_h) = (theta[1], self.s_f, self.r(), self.p_h());
+        let [bh, _, _] = basis_at(&self.score, z);
+        let [bw, bw1, bw2] = basis_at(&self.link, a + b * z);
+        let (beta_h, beta_w) = (self.beta_h(theta), self.beta_w(theta));
+        let h = dot(beta_h, &bh);
+        let (l, l1, l2) = (dot(beta_w, &bw), dot(beta_w, &bw1), dot(beta_w, &bw2));
+        let mut rho = vec![0.0, s_f * (z + h + z * l1)];
+        rho.extend(bh.iter().map(|v| s_f * b * v));
+        rho.extend(bw.iter().map(|v| s_f * v));
+        let mut tau = vec![0.0, s_f * z * l2];
+        tau.extend(bh.iter().map(|_| 0.0));
+        tau.extend(bw1.iter().map(|v| s_f * v));
+        let mut r_uv = vec![0.0; r * r];
+        r_uv[r + 1] = s_f * z * z * l2;
+        let cross = bh
+            .iter()
+            .map(|v| s_f * v)
+            .chain(bw1.iter().map(|v| s_f * z * v));
+        for (k, v) in cross.enumerate() {
+            r_uv[r + 2 + k] = v;
+            r_uv[(2 + k) * r + 1] = v;
+        }
+        debug_assert_eq!(rho.len(), 2 + p_h + bw.len());
+        Observed {
+            e: s_f * (a + b * z + b * h + l),
+            chi: s_f * (1.0 + l1),
+            xi: s_f * l2,
+            rho,
+            tau,
+            r_uv,
+        }
+    }
+}
+
 /// A point inside the cell, to pick the polynomial pieces that hold there.
 fn representative(lo: f64, hi: f64) -> f64 {
     match (lo.is_finite(), hi.is_finite()) {
