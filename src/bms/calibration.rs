@@ -83,7 +83,7 @@ pub fn solve_intercept(bases: &Bases, theta: &[f64], row: usize) -> Result<Calib
         newton(bases, theta, a0, row)?
     };
     let (cells, f_a) = cells_at(bases, theta, a);
-    if !(f_a.is_finite() && f_a > 0.0) || !a.is_finite() {
+    if !(f_a.is_finite() && f_a > 0.0 && a.is_finite()) {
         return Err(reject(
             row,
             format!("F_a = {f_a} at a = {a}: must be finite and > 0"),

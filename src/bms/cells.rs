@@ -378,6 +378,8 @@ pub fn affine_moments(alpha: f64, beta: f64, lo: f64, hi: f64) -> Option<[f64; M
 mod tests {
     use super::*;
 
+    /// Published Kronrod nodes and weights, kept at their printed precision.
+    #[allow(clippy::excessive_precision)]
     /// Adaptive Gauss-Kronrod (G7-K15) reference, independent of the
     /// Gauss-Legendre integrator under test. `tol` bounds the G7-K15 gap,
     /// the error of the Gauss estimate; the Kronrod value returned is much
