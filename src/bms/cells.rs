@@ -506,4 +506,64 @@ mod tests {
             }
         }
     }
+
+    /// The cell polynomials (Stage 1) and the pointwise jets (observed
+    /// point) are two independent routes to the doc's table: they must agree
+    /// everywhere, for b > 0, b < 0 and b = 0.
+    #[test]
+    fn cell_coefficients_agree_with_pointwise_jets() {
+        use crate::bms::basis::CubicBasis;
+        let bases = Bases::new(
+            Some(CubicBasis::uniform(-3.0, 3.0, 3).unwrap()),
+            Some(CubicBasis::uniform(-4.0, 4.0, 4).unwrap()),
+            0.8,
+        )
+        .unwrap();
+        let r = bases.r();
+        for b in [1.3, -0.7, 0.0] {
+            let theta = [0.2, b, 0.3, -0.2, 0.1, 0.15, -0.1, 0.05, 0.2];
+            let a = 0.35;
+            let cells = bases.cells(&theta, a);
+            // Edges strictly increase and the cells tile the line.
+            assert!(cells
+                .windows(2)
+                .all(|w| w[0].hi == w[1].lo && w[0].lo < w[0].hi));
+            assert_eq!(
+                (cells[0].lo, cells[cells.len() - 1].hi),
+                (f64::NEG_INFINITY, f64::INFINITY)
+            );
+            let expected_edges = 7 + if b == 0.0 { 0 } else { 8 };
+            assert_eq!(cells.len(), expected_edges + 1, "b = {b}");
+            for c in &cells {
+                for z in [
+                    representative(c.lo, c.hi),
+                    representative(c.lo, c.hi) + 0.01,
+                ] {
+                    if z <= c.lo || z >= c.hi {
+                        continue;
+                    }
+                    let o = bases.observed(&theta, a, z);
+                    let ev = |p: &Cubic| poly_eval(p, z);
+                    let close = |x: f64, y: f64| (x - y).abs() < 1e-12 * (1.0 + y.abs());
+                    assert!(
+                        close(ev(&c.eta), o.e) && close(ev(&c.a), o.chi) && close(ev(&c.aa), o.xi)
+                    );
+                    for u in 1..r {
+                        assert!(
+                            close(ev(&c.r[u - 1]), o.rho[u]),
+                            "rho[{u}] at z = {z}, b = {b}"
+                        );
+                        assert!(
+                            close(ev(&c.ar[u - 1]), o.tau[u]),
+                            "tau[{u}] at z = {z}, b = {b}"
+                        );
+                    }
+                    assert!(close(ev(&c.sbb), o.r_uv[r + 1]));
+                    for (j, p) in c.sbh.iter().chain(&c.sbw).enumerate() {
+                        assert!(close(ev(p), o.r_uv[r + 2 + j]), "r_uv[1, {}]", 2 + j);
+                    }
+                }
+            }
+        }
+    }
 }
