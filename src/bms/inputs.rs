@@ -28,39 +28,68 @@ pub const COEFF4: usize = 4;
 /// The Stage-2 input bundle (owned). Field names and layouts follow the
 /// reference row kernel; see the module docs.
 #[derive(Clone, Debug, Default, PartialEq)]
-#[allow(missing_docs)] // each field is documented in the module's layout table
 pub struct RowKernelInputs {
+    /// Number of rows n.
     pub n_rows: usize,
+    /// Row width r = 2 + p_h + p_w.
     pub r: usize,
+    /// Score-warp block width.
     pub p_h: usize,
+    /// Link-deviation block width.
     pub p_w: usize,
     /// The frailty scale (already folded into every coefficient array).
     pub s_f: f64,
+    /// Row i owns cells `cell_offsets[i]..cell_offsets[i+1]` (n + 1, monotone, from 0).
     pub cell_offsets: Vec<u32>,
+    /// Marginal index q per row.
     pub q: Vec<f64>,
+    /// Slope b per row.
     pub b: Vec<f64>,
+    /// phi(q) per row (F_q = -mu_1).
     pub mu_1: Vec<f64>,
+    /// -q phi(q) per row (F_qq = -mu_2).
     pub mu_2: Vec<f64>,
+    /// Observed score per row.
     pub z_obs: Vec<f64>,
+    /// Label per row, 0 or 1.
     pub y: Vec<f64>,
+    /// Weight per row, > 0.
     pub w: Vec<f64>,
+    /// eta(z_obs) per row.
     pub e_obs: Vec<f64>,
+    /// eta coefficient of z^0 per cell.
     pub cell_c0: Vec<f64>,
+    /// eta coefficient of z^1 per cell.
     pub cell_c1: Vec<f64>,
+    /// eta coefficient of z^2 per cell.
     pub cell_c2: Vec<f64>,
+    /// eta coefficient of z^3 per cell.
     pub cell_c3: Vec<f64>,
+    /// d eta / da, `[cell, 4]`.
     pub cell_a: Vec<f64>,
+    /// d2 eta / da2, `[cell, 4]`.
     pub cell_aa: Vec<f64>,
+    /// d eta / d theta_u, `[cell, r - 1, 4]` (u = 1..r-1).
     pub cell_r: Vec<f64>,
+    /// d2 eta / da d theta_u, `[cell, r - 1, 4]`.
     pub cell_ar: Vec<f64>,
+    /// d2 eta / db2, `[cell, 4]`.
     pub cell_sbb: Vec<f64>,
+    /// d2 eta / db d beta_h, `[cell, p_h, 4]`.
     pub cell_sbh: Vec<f64>,
+    /// d2 eta / db d beta_w, `[cell, p_w, 4]`.
     pub cell_sbw: Vec<f64>,
+    /// m_0..m_9, `[cell, 10]`.
     pub cell_moments: Vec<f64>,
+    /// d eta / da at z_obs per row.
     pub chi_obs: Vec<f64>,
+    /// d2 eta / da2 at z_obs per row.
     pub xi_obs: Vec<f64>,
+    /// d eta / d theta_u at z_obs, `[row, r]`.
     pub rho_u: Vec<f64>,
+    /// d2 eta / da d theta_u at z_obs, `[row, r]`.
     pub tau_u: Vec<f64>,
+    /// Explicit second partials at z_obs, `[row, r, r]`.
     pub r_uv: Vec<f64>,
 }
 
