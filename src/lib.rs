@@ -8,6 +8,7 @@
 //! (PCG, Jacobi, the dense Cholesky path) run on it unchanged.
 #![warn(missing_docs)]
 
+pub mod bms;
 pub mod cuda;
 pub mod data;
 pub mod designs;

@@ -1,0 +1,233 @@
+//! The per-row intercept a: the root of the marginal calibration
+//! `F(a; theta) = integral Phi(eta(z)) phi(z) dz - Phi(q) = 0`.
+//!
+//! Rigid rows (beta_h = beta_w = 0) use the closed form; flexible rows use
+//! Newton's method on a, safeguarded by a bracket and seeded by the rigid
+//! value. F comes from per-cell adaptive quadrature of Phi(eta) phi(z); F_a
+//! from the cell moments (F_a = sum over cells of D(A)).
+
+use std::f64::consts::PI;
+
+use super::basis::poly_eval;
+use super::cells::{Bases, Cell, Z_CLIP};
+use super::probit::{norm_cdf, norm_pdf, norm_sf};
+use super::quadrature::adaptive;
+use crate::{Error, Result};
+
+/// Newton iterations allowed (bisection steps included).
+const MAX_ITER: usize = 200;
+
+/// A row's solved intercept with the cells (moments filled) at that a.
+#[derive(Clone, Debug)]
+pub struct Calibrated {
+    /// The intercept a.
+    pub a: f64,
+    /// dF/da at a, positive.
+    pub f_a: f64,
+    /// The row's cells at a, with moments.
+    pub cells: Vec<Cell>,
+}
+
+/// The rigid intercept `q sqrt(1 + (s_f b)^2) / s_f`.
+pub fn rigid_intercept(q: f64, b: f64, s_f: f64) -> f64 {
+    q * (1.0 + (s_f * b).powi(2)).sqrt() / s_f
+}
+
+/// D(R) = kappa sum_k R_k m_k with kappa = 1/(2 pi): the integral of
+/// R(z) phi(eta) phi(z) over a cell.
+pub fn cell_d(r: &[f64; 4], m: &[f64]) -> f64 {
+    (r[0] * m[0] + r[1] * m[1] + r[2] * m[2] + r[3] * m[3]) / (2.0 * PI)
+}
+
+/// F(a) over the given cells (built at a). For q > 0 the complement form
+/// `Phi(-q) - integral Phi(-eta) phi` keeps the small difference accurate.
+pub fn residual(q: f64, cells: &[Cell]) -> f64 {
+    let upper = q > 0.0;
+    let mass: f64 = cells
+        .iter()
+        .map(|c| {
+            let f = |z: f64| {
+                let e = poly_eval(&c.eta, z);
+                [if upper { norm_sf(e) } else { norm_cdf(e) } * norm_pdf(z)]
+            };
+            adaptive(c.lo.max(-Z_CLIP), c.hi.min(Z_CLIP), 1e-14, &f)[0]
+        })
+        .sum();
+    if upper {
+        norm_sf(q) - mass
+    } else {
+        mass - norm_cdf(q)
+    }
+}
+
+/// Cells with moments at a, and F_a from them.
+fn cells_at(bases: &Bases, theta: &[f64], a: f64) -> (Vec<Cell>, f64) {
+    let mut cells = bases.cells(theta, a);
+    cells.iter_mut().for_each(Cell::fill_moments);
+    let f_a = cells.iter().map(|c| cell_d(&c.a, &c.moments)).sum();
+    (cells, f_a)
+}
+
+fn reject(row: usize, reason: String) -> Error {
+    Error::RowRejected { row, reason }
+}
+
+/// Solve a for row `row` (the index only names the row in errors).
+pub fn solve_intercept(bases: &Bases, theta: &[f64], row: usize) -> Result<Calibrated> {
+    bases.check_theta(theta)?;
+    let (q, b) = (theta[0], theta[1]);
+    let a0 = rigid_intercept(q, b, bases.s_f);
+    let a = if theta[2..].iter().all(|v| *v == 0.0) {
+        a0
+    } else {
+        newton(bases, theta, a0, row)?
+    };
+    let (cells, f_a) = cells_at(bases, theta, a);
+    if !(f_a.is_finite() && f_a > 0.0 && a.is_finite()) {
+        return Err(reject(row, format!("F_a = {f_a} at a = {a}: must be finite and > 0")));
+    }
+    Ok(Calibrated { a, f_a, cells })
+}
+
+/// A bracket [lo, hi] with F(lo) <= 0 <= F(hi), grown from a0.
+fn bracket(bases: &Bases, theta: &[f64], a0: f64, f0: f64, row: usize) -> Result<(f64, f64)> {
+    let f = |a: f64| residual(theta[0], &bases.cells(theta, a));
+    let dir = if f0 < 0.0 { 1.0 } else { -1.0 };
+    let (mut near, mut step) = (a0, 0.5 * (1.0 + a0.abs()));
+    for _ in 0..64 {
+        let far = near + dir * step;
+        let ff = f(far);
+        if !ff.is_finite() {
+            return Err(reject(row, format!("F({far}) = {ff} while bracketing a")));
+        }
+        if ff * dir >= 0.0 {
+            return Ok(if dir > 0.0 { (near, far) } else { (far, near) });
+        }
+        near = far;
+        step *= 2.0;
+    }
+    Err(reject(row, format!("no sign change of F found from a = {a0}")))
+}
+
+fn newton(bases: &Bases, theta: &[f64], a0: f64, row: usize) -> Result<f64> {
+    let q = theta[0];
+    let mut a = a0;
+    let (cells, mut f_a) = cells_at(bases, theta, a);
+    let mut f = residual(q, &cells);
+    if !f.is_finite() {
+        return Err(reject(row, format!("F({a}) = {f}")));
+    }
+    if f == 0.0 {
+        return Ok(a);
+    }
+    let (mut lo, mut hi) = bracket(bases, theta, a0, f, row)?;
+    for _ in 0..MAX_ITER {
+        let newton = a - f / f_a;
+        // Bisect whenever Newton leaves the bracket or F_a is unusable.
+        let next = if f_a > 0.0 && newton > lo && newton < hi {
+            newton
+        } else {
+            0.5 * (lo + hi)
+        };
+        let done =
+            (next - a).abs() <= 4.0 * f64::EPSILON * (1.0 + a.abs()) || hi - lo <= 4.0 * f64::EPSILON * (1.0 + a.abs());
+        a = next;
+        if done {
+            return Ok(a);
+        }
+        let (cells, fa) = cells_at(bases, theta, a);
+        f_a = fa;
+        f = residual(q, &cells);
+        if !f.is_finite() {
+            return Err(reject(row, format!("F({a}) = {f}")));
+        }
+        if f == 0.0 {
+            return Ok(a);
+        }
+        if f < 0.0 {
+            lo = a;
+        } else {
+            hi = a;
+        }
+    }
+    Err(reject(row, format!("intercept did not converge (last a = {a})")))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::bms::basis::CubicBasis;
+
+    fn bases() -> Bases {
+        Bases::new(
+            Some(CubicBasis::uniform(-3.5, 3.5, 4).unwrap()),
+            Some(CubicBasis::uniform(-4.0, 4.0, 3).unwrap()),
+            0.9,
+        )
+        .unwrap()
+    }
+
+    #[test]
+    fn rigid_rows_use_the_closed_form_and_satisfy_the_calibration() {
+        let bs = bases();
+        for (q, b) in [(0.4, 0.7), (-1.3, -1.1), (2.5, 0.0), (-6.0, 2.0)] {
+            let mut theta = vec![0.0; bs.r()];
+            (theta[0], theta[1]) = (q, b);
+            let cal = solve_intercept(&bs, &theta, 0).unwrap();
+            let want = q * (1.0 + (0.9 * b) * (0.9f64 * b)).sqrt() / 0.9;
+            assert_eq!(cal.a, want);
+            // F(a) = 0 by quadrature: an independent check of the closed form.
+            let f = residual(q, &cal.cells);
+            assert!(f.abs() < 1e-14 * norm_cdf(-q.abs()).max(1e-300) + 1e-16, "F = {f:e}");
+            // F_a from the moments equals s_f phi(a s_f / sqrt(1 + (s_f b)^2)) / sqrt(1 + (s_f b)^2).
+            let k = (1.0 + (0.9 * b) * (0.9f64 * b)).sqrt();
+            let fa = 0.9 * norm_pdf(0.9 * want / k) / k;
+            assert!((cal.f_a - fa).abs() < 1e-13 * fa, "F_a {} vs {fa}", cal.f_a);
+        }
+    }
+
+    #[test]
+    fn flexible_rows_solve_to_machine_precision() {
+        let bs = bases();
+        let mut theta = vec![0.3, 0.8, 0.2, -0.15, 0.1, 0.05, 0.06, -0.04, 0.03];
+        for q in [-3.0, -0.5, 0.0, 1.2, 4.0] {
+            theta[0] = q;
+            let cal = solve_intercept(&bs, &theta, 7).unwrap();
+            let f = residual(q, &cal.cells);
+            // |F| within a few ulps of the tail mass, so a is within ~ulps/F_a.
+            assert!(f.abs() <= 1e-14 * norm_cdf(-q.abs()), "q = {q}: F = {f:e}");
+            let h = 1e-7;
+            let fd =
+                (residual(q, &bs.cells(&theta, cal.a + h)) - residual(q, &bs.cells(&theta, cal.a - h))) / (2.0 * h);
+            assert!((fd - cal.f_a).abs() < 1e-6 * cal.f_a, "F_a {} vs FD {fd}", cal.f_a);
+        }
+    }
+
+    #[test]
+    fn non_monotone_f_still_gives_a_root_with_positive_slope() {
+        // b = 0, so F(a) = Phi(s_f (a + L(a))) - Phi(q), with a link
+        // deviation of slope -2 outside its knots: F falls at both ends and
+        // rises only inside. The safeguarded Newton must land on a root where
+        // F_a > 0 (or reject the row), never on a falling one.
+        let link = CubicBasis::uniform(-2.0, 2.0, 2).unwrap();
+        let slope = link.segment(0)[0][1];
+        let bs = Bases::new(None, Some(link), 1.0).unwrap();
+        let theta = vec![0.0, 0.0, -2.0 / slope, 0.0];
+        let cal = solve_intercept(&bs, &theta, 3).unwrap();
+        assert!(cal.f_a > 0.0);
+        assert!(residual(0.0, &cal.cells).abs() < 1e-15);
+        let eta_slope = cal.cells[0].a[0];
+        assert!(eta_slope > 0.0, "d eta / da = {eta_slope}");
+    }
+
+    #[test]
+    fn malformed_theta_is_rejected_with_the_field_named() {
+        let bs = bases();
+        let err = solve_intercept(&bs, &[0.0, 1.0], 0).unwrap_err().to_string();
+        assert!(err.contains("theta.len"), "{err}");
+        let mut theta = vec![0.0; bs.r()];
+        theta[4] = f64::NAN;
+        let err = solve_intercept(&bs, &theta, 0).unwrap_err().to_string();
+        assert!(err.contains("theta[4]"), "{err}");
+    }
+}

@@ -1,0 +1,531 @@
+//! Stage 1: a row's cell partition of the z line, the cubic coefficient
+//! arrays of eta and its derivatives on every cell, and the cell moments
+//! `m_k = integral_L^R z^k exp(-(z^2 + eta(z)^2) / 2) dz`, k = 0..9.
+//!
+//! A row's primary coordinates are `theta = (q, b, beta_h, beta_w)`; the
+//! intercept a is given (see `calibration`). Every coefficient array holds
+//! 4 monomial coefficients in the global z and already includes s_f.
+
+use super::basis::{poly_add, poly_compose_affine, poly_deriv, poly_eval, poly_scale, poly_times_z, Cubic, CubicBasis};
+use super::probit::{norm_cdf, norm_sf};
+use super::quadrature::adaptive;
+use crate::{Error, Result};
+
+/// Number of moments per cell, m_0..m_9.
+pub const MOMENTS: usize = 10;
+
+/// Beyond |z| = Z_CLIP the weight exp(-z^2/2) z^9 underflows to zero in f64,
+/// so quadrature never looks further out.
+pub const Z_CLIP: f64 = 40.0;
+
+/// Relative tolerance of the adaptive quadrature (its results are far more
+/// accurate; see `quadrature::adaptive`).
+const QUAD_TOL: f64 = 1e-14;
+
+/// Accepted running error bound of the affine recurrence, relative to each
+/// moment; above it the cell falls back to quadrature. The upward recurrence
+/// cancels on short finite cells (moments that shrink with k) and on cells far
+/// from the weight's centre; infinite tails near the centre pass.
+const RECURRENCE_TOL: f64 = 1e-12;
+
+/// The model's fixed parts: the optional score-warp and link-deviation bases
+/// and the frailty scale s_f.
+#[derive(Clone, Debug)]
+pub struct Bases {
+    /// Bh, the score-warp basis (p_h = its dim, 0 when absent).
+    pub score: Option<CubicBasis>,
+    /// Bw, the link-deviation basis (p_w = its dim, 0 when absent).
+    pub link: Option<CubicBasis>,
+    /// The frailty scale s_f = 1 / sqrt(1 + sigma^2), in (0, 1].
+    pub s_f: f64,
+}
+
+impl Bases {
+    /// Check s_f and wrap the bases.
+    pub fn new(score: Option<CubicBasis>, link: Option<CubicBasis>, s_f: f64) -> Result<Self> {
+        if !(s_f.is_finite() && s_f > 0.0) {
+            return Err(Error::invalid("s_f", s_f, "must be finite and > 0"));
+        }
+        Ok(Self { score, link, s_f })
+    }
+    /// Width of the score-warp block.
+    pub fn p_h(&self) -> usize {
+        self.score.as_ref().map_or(0, |b| b.dim())
+    }
+    /// Width of the link-deviation block.
+    pub fn p_w(&self) -> usize {
+        self.link.as_ref().map_or(0, |b| b.dim())
+    }
+    /// Row width r = 2 + p_h + p_w.
+    pub fn r(&self) -> usize {
+        2 + self.p_h() + self.p_w()
+    }
+    /// Check a theta vector's length and finiteness.
+    pub fn check_theta(&self, theta: &[f64]) -> Result<()> {
+        if theta.len() != self.r() {
+            let rule = format!("must equal r = 2 + p_h + p_w = {}", self.r());
+            return Err(Error::invalid("theta.len", theta.len(), rule));
+        }
+        if let Some(u) = theta.iter().position(|v| !v.is_finite()) {
+            return Err(Error::invalid(format!("theta[{u}]"), theta[u], "must be finite"));
+        }
+        Ok(())
+    }
+    fn beta_h<'t>(&self, theta: &'t [f64]) -> &'t [f64] {
+        &theta[2..2 + self.p_h()]
+    }
+    fn beta_w<'t>(&self, theta: &'t [f64]) -> &'t [f64] {
+        &theta[2 + self.p_h()..]
+    }
+
+    /// The cell edges in z: the score knots and the link knots mapped back
+    /// through t = a + b z (none when b = 0: the link part is then constant
+    /// in z), sorted, without duplicates or non-finite values.
+    pub fn breakpoints(&self, b: f64, a: f64) -> Vec<f64> {
+        let mut z: Vec<f64> = self.score.iter().flat_map(|s| s.knots().to_vec()).collect();
+        if b != 0.0 {
+            if let Some(link) = &self.link {
+                z.extend(link.knots().iter().map(|t| (t - a) / b));
+            }
+        }
+        z.retain(|v| v.is_finite());
+        z.sort_by(f64::total_cmp);
+        z.dedup();
+        z
+    }
+
+    /// The cells of row theta at intercept a, coefficients only (moments
+    /// zero; see [`Cell::fill_moments`]).
+    pub fn cells(&self, theta: &[f64], a: f64) -> Vec<Cell> {
+        let edges = self.breakpoints(theta[1], a);
+        let mut bounds = Vec::with_capacity(edges.len() + 1);
+        let mut lo = f64::NEG_INFINITY;
+        for &e in &edges {
+            bounds.push((lo, e));
+            lo = e;
+        }
+        bounds.push((lo, f64::INFINITY));
+        bounds.into_iter().map(|(lo, hi)| self.cell(theta, a, lo, hi)).collect()
+    }
+
+    /// One cell's coefficient arrays (the doc's table).
+    fn cell(&self, theta: &[f64], a: f64, lo: f64, hi: f64) -> Cell {
+        let (b, s_f) = (theta[1], self.s_f);
+        let zm = representative(lo, hi);
+        let zero = [0.0; 4];
+        // Score side: H and each Bh_j, cubics in z.
+        let (h, bh): (Cubic, Vec<Cubic>) = match &self.score {
+            Some(basis) => {
+                let seg = basis.segment_of(zm);
+                (basis.combine(seg, self.beta_h(theta)), basis.segment(seg).to_vec())
+            }
+            None => (zero, vec![]),
+        };
+        // Link side: L, L', L'' and each Bw_l, Bw_l', composed with t = a + b z.
+        let (l, l1, l2, bw, bw1) = match &self.link {
+            Some(basis) => {
+                let seg = basis.segment_of(a + b * zm);
+                let lt = basis.combine(seg, self.beta_w(theta));
+                let c = |p: &Cubic| poly_compose_affine(p, a, b);
+                let l1t = poly_deriv(&lt);
+                let pieces = basis.segment(seg);
+                (
+                    c(&lt),
+                    c(&l1t),
+                    c(&poly_deriv(&l1t)),
+                    pieces.iter().map(c).collect(),
+                    pieces.iter().map(|p| c(&poly_deriv(p))).collect::<Vec<_>>(),
+                )
+            }
+            None => (zero, zero, zero, vec![], vec![]),
+        };
+        let sf = |p: Cubic| poly_scale(&p, s_f);
+        let z = [0.0, 1.0, 0.0, 0.0];
+        let eta = sf(poly_add(&poly_add(&[a, b, 0.0, 0.0], &poly_scale(&h, b)), &l));
+        let mut r_coef = vec![sf(poly_add(&poly_add(&z, &h), &poly_times_z(&l1)))];
+        r_coef.extend(bh.iter().map(|p| sf(poly_scale(p, b))));
+        r_coef.extend(bw.iter().map(|&p| sf(p)));
+        let mut ar = vec![sf(poly_times_z(&l2))];
+        ar.extend(bh.iter().map(|_| zero));
+        ar.extend(bw1.iter().map(|&p| sf(p)));
+        Cell {
+            lo,
+            hi,
+            eta,
+            a: sf(poly_add(&[1.0, 0.0, 0.0, 0.0], &l1)),
+            aa: sf(l2),
+            r: r_coef,
+            ar,
+            sbb: sf(poly_times_z(&poly_times_z(&l2))),
+            sbh: bh.iter().map(|&p| sf(p)).collect(),
+            sbw: bw1.iter().map(|p| sf(poly_times_z(p))).collect(),
+            moments: [0.0; MOMENTS],
+        }
+    }
+}
+
+/// The observed-point inputs of a row at z_obs (after solving a): eta and
+/// its derivatives there, evaluated from the bases directly.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Observed {
+    /// eta(z_obs).
+    pub e: f64,
+    /// d eta / da.
+    pub chi: f64,
+    /// d2 eta / da2.
+    pub xi: f64,
+    /// d eta / d theta_u, u = 0..r (rho_0 = 0).
+    pub rho: Vec<f64>,
+    /// d2 eta / da d theta_u (tau_0 = 0).
+    pub tau: Vec<f64>,
+    /// Explicit second partials d2 eta / d theta_u d theta_v, r x r row-major.
+    pub r_uv: Vec<f64>,
+}
+
+/// Values, first and second derivatives of a basis at x (empty if absent).
+fn basis_at(basis: &Option<CubicBasis>, x: f64) -> [Vec<f64>; 3] {
+    let d = basis.as_ref().map_or(0, |b| b.dim());
+    let mut out = [vec![0.0; d], vec![0.0; d], vec![0.0; d]];
+    if let Some(b) = basis {
+        let [v, d1, d2] = &mut out;
+        b.eval(x, v, d1, d2);
+    }
+    out
+}
+
+fn dot(a: &[f64], b: &[f64]) -> f64 {
+    a.iter().zip(b).map(|(x, y)| x * y).sum()
+}
+
+impl Bases {
+    /// eta and its partial derivatives (a held fixed) at z for row theta.
+    pub fn observed(&self, theta: &[f64], a: f64, z: f64) -> Observed {
+        let (b, s_f, r, p_h) = (theta[1], self.s_f, self.r(), self.p_h());
+        let [bh, _, _] = basis_at(&self.score, z);
+        let [bw, bw1, bw2] = basis_at(&self.link, a + b * z);
+        let (beta_h, beta_w) = (self.beta_h(theta), self.beta_w(theta));
+        let h = dot(beta_h, &bh);
+        let (l, l1, l2) = (dot(beta_w, &bw), dot(beta_w, &bw1), dot(beta_w, &bw2));
+        let mut rho = vec![0.0, s_f * (z + h + z * l1)];
+        rho.extend(bh.iter().map(|v| s_f * b * v));
+        rho.extend(bw.iter().map(|v| s_f * v));
+        let mut tau = vec![0.0, s_f * z * l2];
+        tau.extend(bh.iter().map(|_| 0.0));
+        tau.extend(bw1.iter().map(|v| s_f * v));
+        let mut r_uv = vec![0.0; r * r];
+        r_uv[r + 1] = s_f * z * z * l2;
+        let cross = bh.iter().map(|v| s_f * v).chain(bw1.iter().map(|v| s_f * z * v));
+        for (k, v) in cross.enumerate() {
+            r_uv[r + 2 + k] = v;
+            r_uv[(2 + k) * r + 1] = v;
+        }
+        debug_assert_eq!(rho.len(), 2 + p_h + bw.len());
+        Observed {
+            e: s_f * (a + b * z + b * h + l),
+            chi: s_f * (1.0 + l1),
+            xi: s_f * l2,
+            rho,
+            tau,
+            r_uv,
+        }
+    }
+}
+
+/// A point inside the cell, to pick the polynomial pieces that hold there.
+fn representative(lo: f64, hi: f64) -> f64 {
+    match (lo.is_finite(), hi.is_finite()) {
+        (true, true) => 0.5 * (lo + hi),
+        (true, false) => lo + 1.0,
+        (false, true) => hi - 1.0,
+        (false, false) => 0.0,
+    }
+}
+
+/// One cell of a row: its edges (lo may be -inf, hi +inf), the cubic
+/// coefficients of eta and its derivatives, and its moments.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Cell {
+    /// Left edge.
+    pub lo: f64,
+    /// Right edge.
+    pub hi: f64,
+    /// eta (c0..c3).
+    pub eta: Cubic,
+    /// d eta / da.
+    pub a: Cubic,
+    /// d2 eta / da2.
+    pub aa: Cubic,
+    /// d eta / d theta_u for u = 1..r-1 (index u - 1).
+    pub r: Vec<Cubic>,
+    /// d2 eta / da d theta_u for u = 1..r-1 (index u - 1).
+    pub ar: Vec<Cubic>,
+    /// d2 eta / db2.
+    pub sbb: Cubic,
+    /// d2 eta / db d beta_h[j].
+    pub sbh: Vec<Cubic>,
+    /// d2 eta / db d beta_w[l].
+    pub sbw: Vec<Cubic>,
+    /// m_0..m_9.
+    pub moments: [f64; MOMENTS],
+}
+
+impl Cell {
+    /// Compute the cell's moments from its eta.
+    pub fn fill_moments(&mut self) {
+        self.moments = moments(&self.eta, self.lo, self.hi);
+    }
+}
+
+/// m_k = integral_lo^hi z^k exp(-(z^2 + eta^2)/2) dz, k = 0..9: the closed
+/// form and recurrence on affine cells where its running error bound allows,
+/// adaptive Gauss-Legendre otherwise.
+pub fn moments(eta: &Cubic, lo: f64, hi: f64) -> [f64; MOMENTS] {
+    if eta[2] == 0.0 && eta[3] == 0.0 {
+        if let Some(m) = affine_moments(eta[0], eta[1], lo, hi) {
+            return m;
+        }
+    }
+    quadrature_moments(eta, lo, hi)
+}
+
+/// Moments by adaptive Gauss-Legendre over the cell clipped to |z| <= Z_CLIP.
+pub fn quadrature_moments(eta: &Cubic, lo: f64, hi: f64) -> [f64; MOMENTS] {
+    let (l, r) = (lo.max(-Z_CLIP), hi.min(Z_CLIP));
+    adaptive(l, r, QUAD_TOL, &|z: f64| {
+        let e = poly_eval(eta, z);
+        let mut out = [0.0; MOMENTS];
+        let mut zk = (-0.5 * (z * z + e * e)).exp();
+        for m in out.iter_mut() {
+            *m = zk;
+            zk *= z;
+        }
+        out
+    })
+}
+
+/// Phi(v) - Phi(u) for u <= v without cancellation in either tail.
+fn normal_mass(u: f64, v: f64) -> f64 {
+    if u >= 0.0 {
+        norm_sf(u) - norm_sf(v)
+    } else {
+        norm_cdf(v) - norm_cdf(u)
+    }
+}
+
+/// The affine closed form (eta = alpha + beta z): m_0 from the normal
+/// distribution function, then `m_{n+1} = (n m_{n-1} - alpha beta m_n -
+/// B_n) / d`. Returns None when the recurrence's running error bound exceeds
+/// RECURRENCE_TOL relative to some moment (it cancels when the cell lies far
+/// from the weight's centre mu).
+pub fn affine_moments(alpha: f64, beta: f64, lo: f64, hi: f64) -> Option<[f64; MOMENTS]> {
+    let d = 1.0 + beta * beta;
+    let mu = -alpha * beta / d;
+    let sd = d.sqrt();
+    let g = |z: f64| 0.5 * (z * z + (alpha + beta * z).powi(2));
+    let scale = (2.0 * std::f64::consts::PI / d).sqrt() * (-0.5 * alpha * alpha / d).exp();
+    let mut m = [0.0; MOMENTS];
+    m[0] = scale * normal_mass(sd * (lo - mu), sd * (hi - mu));
+    // Boundary terms B_n = hi^n e^{-g(hi)} - lo^n e^{-g(lo)} (0 at infinite ends).
+    let edge = |z: f64, n: i32| {
+        if z.is_finite() {
+            z.powi(n) * (-g(z)).exp()
+        } else {
+            0.0
+        }
+    };
+    let eps = f64::EPSILON;
+    let ab = alpha * beta;
+    let mut err = [0.0; MOMENTS];
+    err[0] = 8.0 * eps * m[0].abs();
+    for n in 0..MOMENTS - 1 {
+        let b_n = edge(hi, n as i32) - edge(lo, n as i32);
+        let (prev, prev_err) = if n > 0 { (m[n - 1], err[n - 1]) } else { (0.0, 0.0) };
+        let terms = n as f64 * prev.abs() + (ab * m[n]).abs() + b_n.abs();
+        m[n + 1] = (n as f64 * prev - ab * m[n] - b_n) / d;
+        err[n + 1] = (n as f64 * prev_err + ab.abs() * err[n] + 4.0 * eps * terms) / d;
+    }
+    let ok = m
+        .iter()
+        .zip(&err)
+        .all(|(v, e)| *e <= RECURRENCE_TOL * v.abs() || *e == 0.0);
+    (ok && m.iter().all(|v| v.is_finite())).then_some(m)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Published Kronrod nodes and weights, kept at their printed precision.
+    #[allow(clippy::excessive_precision)]
+    /// Adaptive Gauss-Kronrod (G7-K15) reference, independent of the
+    /// Gauss-Legendre integrator under test. `tol` bounds the G7-K15 gap,
+    /// the error of the Gauss estimate; the Kronrod value returned is much
+    /// more accurate than that.
+    fn gk15(f: &dyn Fn(f64) -> f64, a: f64, b: f64, tol: f64, depth: u32) -> f64 {
+        const XK: [f64; 8] = [
+            0.991455371120812639206854697526329,
+            0.949107912342758524526189684047851,
+            0.864864423359769072789712788640926,
+            0.741531185599394439863864773280788,
+            0.586087235467691130294144845693013,
+            0.405845151377397166906606412076961,
+            0.207784955007898467600689403773245,
+            0.000000000000000000000000000000000,
+        ];
+        const WK: [f64; 8] = [
+            0.022935322010529224963732008058970,
+            0.063092092629978553290700663189204,
+            0.104790010322250183839876322541518,
+            0.140653259715525918745189590510238,
+            0.169004726639267902826583426598550,
+            0.190350578064785409913256402421014,
+            0.204432940075298892414161999234649,
+            0.209482141084727828012999174891714,
+        ];
+        const WG: [f64; 4] = [
+            0.129484966168869693270611432679082,
+            0.279705391489276667901467771423780,
+            0.381830050505118944950369775488975,
+            0.417959183673469387755102040816327,
+        ];
+        let (c, h) = (0.5 * (a + b), 0.5 * (b - a));
+        let (mut k, mut g, mut abs) = (WK[7] * f(c), WG[3] * f(c), WK[7] * f(c).abs());
+        for i in 0..7 {
+            let (fl, fr) = (f(c - h * XK[i]), f(c + h * XK[i]));
+            k += WK[i] * (fl + fr);
+            abs += WK[i] * (fl.abs() + fr.abs());
+            if i % 2 == 1 {
+                g += WG[i / 2] * (fl + fr);
+            }
+        }
+        let (k, g, abs) = (k * h, g * h, abs * h);
+        if (k - g).abs() <= tol * abs + 1e-300 || depth > 40 {
+            return k;
+        }
+        gk15(f, a, c, tol, depth + 1) + gk15(f, c, b, tol, depth + 1)
+    }
+
+    fn reference(eta: &Cubic, lo: f64, hi: f64, k: i32) -> f64 {
+        let f = |z: f64| z.powi(k) * (-0.5 * (z * z + poly_eval(eta, z).powi(2))).exp();
+        gk15(&f, lo.max(-Z_CLIP), hi.min(Z_CLIP), 1e-13, 0)
+    }
+
+    /// Relative error of each moment against the adaptive Kronrod
+    /// reference, scaled by the integral of |z|^k times the weight.
+    fn check(eta: Cubic, lo: f64, hi: f64, got: [f64; MOMENTS]) {
+        for (k, g) in got.iter().enumerate() {
+            let want = reference(&eta, lo, hi, k as i32);
+            let abs_eta = eta;
+            let scale = gk15(
+                &|z: f64| z.abs().powi(k as i32) * (-0.5 * (z * z + poly_eval(&abs_eta, z).powi(2))).exp(),
+                lo.max(-Z_CLIP),
+                hi.min(Z_CLIP),
+                1e-13,
+                0,
+            );
+            assert!(
+                (g - want).abs() <= 1e-12 * scale,
+                "eta {eta:?} on [{lo}, {hi}] m_{k}: {g:e} vs {want:e}"
+            );
+        }
+    }
+
+    #[test]
+    fn affine_cells_match_adaptive_reference() {
+        let cases = [
+            ([0.3, 0.8, 0.0, 0.0], -1.0, 0.5),
+            ([-1.2, 2.5, 0.0, 0.0], 0.2, 1.7),
+            ([0.1, -0.4, 0.0, 0.0], f64::NEG_INFINITY, -2.5),
+            ([0.6, 1.1, 0.0, 0.0], 3.1, f64::INFINITY),
+            ([2.0, -3.0, 0.0, 0.0], f64::NEG_INFINITY, f64::INFINITY),
+            ([8.0, 4.0, 0.0, 0.0], -1.0, 1.0), // |mu| large: falls back
+            ([-6.0, 0.5, 0.0, 0.0], 4.0, f64::INFINITY),
+        ];
+        for (eta, lo, hi) in cases {
+            check(eta, lo, hi, moments(&eta, lo, hi));
+        }
+        // The closed form itself is taken on the easy cells.
+        assert!(affine_moments(-0.7, 1.9, -3.0, 4.0).is_some());
+        assert!(affine_moments(0.6, 1.1, 3.1, f64::INFINITY).is_some());
+    }
+
+    #[test]
+    fn non_affine_cells_match_adaptive_reference() {
+        let cases = [
+            ([0.2, 0.9, -0.3, 0.15], -0.7, 0.4),
+            ([-0.5, 1.4, 0.6, -0.2], 1.0, 2.6),
+            ([1.0, 0.3, 0.05, 0.01], 2.0, 180.0),
+            ([0.0, 2.0, 1.5, 0.8], -4.0, -2.0),
+            ([0.4, -1.0, 0.2, 0.03], f64::NEG_INFINITY, -3.0),
+        ];
+        for (eta, lo, hi) in cases {
+            check(eta, lo, hi, moments(&eta, lo, hi));
+        }
+    }
+
+    #[test]
+    fn recurrence_and_quadrature_agree_where_both_apply() {
+        let cases = [
+            (-0.7, 1.9, -3.0, 4.0),
+            (0.4, 1.2, 2.5, f64::INFINITY),
+            (0.4, -0.6, f64::NEG_INFINITY, -2.0),
+        ];
+        for (alpha, beta, lo, hi) in cases {
+            let closed = affine_moments(alpha, beta, lo, hi).unwrap();
+            let quad = quadrature_moments(&[alpha, beta, 0.0, 0.0], lo, hi);
+            for k in 0..MOMENTS {
+                assert!(
+                    (closed[k] - quad[k]).abs() < 1e-13 * quad[0].abs().max(quad[k].abs()),
+                    "k = {k}"
+                );
+            }
+        }
+    }
+
+    /// The cell polynomials (Stage 1) and the pointwise jets (observed
+    /// point) are two independent routes to the doc's table: they must agree
+    /// everywhere, for b > 0, b < 0 and b = 0.
+    #[test]
+    fn cell_coefficients_agree_with_pointwise_jets() {
+        use crate::bms::basis::CubicBasis;
+        let bases = Bases::new(
+            Some(CubicBasis::uniform(-3.0, 3.0, 3).unwrap()),
+            Some(CubicBasis::uniform(-4.0, 4.0, 4).unwrap()),
+            0.8,
+        )
+        .unwrap();
+        let r = bases.r();
+        for b in [1.3, -0.7, 0.0] {
+            let theta = [0.2, b, 0.3, -0.2, 0.1, 0.15, -0.1, 0.05, 0.2];
+            let a = 0.35;
+            let cells = bases.cells(&theta, a);
+            // Edges strictly increase and the cells tile the line.
+            assert!(cells.windows(2).all(|w| w[0].hi == w[1].lo && w[0].lo < w[0].hi));
+            assert_eq!(
+                (cells[0].lo, cells[cells.len() - 1].hi),
+                (f64::NEG_INFINITY, f64::INFINITY)
+            );
+            let expected_edges = 7 + if b == 0.0 { 0 } else { 8 };
+            assert_eq!(cells.len(), expected_edges + 1, "b = {b}");
+            for c in &cells {
+                for z in [representative(c.lo, c.hi), representative(c.lo, c.hi) + 0.01] {
+                    if z <= c.lo || z >= c.hi {
+                        continue;
+                    }
+                    let o = bases.observed(&theta, a, z);
+                    let ev = |p: &Cubic| poly_eval(p, z);
+                    let close = |x: f64, y: f64| (x - y).abs() < 1e-12 * (1.0 + y.abs());
+                    assert!(close(ev(&c.eta), o.e) && close(ev(&c.a), o.chi) && close(ev(&c.aa), o.xi));
+                    for u in 1..r {
+                        assert!(close(ev(&c.r[u - 1]), o.rho[u]), "rho[{u}] at z = {z}, b = {b}");
+                        assert!(close(ev(&c.ar[u - 1]), o.tau[u]), "tau[{u}] at z = {z}, b = {b}");
+                    }
+                    assert!(close(ev(&c.sbb), o.r_uv[r + 1]));
+                    for (j, p) in c.sbh.iter().chain(&c.sbw).enumerate() {
+                        assert!(close(ev(p), o.r_uv[r + 2 + j]), "r_uv[1, {}]", 2 + j);
+                    }
+                }
+            }
+        }
+    }
+}

@@ -1,0 +1,295 @@
+//! The Stage-2 input bundle: per-row scalars, per-cell coefficient arrays and
+//! moments, and observed-point jets, in exactly the layouts the row kernel
+//! (CPU here, CUDA later) indexes.
+//!
+//! Layouts (all row-major, `n = n_rows`, `C = cell_offsets[n]` cells in all):
+//!
+//! | field | length | indexing |
+//! |---|---|---|
+//! | q, b, mu_1, mu_2, z_obs, y, w, e_obs, chi_obs, xi_obs | n | `[i]` |
+//! | cell_offsets (u32) | n + 1 | row i owns cells `cell_offsets[i]..cell_offsets[i+1]` |
+//! | cell_c0..cell_c3 | C | `[c]` |
+//! | cell_a, cell_aa, cell_sbb | 4 C | `[c * 4 + k]` |
+//! | cell_r, cell_ar | (r - 1) 4 C | `[(c * (r - 1) + (u - 1)) * 4 + k]`, u = 1..r-1 |
+//! | cell_sbh | p_h 4 C | `[(c * p_h + j) * 4 + k]` |
+//! | cell_sbw | p_w 4 C | `[(c * p_w + l) * 4 + k]` |
+//! | cell_moments | 10 C | `[c * 10 + k]`, m_0..m_9 |
+//! | rho_u, tau_u | n r | `[i * r + u]` |
+//! | r_uv | n r r | `[(i * r + u) * r + v]` |
+
+use super::calibration::Calibrated;
+use super::cells::{Cell, Observed, MOMENTS};
+use super::probit::norm_pdf;
+use crate::{Error, Result};
+
+/// Monomial coefficients per cubic.
+pub const COEFF4: usize = 4;
+
+/// The Stage-2 input bundle (owned). Field names and layouts follow the
+/// reference row kernel; see the module docs.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct RowKernelInputs {
+    /// Number of rows n.
+    pub n_rows: usize,
+    /// Row width r = 2 + p_h + p_w.
+    pub r: usize,
+    /// Score-warp block width.
+    pub p_h: usize,
+    /// Link-deviation block width.
+    pub p_w: usize,
+    /// The frailty scale (already folded into every coefficient array).
+    pub s_f: f64,
+    /// Row i owns cells `cell_offsets[i]..cell_offsets[i+1]` (n + 1, monotone, from 0).
+    pub cell_offsets: Vec<u32>,
+    /// Marginal index q per row.
+    pub q: Vec<f64>,
+    /// Slope b per row.
+    pub b: Vec<f64>,
+    /// phi(q) per row (F_q = -mu_1).
+    pub mu_1: Vec<f64>,
+    /// -q phi(q) per row (F_qq = -mu_2).
+    pub mu_2: Vec<f64>,
+    /// Observed score per row.
+    pub z_obs: Vec<f64>,
+    /// Label per row, 0 or 1.
+    pub y: Vec<f64>,
+    /// Weight per row, > 0.
+    pub w: Vec<f64>,
+    /// eta(z_obs) per row.
+    pub e_obs: Vec<f64>,
+    /// eta coefficient of z^0 per cell.
+    pub cell_c0: Vec<f64>,
+    /// eta coefficient of z^1 per cell.
+    pub cell_c1: Vec<f64>,
+    /// eta coefficient of z^2 per cell.
+    pub cell_c2: Vec<f64>,
+    /// eta coefficient of z^3 per cell.
+    pub cell_c3: Vec<f64>,
+    /// d eta / da, `[cell, 4]`.
+    pub cell_a: Vec<f64>,
+    /// d2 eta / da2, `[cell, 4]`.
+    pub cell_aa: Vec<f64>,
+    /// d eta / d theta_u, `[cell, r - 1, 4]` (u = 1..r-1).
+    pub cell_r: Vec<f64>,
+    /// d2 eta / da d theta_u, `[cell, r - 1, 4]`.
+    pub cell_ar: Vec<f64>,
+    /// d2 eta / db2, `[cell, 4]`.
+    pub cell_sbb: Vec<f64>,
+    /// d2 eta / db d beta_h, `[cell, p_h, 4]`.
+    pub cell_sbh: Vec<f64>,
+    /// d2 eta / db d beta_w, `[cell, p_w, 4]`.
+    pub cell_sbw: Vec<f64>,
+    /// m_0..m_9, `[cell, 10]`.
+    pub cell_moments: Vec<f64>,
+    /// d eta / da at z_obs per row.
+    pub chi_obs: Vec<f64>,
+    /// d2 eta / da2 at z_obs per row.
+    pub xi_obs: Vec<f64>,
+    /// d eta / d theta_u at z_obs, `[row, r]`.
+    pub rho_u: Vec<f64>,
+    /// d2 eta / da d theta_u at z_obs, `[row, r]`.
+    pub tau_u: Vec<f64>,
+    /// Explicit second partials at z_obs, `[row, r, r]`.
+    pub r_uv: Vec<f64>,
+}
+
+/// Everything Stage 1 produced for one row.
+#[derive(Clone, Debug)]
+pub struct RowStage1 {
+    /// Marginal index q.
+    pub q: f64,
+    /// Slope b.
+    pub b: f64,
+    /// The observed score.
+    pub z_obs: f64,
+    /// Label, 0 or 1.
+    pub y: f64,
+    /// Weight, > 0.
+    pub w: f64,
+    /// The solved intercept and the cells at it.
+    pub calibrated: Calibrated,
+    /// The observed-point jets.
+    pub observed: Observed,
+}
+
+fn push_cell(out: &mut RowKernelInputs, c: &Cell) {
+    out.cell_c0.push(c.eta[0]);
+    out.cell_c1.push(c.eta[1]);
+    out.cell_c2.push(c.eta[2]);
+    out.cell_c3.push(c.eta[3]);
+    out.cell_a.extend_from_slice(&c.a);
+    out.cell_aa.extend_from_slice(&c.aa);
+    c.r.iter().for_each(|p| out.cell_r.extend_from_slice(p));
+    c.ar.iter().for_each(|p| out.cell_ar.extend_from_slice(p));
+    out.cell_sbb.extend_from_slice(&c.sbb);
+    c.sbh.iter().for_each(|p| out.cell_sbh.extend_from_slice(p));
+    c.sbw.iter().for_each(|p| out.cell_sbw.extend_from_slice(p));
+    out.cell_moments.extend_from_slice(&c.moments);
+}
+
+impl RowKernelInputs {
+    /// Pack Stage-1 rows into the bundle and validate it.
+    pub fn pack(p_h: usize, p_w: usize, s_f: f64, rows: &[RowStage1]) -> Result<Self> {
+        let r = 2 + p_h + p_w;
+        let mut out = Self {
+            n_rows: rows.len(),
+            r,
+            p_h,
+            p_w,
+            s_f,
+            cell_offsets: vec![0],
+            ..Self::default()
+        };
+        for row in rows {
+            let phi = norm_pdf(row.q);
+            let o = &row.observed;
+            out.q.push(row.q);
+            out.b.push(row.b);
+            out.mu_1.push(phi);
+            out.mu_2.push(-row.q * phi);
+            out.z_obs.push(row.z_obs);
+            out.y.push(row.y);
+            out.w.push(row.w);
+            out.e_obs.push(o.e);
+            out.chi_obs.push(o.chi);
+            out.xi_obs.push(o.xi);
+            out.rho_u.extend_from_slice(&o.rho);
+            out.tau_u.extend_from_slice(&o.tau);
+            out.r_uv.extend_from_slice(&o.r_uv);
+            row.calibrated.cells.iter().for_each(|c| push_cell(&mut out, c));
+            let total = u32::try_from(out.cell_c0.len())
+                .map_err(|_| Error::invalid("cell_offsets", out.cell_c0.len(), "total cells must fit in u32"))?;
+            out.cell_offsets.push(total);
+        }
+        out.validate()?;
+        Ok(out)
+    }
+
+    /// Every f64 array with its name, for the shared checks.
+    fn f64_fields(&self) -> [(&'static str, &[f64]); 25] {
+        [
+            ("q", &self.q),
+            ("b", &self.b),
+            ("mu_1", &self.mu_1),
+            ("mu_2", &self.mu_2),
+            ("z_obs", &self.z_obs),
+            ("y", &self.y),
+            ("w", &self.w),
+            ("e_obs", &self.e_obs),
+            ("cell_c0", &self.cell_c0),
+            ("cell_c1", &self.cell_c1),
+            ("cell_c2", &self.cell_c2),
+            ("cell_c3", &self.cell_c3),
+            ("cell_a", &self.cell_a),
+            ("cell_aa", &self.cell_aa),
+            ("cell_r", &self.cell_r),
+            ("cell_ar", &self.cell_ar),
+            ("cell_sbb", &self.cell_sbb),
+            ("cell_sbh", &self.cell_sbh),
+            ("cell_sbw", &self.cell_sbw),
+            ("cell_moments", &self.cell_moments),
+            ("chi_obs", &self.chi_obs),
+            ("xi_obs", &self.xi_obs),
+            ("rho_u", &self.rho_u),
+            ("tau_u", &self.tau_u),
+            ("r_uv", &self.r_uv),
+        ]
+    }
+
+    /// Check every shape the kernel relies on, plus finiteness, labels in
+    /// {0, 1}, positive weights and a positive finite s_f. The kernel itself
+    /// assumes a valid bundle.
+    pub fn validate(&self) -> Result<()> {
+        self.validate_dims()?;
+        let (n, r) = (self.n_rows, self.r);
+        let offsets = &self.cell_offsets;
+        check_len("cell_offsets", offsets.len(), n + 1)?;
+        if offsets[0] != 0 {
+            return Err(Error::invalid("cell_offsets[0]", offsets[0], "must be 0"));
+        }
+        if let Some(i) = (0..n).find(|&i| offsets[i] > offsets[i + 1]) {
+            let rule = format!("cell_offsets must be monotone; cell_offsets[{i}] = {}", offsets[i]);
+            return Err(Error::invalid(format!("cell_offsets[{}]", i + 1), offsets[i + 1], rule));
+        }
+        let cells = offsets[n] as usize;
+        let shape = |dims: &[usize]| -> Result<usize> {
+            dims.iter()
+                .try_fold(1usize, |acc, d| acc.checked_mul(*d))
+                .ok_or_else(|| Error::invalid("shape", format!("{dims:?}"), "shape product overflows usize"))
+        };
+        let want = [
+            n,
+            n,
+            n,
+            n,
+            n,
+            n,
+            n,
+            n,
+            cells,
+            cells,
+            cells,
+            cells,
+            shape(&[cells, COEFF4])?,
+            shape(&[cells, COEFF4])?,
+            shape(&[cells, r - 1, COEFF4])?,
+            shape(&[cells, r - 1, COEFF4])?,
+            shape(&[cells, COEFF4])?,
+            shape(&[cells, self.p_h, COEFF4])?,
+            shape(&[cells, self.p_w, COEFF4])?,
+            shape(&[cells, MOMENTS])?,
+            n,
+            n,
+            shape(&[n, r])?,
+            shape(&[n, r])?,
+            shape(&[n, r, r])?,
+        ];
+        for ((name, values), want) in self.f64_fields().iter().zip(want) {
+            check_len(name, values.len(), want)?;
+            if let Some(k) = values.iter().position(|v| !v.is_finite()) {
+                return Err(Error::invalid(format!("{name}[{k}]"), values[k], "must be finite"));
+            }
+        }
+        if let Some(i) = self.y.iter().position(|&v| v != 0.0 && v != 1.0) {
+            return Err(Error::invalid(format!("y[{i}]"), self.y[i], "labels must be 0 or 1"));
+        }
+        if let Some(i) = self.w.iter().position(|&v| v <= 0.0) {
+            return Err(Error::invalid(format!("w[{i}]"), self.w[i], "weights must be > 0"));
+        }
+        Ok(())
+    }
+
+    fn validate_dims(&self) -> Result<()> {
+        if self.n_rows == 0 {
+            return Err(Error::invalid("n_rows", 0, "must be > 0"));
+        }
+        if self.r == 0 {
+            return Err(Error::invalid("r", 0, "must be > 0"));
+        }
+        let want = 2usize.checked_add(self.p_h).and_then(|v| v.checked_add(self.p_w));
+        if want != Some(self.r) {
+            let rule = format!("must equal 2 + p_h ({}) + p_w ({})", self.p_h, self.p_w);
+            return Err(Error::invalid("r", self.r, rule));
+        }
+        if !(self.s_f.is_finite() && self.s_f > 0.0) {
+            return Err(Error::invalid("s_f", self.s_f, "must be finite and > 0"));
+        }
+        Ok(())
+    }
+
+    /// Cells of row i.
+    pub fn row_cells(&self, i: usize) -> std::ops::Range<usize> {
+        self.cell_offsets[i] as usize..self.cell_offsets[i + 1] as usize
+    }
+}
+
+fn check_len(name: &str, have: usize, want: usize) -> Result<()> {
+    if have != want {
+        return Err(Error::invalid(
+            format!("{name}.len"),
+            have,
+            format!("must equal {want}"),
+        ));
+    }
+    Ok(())
+}

@@ -1,0 +1,190 @@
+//! The Bernoulli marginal-slope (BMS) model: bases, calibration, Stage 1
+//! (cells and moments), the Stage-2 row kernel on the CPU, and a generator.
+//! `shared/docs/bms-model.md` fixes the math every piece follows.
+//!
+//! [`BmsModel::evaluate`] runs both stages for all rows; its output feeds
+//! [`crate::RowHessian`] and [`crate::joint_gradient`].
+
+pub mod basis;
+pub mod calibration;
+pub mod cells;
+pub mod generator;
+pub mod inputs;
+pub mod probit;
+pub mod quadrature;
+pub mod row_kernel;
+
+use std::sync::Arc;
+
+use rayon::prelude::*;
+
+use crate::designs::{check_matrix, Designs};
+use crate::layout::Layout;
+use crate::row_hessian::{joint_gradient, JointGradient, RowHessian};
+use crate::{Error, Result};
+
+pub use basis::CubicBasis;
+pub use calibration::solve_intercept;
+pub use cells::Bases;
+pub use inputs::{RowKernelInputs, RowStage1};
+pub use row_kernel::{evaluate_rows, RowKernelOutputs};
+
+/// A data set: designs, scores, labels and weights.
+#[derive(Clone, Debug)]
+pub struct BmsData {
+    /// The marginal and slope designs (n rows).
+    pub designs: Arc<Designs>,
+    /// Standardised scores z_i.
+    pub z: Vec<f64>,
+    /// Labels in {0, 1}.
+    pub y: Vec<f64>,
+    /// Weights, > 0.
+    pub w: Vec<f64>,
+}
+
+impl BmsData {
+    /// Check lengths, finiteness, labels and weights.
+    pub fn new(designs: Arc<Designs>, z: Vec<f64>, y: Vec<f64>, w: Vec<f64>) -> Result<Self> {
+        let n = designs.n();
+        check_matrix("z", &z, n, 1)?;
+        check_matrix("y", &y, n, 1)?;
+        check_matrix("w", &w, n, 1)?;
+        if let Some(i) = y.iter().position(|&v| v != 0.0 && v != 1.0) {
+            return Err(Error::invalid(format!("y[{i}]"), y[i], "labels must be 0 or 1"));
+        }
+        if let Some(i) = w.iter().position(|&v| v <= 0.0) {
+            return Err(Error::invalid(format!("w[{i}]"), w[i], "weights must be > 0"));
+        }
+        Ok(Self { designs, z, y, w })
+    }
+    /// Number of rows.
+    pub fn n(&self) -> usize {
+        self.designs.n()
+    }
+}
+
+/// Per-row Stage-2 results for all rows.
+#[derive(Clone, Debug, PartialEq)]
+pub struct RowEvaluation {
+    /// neglog_i.
+    pub neglog: Vec<f64>,
+    /// Gradients in theta, n x r.
+    pub grad: Vec<f64>,
+    /// Hessians in theta, n x r x r.
+    pub hess: Vec<f64>,
+    /// The solved intercepts a_i.
+    pub intercept: Vec<f64>,
+}
+
+/// The BMS model: bases, frailty scale and the coefficient layout
+/// beta = (beta_m, beta_g, beta_h, beta_w).
+#[derive(Clone, Debug)]
+pub struct BmsModel {
+    bases: Bases,
+    layout: Layout,
+}
+
+impl BmsModel {
+    /// A model with the given bases (absent blocks have width 0), frailty
+    /// scale s_f in (0, 1] and design widths.
+    pub fn new(bases: Bases, p_m: usize, p_g: usize) -> Result<Self> {
+        let layout = Layout::standard(p_m, p_g, bases.p_h(), bases.p_w())?;
+        Ok(Self { bases, layout })
+    }
+    /// The bases.
+    pub fn bases(&self) -> &Bases {
+        &self.bases
+    }
+    /// The coefficient layout.
+    pub fn layout(&self) -> &Layout {
+        &self.layout
+    }
+    /// S_h, the score-warp penalty (p_h x p_h), if the block is present.
+    pub fn penalty_h(&self) -> Option<&[f64]> {
+        self.bases.score.as_ref().map(|b| b.penalty())
+    }
+    /// S_w, the link-deviation penalty (p_w x p_w), if the block is present.
+    pub fn penalty_w(&self) -> Option<&[f64]> {
+        self.bases.link.as_ref().map(|b| b.penalty())
+    }
+
+    fn check(&self, data: &BmsData, beta: &[f64]) -> Result<()> {
+        crate::row_hessian::check_layout_designs(&self.layout, &data.designs)?;
+        check_matrix("beta", beta, self.layout.p_total(), 1)
+    }
+
+    /// Row i's primary coordinates theta = (q, b, beta_h, beta_w).
+    pub fn theta(&self, data: &BmsData, beta: &[f64], i: usize) -> Vec<f64> {
+        let blk = self.layout.block();
+        let dot = |x: &[f64], b: &[f64]| x.iter().zip(b).map(|(x, b)| x * b).sum::<f64>();
+        let mut theta = vec![
+            dot(data.designs.x_m_row(i), &beta[blk.m_range()]),
+            dot(data.designs.x_g_row(i), &beta[blk.g_range()]),
+        ];
+        for (range, _) in self.layout.direct_blocks() {
+            theta.extend_from_slice(&beta[range]);
+        }
+        theta
+    }
+
+    /// Stage 1 for one row: solve a, build cells and moments, and the
+    /// observed-point jets.
+    pub fn stage1_row(&self, theta: &[f64], z: f64, y: f64, w: f64, row: usize) -> Result<RowStage1> {
+        let calibrated = solve_intercept(&self.bases, theta, row)?;
+        let observed = self.bases.observed(theta, calibrated.a, z);
+        Ok(RowStage1 {
+            q: theta[0],
+            b: theta[1],
+            z_obs: z,
+            y,
+            w,
+            calibrated,
+            observed,
+        })
+    }
+
+    /// Stage 1 for all rows (in parallel), packed into the kernel bundle,
+    /// with the solved intercepts. The first failing row (lowest index) is
+    /// the error.
+    pub fn stage1(&self, data: &BmsData, beta: &[f64]) -> Result<(RowKernelInputs, Vec<f64>)> {
+        self.check(data, beta)?;
+        let rows: Vec<Result<RowStage1>> = (0..data.n())
+            .into_par_iter()
+            .map(|i| self.stage1_row(&self.theta(data, beta, i), data.z[i], data.y[i], data.w[i], i))
+            .collect();
+        let rows = rows.into_iter().collect::<Result<Vec<_>>>()?;
+        let intercept = rows.iter().map(|r| r.calibrated.a).collect();
+        let inputs = RowKernelInputs::pack(self.bases.p_h(), self.bases.p_w(), self.bases.s_f, &rows)?;
+        Ok((inputs, intercept))
+    }
+
+    /// Stage 1 and Stage 2 for all rows at beta.
+    pub fn evaluate(&self, data: &BmsData, beta: &[f64]) -> Result<RowEvaluation> {
+        let (inputs, intercept) = self.stage1(data, beta)?;
+        let out = evaluate_rows(&inputs)?;
+        Ok(RowEvaluation {
+            neglog: out.neglog,
+            grad: out.grad,
+            hess: out.hess,
+            intercept,
+        })
+    }
+
+    /// The joint Hessian operator H = sum_i P_i^T H_i P_i of an evaluation.
+    pub fn row_hessian(&self, data: &BmsData, eval: &RowEvaluation) -> Result<RowHessian> {
+        RowHessian::new(self.layout.clone(), data.designs.clone(), eval.hess.clone())
+    }
+
+    /// The joint neglog and its gradient in beta of an evaluation.
+    pub fn joint_gradient(&self, data: &BmsData, eval: &RowEvaluation) -> Result<JointGradient> {
+        joint_gradient(&self.layout, &data.designs, &eval.neglog, &eval.grad)
+    }
+}
+
+/// One row's neglog evaluated from scratch at theta: solve a, then
+/// `-w log Phi(s eta(z))` with s = 2y - 1. The oracle of the derivative tests.
+pub fn row_neglog(bases: &Bases, theta: &[f64], z: f64, y: f64, w: f64) -> Result<f64> {
+    let a = solve_intercept(bases, theta, 0)?.a;
+    let e = bases.observed(theta, a, z).e;
+    Ok(-w * probit::log_ndtr((2.0 * y - 1.0) * e))
+}

@@ -1,0 +1,154 @@
+//! Stage 2 on the CPU: per-row neglog, gradient (r) and r x r Hessian from
+//! the input bundle, with the reference kernel's math (rows in parallel).
+//!
+//! Per cell, with kappa = 1/(2 pi), `T_n = kappa sum_e C_e m_{e+n}`,
+//! `D(R) = kappa sum_k R_k m_k` and `Q(R, S) = sum_{p,q} R_p S_q T_{p+q}`:
+//! `F_a += D(A)`, `F_aa += D(AA) - Q(A, A)`, `F_u += D(R_u)`,
+//! `F_au += D(AR_u) - Q(A, R_u)`, `F_uv += D(S_uv) - Q(R_u, R_v)` (u, v >= 1).
+//! Then the q-row override (`F_q = -mu_1`, `F_qq = -mu_2`, `F_qv = F_aq = 0`),
+//! the implicit function theorem for a_u and a_uv, the observed jets and the
+//! probit layer.
+
+use std::f64::consts::PI;
+
+use rayon::prelude::*;
+
+use super::calibration::cell_d;
+use super::cells::MOMENTS;
+use super::inputs::{RowKernelInputs, COEFF4};
+use super::probit::log_ndtr_mills_curvature;
+use crate::{Error, Result};
+
+/// Per-row outputs of Stage 2.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct RowKernelOutputs {
+    /// neglog_i, length n.
+    pub neglog: Vec<f64>,
+    /// Gradients in theta, n x r row-major.
+    pub grad: Vec<f64>,
+    /// Hessians in theta, n x r x r row-major, symmetric.
+    pub hess: Vec<f64>,
+}
+
+/// The calibration derivatives of one row, summed over its cells.
+struct RowSums {
+    f_a: f64,
+    f_aa: f64,
+    f_u: Vec<f64>,
+    f_au: Vec<f64>,
+    f_uv: Vec<f64>,
+}
+
+/// Q(R, S) = sum_{p,q} R_p S_q T_{p+q}.
+fn q_of(r: &[f64], s: &[f64], t: &[f64; 7]) -> f64 {
+    let mut acc = 0.0;
+    for p in 0..4 {
+        for q in 0..4 {
+            acc += r[p] * s[q] * t[p + q];
+        }
+    }
+    acc
+}
+
+fn slice4(v: &[f64], index: usize) -> &[f64] {
+    &v[index * COEFF4..(index + 1) * COEFF4]
+}
+
+fn cell_sums(inp: &RowKernelInputs, i: usize) -> RowSums {
+    let (r, p_h) = (inp.r, inp.p_h);
+    let mut s = RowSums {
+        f_a: 0.0,
+        f_aa: 0.0,
+        f_u: vec![0.0; r],
+        f_au: vec![0.0; r],
+        f_uv: vec![0.0; r * r],
+    };
+    for c in inp.row_cells(i) {
+        let eta = [inp.cell_c0[c], inp.cell_c1[c], inp.cell_c2[c], inp.cell_c3[c]];
+        let m = &inp.cell_moments[c * MOMENTS..(c + 1) * MOMENTS];
+        let mut t = [0.0; 7];
+        for (n, tn) in t.iter_mut().enumerate() {
+            *tn = (0..4).map(|e| eta[e] * m[e + n]).sum::<f64>() / (2.0 * PI);
+        }
+        let d = |v: &[f64]| cell_d(&[v[0], v[1], v[2], v[3]], m);
+        let a = slice4(&inp.cell_a, c);
+        s.f_a += d(a);
+        s.f_aa += d(slice4(&inp.cell_aa, c)) - q_of(a, a, &t);
+        let r_u = |u: usize| slice4(&inp.cell_r, c * (r - 1) + u - 1);
+        for u in 1..r {
+            s.f_u[u] += d(r_u(u));
+            s.f_au[u] += d(slice4(&inp.cell_ar, c * (r - 1) + u - 1)) - q_of(a, r_u(u), &t);
+            for v in u..r {
+                let explicit = match (u, v) {
+                    (1, 1) => d(slice4(&inp.cell_sbb, c)),
+                    (1, v) if v < 2 + p_h => d(slice4(&inp.cell_sbh, c * p_h + v - 2)),
+                    (1, v) => d(slice4(&inp.cell_sbw, c * inp.p_w + v - 2 - p_h)),
+                    _ => 0.0,
+                };
+                s.f_uv[u * r + v] += explicit - q_of(r_u(u), r_u(v), &t);
+            }
+        }
+    }
+    s
+}
+
+/// One row's (neglog, gradient, Hessian); Err(reason) when rejected.
+fn row(inp: &RowKernelInputs, i: usize) -> std::result::Result<(f64, Vec<f64>, Vec<f64>), String> {
+    let r = inp.r;
+    let mut s = cell_sums(inp, i);
+    // q enters F only through -Phi(q).
+    s.f_u[0] = -inp.mu_1[i];
+    s.f_au[0] = 0.0;
+    s.f_uv[0] = -inp.mu_2[i];
+    if !(s.f_a.is_finite() && s.f_a > 0.0) {
+        return Err(format!("F_a = {}: must be finite and > 0", s.f_a));
+    }
+    let a_u: Vec<f64> = s.f_u.iter().map(|f| -f / s.f_a).collect();
+    let mut a_uv = vec![0.0; r * r];
+    for u in 0..r {
+        for v in u..r {
+            let f = s.f_uv[u * r + v] + s.f_au[v] * a_u[u] + s.f_au[u] * a_u[v] + s.f_aa * a_u[u] * a_u[v];
+            a_uv[u * r + v] = -f / s.f_a;
+            a_uv[v * r + u] = a_uv[u * r + v];
+        }
+    }
+    let (chi, xi) = (inp.chi_obs[i], inp.xi_obs[i]);
+    let rho = &inp.rho_u[i * r..(i + 1) * r];
+    let tau = &inp.tau_u[i * r..(i + 1) * r];
+    let r_uv = &inp.r_uv[i * r * r..(i + 1) * r * r];
+    let sign = 2.0 * inp.y[i] - 1.0;
+    let (log_cdf, lambda, curvature) = log_ndtr_mills_curvature(sign * inp.e_obs[i]);
+    let (big_a, big_b) = (-inp.w[i] * sign * lambda, inp.w[i] * curvature);
+    let e_u: Vec<f64> = (0..r).map(|u| chi * a_u[u] + rho[u]).collect();
+    let grad: Vec<f64> = e_u.iter().map(|e| big_a * e).collect();
+    let mut hess = vec![0.0; r * r];
+    for u in 0..r {
+        for v in u..r {
+            let uv = u * r + v;
+            let e_uv = chi * a_uv[uv] + xi * a_u[u] * a_u[v] + tau[u] * a_u[v] + a_u[u] * tau[v] + r_uv[uv];
+            hess[uv] = big_b * e_u[u] * e_u[v] + big_a * e_uv;
+            hess[v * r + u] = hess[uv];
+        }
+    }
+    let neglog = -inp.w[i] * log_cdf;
+    let finite = neglog.is_finite() && grad.iter().chain(&hess).all(|v| v.is_finite());
+    if !finite {
+        return Err("non-finite neglog, gradient or Hessian".into());
+    }
+    Ok((neglog, grad, hess))
+}
+
+/// Validate the bundle and evaluate every row in parallel. The first
+/// rejected row (lowest index) is reported as [`Error::RowRejected`].
+pub fn evaluate_rows(inp: &RowKernelInputs) -> Result<RowKernelOutputs> {
+    inp.validate()?;
+    let rows: Vec<_> = (0..inp.n_rows).into_par_iter().map(|i| row(inp, i)).collect();
+    let mut out = RowKernelOutputs::default();
+    for (i, res) in rows.into_iter().enumerate() {
+        let (neglog, grad, hess) = res.map_err(|reason| Error::RowRejected { row: i, reason })?;
+        out.neglog.push(neglog);
+        out.grad.extend(grad);
+        out.hess.extend(hess);
+    }
+    Ok(out)
+}

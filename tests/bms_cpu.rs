@@ -1,0 +1,278 @@
+//! End-to-end checks of the BMS CPU pipeline (Stage 1 + Stage 2) against
+//! independent oracles: finite differences of from-scratch row and joint
+//! neglogs, the rigid closed form, and the generator's calibration.
+
+use matfree::bms::generator::{generate, GeneratorConfig};
+use matfree::bms::probit::{log_ndtr, norm_cdf};
+use matfree::bms::{evaluate_rows, row_neglog, Bases, BmsModel, CubicBasis, RowKernelInputs, RowStage1};
+use matfree::solvers::LinearOperator;
+use matfree::Error;
+
+fn bases(p_h: usize, p_w: usize, s_f: f64) -> Bases {
+    let score = (p_h > 0).then(|| CubicBasis::uniform(-4.0, 4.0, p_h).unwrap());
+    let link = (p_w > 0).then(|| CubicBasis::uniform(-5.0, 5.0, p_w).unwrap());
+    Bases::new(score, link, s_f).unwrap()
+}
+
+/// A row with both blocks active and smooth, clearly non-zero coefficients.
+fn theta(bs: &Bases, q: f64, b: f64) -> Vec<f64> {
+    let mut t = vec![q, b];
+    t.extend((0..bs.p_h()).map(|j| 0.3 * (0.8 * j as f64 + 0.3).sin()));
+    t.extend((0..bs.p_w()).map(|l| 0.2 * (0.6 * l as f64 + 0.9).cos()));
+    t
+}
+
+fn model_for(bs: &Bases) -> BmsModel {
+    BmsModel::new(bs.clone(), 1, 1).unwrap()
+}
+
+/// Stage 1 + Stage 2 for one row: (neglog, gradient, Hessian).
+fn row_eval(bs: &Bases, th: &[f64], z: f64, y: f64, w: f64) -> (f64, Vec<f64>, Vec<f64>) {
+    let row = model_for(bs).stage1_row(th, z, y, w, 0).unwrap();
+    let inputs = RowKernelInputs::pack(bs.p_h(), bs.p_w(), bs.s_f, &[row]).unwrap();
+    let out = evaluate_rows(&inputs).unwrap();
+    (out.neglog[0], out.grad, out.hess)
+}
+
+fn assert_close(what: &str, got: f64, want: f64, scale: f64, tol: f64) {
+    assert!(
+        (got - want).abs() <= tol * want.abs().max(scale),
+        "{what}: analytic {got:e} vs finite difference {want:e}"
+    );
+}
+
+fn check_row_derivatives(p_h: usize, p_w: usize) {
+    let bs = bases(p_h, p_w, 0.85);
+    let r = bs.r();
+    for (y, z, q, b) in [(1.0, 0.7, 0.4, 0.9), (0.0, -1.3, -0.6, 1.4)] {
+        let th = theta(&bs, q, b);
+        let w = 1.3;
+        let (neglog, grad, hess) = row_eval(&bs, &th, z, y, w);
+        assert!((neglog - row_neglog(&bs, &th, z, y, w).unwrap()).abs() < 1e-13 * neglog.abs());
+        let gscale = grad.iter().fold(0.0f64, |m, v| m.max(v.abs())) * 1e-3;
+        let hscale = hess.iter().fold(0.0f64, |m, v| m.max(v.abs())) * 1e-3;
+        for u in 0..r {
+            let h = 1e-5 * th[u].abs().max(1.0);
+            let (mut tp, mut tm) = (th.clone(), th.clone());
+            tp[u] += h;
+            tm[u] -= h;
+            // Each side solves a again from scratch.
+            let fp = row_neglog(&bs, &tp, z, y, w).unwrap();
+            let fm = row_neglog(&bs, &tm, z, y, w).unwrap();
+            assert_close(
+                &format!("r={r} y={y} g[{u}]"),
+                grad[u],
+                (fp - fm) / (2.0 * h),
+                gscale,
+                1e-6,
+            );
+            let (gp, gm) = (row_eval(&bs, &tp, z, y, w).1, row_eval(&bs, &tm, z, y, w).1);
+            for v in 0..r {
+                let fd = (gp[v] - gm[v]) / (2.0 * h);
+                assert_close(&format!("r={r} y={y} H[{v},{u}]"), hess[v * r + u], fd, hscale, 1e-6);
+            }
+        }
+    }
+}
+
+#[test]
+fn row_derivatives_match_finite_differences_r4() {
+    check_row_derivatives(1, 1);
+}
+
+#[test]
+fn row_derivatives_match_finite_differences_r20() {
+    check_row_derivatives(10, 8);
+}
+
+#[test]
+fn row_derivatives_match_finite_differences_r33() {
+    check_row_derivatives(16, 15);
+}
+
+#[test]
+fn rigid_rows_match_the_closed_form_and_direct_probit() {
+    let bs = bases(5, 4, 0.8);
+    let model = model_for(&bs);
+    for (q, b, z, y) in [(0.3, 0.7, 1.1, 1.0), (-2.2, -0.4, -0.3, 0.0), (1.5, 0.0, 2.0, 0.0)] {
+        let mut th = vec![0.0; bs.r()];
+        (th[0], th[1]) = (q, b);
+        let row = model.stage1_row(&th, z, y, 0.7, 0).unwrap();
+        let a = q * (1.0 + (0.8 * b) * (0.8f64 * b)).sqrt() / 0.8;
+        assert_eq!(row.calibrated.a, a);
+        let (neglog, _, _) = row_eval(&bs, &th, z, y, 0.7);
+        let direct = -0.7 * log_ndtr((2.0 * y - 1.0) * 0.8 * (a + b * z));
+        assert!((neglog - direct).abs() < 1e-14 * direct.abs(), "{neglog} vs {direct}");
+    }
+}
+
+#[test]
+fn generator_is_calibrated_in_bins_of_q() {
+    let g = generate(GeneratorConfig {
+        n: 6000,
+        p_m: 3,
+        p_g: 2,
+        p_h: 6,
+        p_w: 5,
+        s_f: 0.9,
+        seed: 11,
+    })
+    .unwrap();
+    let n = g.data.n();
+    let mut rows: Vec<(f64, f64)> = (0..n)
+        .map(|i| (g.model.theta(&g.data, &g.beta, i)[0], g.data.y[i]))
+        .collect();
+    rows.sort_by(|a, b| a.0.total_cmp(&b.0));
+    let mut worst: f64 = 0.0;
+    for bin in rows.chunks(n / 6) {
+        let mean_y = bin.iter().map(|r| r.1).sum::<f64>() / bin.len() as f64;
+        let p: Vec<f64> = bin.iter().map(|r| norm_cdf(r.0)).collect();
+        let mean_p = p.iter().sum::<f64>() / p.len() as f64;
+        let se = p.iter().map(|p| p * (1.0 - p)).sum::<f64>().sqrt() / p.len() as f64;
+        worst = worst.max((mean_y - mean_p).abs() / se);
+    }
+    assert!(worst < 4.0, "a bin of q is off by {worst:.2} standard errors");
+    // The warp and link deviation are really active.
+    assert!(g.beta[5..].iter().all(|v| *v != 0.0));
+}
+
+/// A valid two-row bundle to corrupt.
+fn small_bundle() -> RowKernelInputs {
+    let bs = bases(2, 3, 0.9);
+    let model = model_for(&bs);
+    let rows: Vec<RowStage1> = [(0.2, 0.8, 0.5, 1.0), (-0.7, 1.1, -1.0, 0.0)]
+        .iter()
+        .map(|&(q, b, z, y)| model.stage1_row(&theta(&bs, q, b), z, y, 1.0, 0).unwrap())
+        .collect();
+    RowKernelInputs::pack(2, 3, 0.9, &rows).unwrap()
+}
+
+type Corruption = (&'static str, fn(&mut RowKernelInputs));
+
+#[test]
+fn every_malformed_bundle_is_rejected_naming_the_field() {
+    let ok = small_bundle();
+    evaluate_rows(&ok).unwrap();
+    let cases: Vec<Corruption> = vec![
+        ("n_rows", |b| b.n_rows = 0),
+        ("r", |b| b.r = 6),
+        ("s_f", |b| b.s_f = 0.0),
+        ("s_f", |b| b.s_f = f64::NAN),
+        ("cell_offsets.len", |b| {
+            b.cell_offsets.pop();
+        }),
+        ("cell_offsets[0]", |b| b.cell_offsets[0] = 1),
+        ("cell_offsets[2]", |b| b.cell_offsets[2] = b.cell_offsets[1] - 1),
+        ("y[1]", |b| b.y[1] = 0.5),
+        ("w[0]", |b| b.w[0] = 0.0),
+        ("cell_moments[7]", |b| b.cell_moments[7] = f64::INFINITY),
+        ("r_uv[3]", |b| b.r_uv[3] = f64::NAN),
+    ];
+    let mut all = cases;
+    // Every array: one element short, and one NaN entry.
+    macro_rules! each_field {
+        ($($f:ident),+) => {$(
+            all.push((concat!(stringify!($f), ".len"), |b| { b.$f.pop(); }));
+            all.push((concat!(stringify!($f), "[0]"), |b| b.$f[0] = f64::NAN));
+        )+};
+    }
+    each_field!(
+        q,
+        b,
+        mu_1,
+        mu_2,
+        z_obs,
+        y,
+        w,
+        e_obs,
+        cell_c0,
+        cell_c1,
+        cell_c2,
+        cell_c3,
+        cell_a,
+        cell_aa,
+        cell_r,
+        cell_ar,
+        cell_sbb,
+        cell_sbh,
+        cell_sbw,
+        cell_moments,
+        chi_obs,
+        xi_obs,
+        rho_u,
+        tau_u,
+        r_uv
+    );
+    for (field, corrupt) in all {
+        let mut bad = ok.clone();
+        corrupt(&mut bad);
+        let msg = evaluate_rows(&bad).unwrap_err().to_string();
+        assert!(msg.contains(field), "corrupting {field} gave: {msg}");
+    }
+}
+
+#[test]
+fn a_row_with_non_positive_f_a_is_rejected_with_its_index() {
+    let mut bad = small_bundle();
+    let cells = bad.cell_offsets[1] as usize..bad.cell_offsets[2] as usize;
+    for c in cells {
+        bad.cell_a[c * 4..(c + 1) * 4].iter_mut().for_each(|v| *v = -*v);
+    }
+    match evaluate_rows(&bad) {
+        Err(Error::RowRejected { row, reason }) => {
+            assert_eq!(row, 1);
+            assert!(reason.contains("F_a"), "{reason}");
+        }
+        other => panic!("expected a rejected row, got {other:?}"),
+    }
+}
+
+#[test]
+fn joint_gradient_and_hessian_match_finite_differences() {
+    let g = generate(GeneratorConfig {
+        n: 50,
+        p_m: 3,
+        p_g: 2,
+        p_h: 4,
+        p_w: 3,
+        s_f: 0.9,
+        seed: 5,
+    })
+    .unwrap();
+    let (model, data) = (&g.model, &g.data);
+    // Move away from the truth so the gradient is not small.
+    let beta: Vec<f64> = g
+        .beta
+        .iter()
+        .enumerate()
+        .map(|(j, b)| b + 0.05 * (j as f64).cos())
+        .collect();
+    let eval = model.evaluate(data, &beta).unwrap();
+    let jg = model.joint_gradient(data, &eval).unwrap();
+    let dense = model.row_hessian(data, &eval).unwrap().to_dense().unwrap();
+    let p = beta.len();
+    let gscale = jg.gradient.iter().fold(0.0f64, |m, v| m.max(v.abs())) * 1e-3;
+    let hscale = dense.iter().fold(0.0f64, |m, v| m.max(v.abs())) * 1e-3;
+    for j in 0..p {
+        let h = 1e-5 * beta[j].abs().max(1.0);
+        let (mut bp, mut bm) = (beta.clone(), beta.clone());
+        bp[j] += h;
+        bm[j] -= h;
+        let (ep, em) = (model.evaluate(data, &bp).unwrap(), model.evaluate(data, &bm).unwrap());
+        let (gp, gm) = (
+            model.joint_gradient(data, &ep).unwrap(),
+            model.joint_gradient(data, &em).unwrap(),
+        );
+        assert_close(
+            &format!("grad[{j}]"),
+            jg.gradient[j],
+            (gp.neglog - gm.neglog) / (2.0 * h),
+            gscale,
+            1e-6,
+        );
+        for k in 0..p {
+            let fd = (gp.gradient[k] - gm.gradient[k]) / (2.0 * h);
+            assert_close(&format!("H[{k},{j}]"), dense[k * p + j], fd, hscale, 1e-6);
+        }
+    }
+}
