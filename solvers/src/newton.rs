@@ -176,6 +176,11 @@ pub struct NewtonOptions {
     pub armijo: f64,
     /// Most step halvings per iteration (default 40).
     pub max_halvings: usize,
+    /// Longest step tried, `||t delta||_inf <= max_step` (default 1e3): a
+    /// nearly singular ridged Hessian far from the optimum can propose a
+    /// huge step, and a model evaluated that far out may be slow or outside
+    /// its domain. mgcv caps its Newton steps the same way.
+    pub max_step: f64,
     /// PCG forcing terms.
     pub forcing: Forcing,
     /// PCG options; `rtol` is replaced by the forcing term (default
@@ -201,6 +206,7 @@ impl Default for NewtonOptions {
             step_tol: 1e-10,
             armijo: 1e-4,
             max_halvings: 40,
+            max_step: 1e3,
             forcing: Forcing::default(),
             pcg: PcgOptions::default(),
             ridge_start: 1e-8,
@@ -234,6 +240,7 @@ impl NewtonOptions {
             self.step_tol >= 0.0,
             "must be finite and >= 0",
         )?;
+        check("max_step", self.max_step, self.max_step > 0.0, "must be finite and > 0")?;
         let a = self.armijo;
         check("armijo", a, a > 0.0 && a < 0.5, "must lie in (0, 0.5)")?;
         let r = self.ridge_start;
@@ -760,7 +767,7 @@ fn line_search<B: Backend>(prob: &Problem<'_, '_, B>, cur: &Point<'_, B>, delta:
     let slope = dot(&cur.grad, delta);
     let mut s = Search {
         beta: None,
-        t: 1.0,
+        t: (prob.opts.max_step / inf_norm(delta)).min(1.0),
         halvings: 0,
         non_finite: 0,
         evaluations: 0,

@@ -10,6 +10,7 @@ pub mod calibration;
 pub mod cells;
 pub mod generator;
 pub mod inputs;
+pub mod objective;
 pub mod probit;
 pub mod quadrature;
 pub mod row_kernel;
@@ -27,6 +28,7 @@ pub use basis::CubicBasis;
 pub use calibration::solve_intercept;
 pub use cells::Bases;
 pub use inputs::{RowKernelInputs, RowStage1};
+pub use objective::{bms_penalty, BmsObjective};
 pub use row_kernel::{evaluate_rows, RowKernelOutputs};
 
 /// A data set: designs, scores, labels and weights.

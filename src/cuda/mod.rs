@@ -7,12 +7,14 @@
 //! falls back to the CPU under `MATFREE_GPU=auto`.
 
 mod backend;
+mod bms;
 mod dense;
 mod kernels;
 mod row_hessian;
 mod runtime;
 
 pub use backend::CudaBackend;
+pub use bms::{evaluate_rows_device, BmsDeviceObjective, DeviceRowEvaluation};
 pub use dense::DeviceCholesky;
 pub use row_hessian::{DeviceDesigns, DeviceRowHessian};
 pub use runtime::{gpu_for_test, select_device, Device, Gpu, GpuPolicy};

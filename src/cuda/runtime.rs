@@ -114,6 +114,7 @@ pub(crate) struct Functions {
     pub invert_positive: CudaFunction,
     pub log_diag_sum: CudaFunction,
     pub add_into: CudaFunction,
+    pub bms_row: CudaFunction,
 }
 
 /// One GPU: its context, the stream every operation is queued on, cuBLAS,
@@ -144,10 +145,11 @@ pub(crate) fn cuda_err(what: &str, e: impl std::fmt::Debug) -> Error {
 pub(crate) const PINNED_SLOTS: usize = 64;
 
 /// The kernel sources, embedded at build time.
-const SOURCES: [(&str, &str); 3] = [
+const SOURCES: [(&str, &str); 4] = [
     ("row_hessian.cu", include_str!("../../kernels/row_hessian.cu")),
     ("pcg.cu", include_str!("../../kernels/pcg.cu")),
     ("dense.cu", include_str!("../../kernels/dense.cu")),
+    ("bms_row.cu", include_str!("../../kernels/bms_row.cu")),
 ];
 
 fn check_libraries() -> Result<()> {
@@ -324,5 +326,6 @@ fn compile(ctx: &Arc<CudaContext>, (major, minor): (i32, i32)) -> Result<Functio
         invert_positive: get(1, "invert_positive")?,
         log_diag_sum: get(2, "log_diag_sum")?,
         add_into: get(2, "add_into")?,
+        bms_row: get(3, "bms_row")?,
     })
 }

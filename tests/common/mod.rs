@@ -1,0 +1,69 @@
+//! Shared test helpers: an independent dense Newton reference for the BMS fit.
+
+#![allow(dead_code)]
+
+use matfree::bms::{BmsData, BmsModel};
+use matfree::solvers::{Cholesky, CpuBackend, LinearOperator, Penalty};
+
+/// f(beta) = neglog + beta^T S beta / 2 and its gradient, straight from the model.
+fn penalised(model: &BmsModel, data: &BmsData, s: &[f64], beta: &[f64]) -> Option<(f64, Vec<f64>, Vec<f64>)> {
+    let p = beta.len();
+    let rows = model.evaluate(data, beta).ok()?;
+    let jg = model.joint_gradient(data, &rows).ok()?;
+    let sb: Vec<f64> = (0..p).map(|i| (0..p).map(|j| s[i * p + j] * beta[j]).sum()).collect();
+    let f = jg.neglog + 0.5 * beta.iter().zip(&sb).map(|(a, b)| a * b).sum::<f64>();
+    let g = jg.gradient.iter().zip(&sb).map(|(a, b)| a + b).collect();
+    let mut h = LinearOperator::<CpuBackend>::to_dense(&model.row_hessian(data, &rows).ok()?).ok()?;
+    h.iter_mut().zip(s).for_each(|(a, b)| *a += b);
+    Some((f, g, h))
+}
+
+/// A plain dense Newton loop with step halving: the oracle the matrix-free
+/// driver is compared with.
+pub fn dense_newton(model: &BmsModel, data: &BmsData, penalty: &Penalty, lambda: &[f64], beta0: &[f64]) -> Vec<f64> {
+    let s = penalty.dense(lambda).unwrap();
+    let p = beta0.len();
+    let mut beta = beta0.to_vec();
+    let (mut f, mut g, mut h) = penalised(model, data, &s, &beta).expect("start inside the domain");
+    for _ in 0..100 {
+        if g.iter().fold(0.0f64, |m, v| m.max(v.abs())) <= 1e-11 * (f.abs() + 1.0) {
+            break;
+        }
+        let step = ridged_solve(p, &h, &g);
+        let mut t = 1.0;
+        loop {
+            let trial: Vec<f64> = beta.iter().zip(&step).map(|(b, d)| b - t * d).collect();
+            if let Some((ft, gt, ht)) = penalised(model, data, &s, &trial) {
+                if ft <= f {
+                    (beta, f, g, h) = (trial, ft, gt, ht);
+                    break;
+                }
+            }
+            t *= 0.5;
+            assert!(t > 1e-12, "dense reference line search failed");
+        }
+    }
+    beta
+}
+
+/// (H + mu I)^{-1} g with the smallest mu in 0, 1e-8 d, 1e-7 d, ... (d =
+/// max diag) that makes the matrix positive definite: far from the optimum
+/// the observed information need not be.
+fn ridged_solve(p: usize, h: &[f64], g: &[f64]) -> Vec<f64> {
+    let d = (0..p).fold(0.0f64, |m, i| m.max(h[i * p + i].abs()));
+    let mut mu = 0.0;
+    loop {
+        let mut a = h.to_vec();
+        (0..p).for_each(|i| a[i * p + i] += mu);
+        if let Ok(c) = Cholesky::factor(p, &a) {
+            return c.solve(g, 1).unwrap();
+        }
+        mu = if mu == 0.0 { 1e-8 * d } else { mu * 10.0 };
+    }
+}
+
+/// max |a - b| / max |b|.
+pub fn rel_diff(a: &[f64], b: &[f64]) -> f64 {
+    let scale = b.iter().fold(0.0f64, |m, v| m.max(v.abs()));
+    a.iter().zip(b).fold(0.0f64, |m, (x, y)| m.max((x - y).abs())) / scale
+}

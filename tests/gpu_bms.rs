@@ -1,0 +1,176 @@
+//! BMS Stage 2 on the device against the CPU row kernel (the oracle), and
+//! the device operator built from device rows against the CPU operator.
+
+mod common;
+
+use matfree::bms::bms_penalty;
+use matfree::bms::generator::{generate, Generated, GeneratorConfig};
+use matfree::bms::row_kernel::evaluate_rows;
+use matfree::cuda::{evaluate_rows_device, gpu_for_test, BmsDeviceObjective, CudaBackend, DeviceDesigns};
+use matfree::fixture::Rng;
+use matfree::solvers::newton::{newton, NewtonOptions, Solver};
+use matfree::solvers::{CpuBackend, LinearOperator};
+use matfree::{Error, RowHessian};
+
+fn assert_close(label: &str, got: &[f64], want: &[f64], rel: f64) {
+    assert_eq!(got.len(), want.len(), "{label} length");
+    let scale = want.iter().fold(0.0f64, |m, v| m.max(v.abs())).max(1e-300);
+    for (k, (g, w)) in got.iter().zip(want).enumerate() {
+        assert!(
+            (g - w).abs() <= rel * scale,
+            "{label}[{k}]: gpu {g} vs cpu {w} (scale {scale})"
+        );
+    }
+}
+
+fn fixture(n: usize, p_h: usize, p_w: usize, seed: u64) -> Generated {
+    generate(GeneratorConfig {
+        n,
+        p_m: 3,
+        p_g: 2,
+        p_h,
+        p_w,
+        s_f: 0.8,
+        seed,
+    })
+    .unwrap()
+}
+
+/// beta with the slope block shrunk, so b is small and every link knot
+/// (t in [-6, 6]) maps to |z| far outside the score knots' range.
+fn small_slope(g: &Generated) -> Vec<f64> {
+    let mut beta = g.beta.clone();
+    for j in g.model.layout().block().g_range() {
+        beta[j] *= 0.01;
+    }
+    beta
+}
+
+#[test]
+fn device_rows_match_cpu_rows_and_operators() {
+    let Some(gpu) = gpu_for_test("device_rows_match_cpu_rows_and_operators") else {
+        return;
+    };
+    // r = 4, 20, 33, 64 with both blocks active.
+    for (k, (n, p_h, p_w)) in [(300, 1, 1), (200, 10, 8), (120, 20, 11), (60, 40, 22)]
+        .into_iter()
+        .enumerate()
+    {
+        let g = fixture(n, p_h, p_w, 10 + k as u64);
+        assert!(g.data.y.contains(&0.0) && g.data.y.contains(&1.0), "both labels");
+        let designs = DeviceDesigns::upload(gpu.clone(), &g.data.designs).unwrap();
+        for beta in [g.beta.clone(), small_slope(&g)] {
+            let (inp, _) = g.model.stage1(&g.data, &beta).unwrap();
+            let most_cells = (0..n).map(|i| inp.row_cells(i).len()).max().unwrap();
+            let cpu = evaluate_rows(&inp).unwrap();
+            let dev = evaluate_rows_device(&designs, g.model.layout(), &inp).unwrap();
+            let r = inp.r;
+            let label = format!("r = {r}, most cells {most_cells}");
+            assert_close(
+                &format!("neglog {label}"),
+                &gpu.download(&dev.neglog).unwrap(),
+                &cpu.neglog,
+                1e-8,
+            );
+            assert_close(
+                &format!("grad {label}"),
+                &gpu.download(&dev.grad).unwrap(),
+                &cpu.grad,
+                1e-8,
+            );
+            // The operator from device rows equals the CPU operator from CPU rows.
+            let op = RowHessian::new(g.model.layout().clone(), g.data.designs.clone(), cpu.hess.clone()).unwrap();
+            let p = op.dim();
+            let v = Rng::new(3).normals(p);
+            let mut want = vec![0.0; p];
+            op.apply(&v, &mut want).unwrap();
+            assert_close(&format!("hvp {label}"), &dev.hessian.hvp_host(&v).unwrap(), &want, 1e-8);
+            assert_close(
+                &format!("diag {label}"),
+                &dev.hessian.diagonal_host().unwrap(),
+                &op.diagonal_host(),
+                1e-8,
+            );
+            let dense = LinearOperator::<CpuBackend>::to_dense(&op).unwrap();
+            assert_close(
+                &format!("dense {label}"),
+                &dev.hessian.dense_host().unwrap(),
+                &dense,
+                1e-8,
+            );
+            let (jc, jd) = (
+                op.joint_gradient(&cpu.neglog, &cpu.grad).unwrap(),
+                dev.joint_gradient().unwrap(),
+            );
+            assert_close(&format!("joint gradient {label}"), &jd.gradient, &jc.gradient, 1e-8);
+            assert_close(&format!("joint neglog {label}"), &[jd.neglog], &[jc.neglog], 1e-10);
+            println!("{label}: parity ok");
+        }
+        // Small slopes really do move every link knot off the score range.
+        let (inp, _) = g.model.stage1(&g.data, &small_slope(&g)).unwrap();
+        assert!(inp.b.iter().all(|b| b.abs() < 0.1), "slopes not small");
+    }
+}
+
+#[test]
+fn a_rejected_row_is_reported_with_its_index_on_device() {
+    let Some(gpu) = gpu_for_test("a_rejected_row_is_reported_with_its_index_on_device") else {
+        return;
+    };
+    let g = fixture(40, 4, 3, 7);
+    let (mut inp, _) = g.model.stage1(&g.data, &g.beta).unwrap();
+    for c in inp.row_cells(17) {
+        inp.cell_a[c * 4..(c + 1) * 4].iter_mut().for_each(|v| *v = -*v);
+    }
+    let designs = DeviceDesigns::upload(gpu, &g.data.designs).unwrap();
+    match evaluate_rows_device(&designs, g.model.layout(), &inp) {
+        Err(Error::RowRejected { row, reason }) => {
+            assert_eq!(row, 17);
+            assert!(reason.contains("F_a"), "{reason}");
+        }
+        other => panic!("expected row 17 rejected, got {:?}", other.err()),
+    }
+    // A malformed bundle is rejected before any launch, naming the field.
+    inp.q.pop();
+    match evaluate_rows_device(&designs, g.model.layout(), &inp) {
+        Err(Error::InvalidInput { field, .. }) => assert!(field.starts_with('q'), "{field}"),
+        other => panic!("expected a field error, got {:?}", other.err()),
+    }
+}
+
+#[test]
+fn newton_on_bms_on_device_matches_dense_reference() {
+    let Some(gpu) = gpu_for_test("newton_on_bms_on_device_matches_dense_reference") else {
+        return;
+    };
+    let g = generate(GeneratorConfig {
+        n: 400,
+        p_m: 3,
+        p_g: 2,
+        p_h: 4,
+        p_w: 3,
+        s_f: 1.0,
+        seed: 5,
+    })
+    .unwrap();
+    let penalty = bms_penalty(&g.model).unwrap();
+    let lambda = [2.0, 0.5];
+    let beta0 = vec![0.0; g.beta.len()];
+    let want = common::dense_newton(&g.model, &g.data, &penalty, &lambda, &beta0);
+    let objective = BmsDeviceObjective::new(gpu.clone(), &g.model, &g.data).unwrap();
+    let backend = CudaBackend::new(gpu).unwrap();
+    for solver in [Solver::Pcg, Solver::Dense] {
+        let opts = NewtonOptions {
+            solver,
+            grad_tol: 1e-11,
+            max_step: 2.0,
+            ..Default::default()
+        };
+        let fit = newton(&backend, &objective, &penalty, &lambda, &beta0, &opts).unwrap();
+        assert!(fit.report.converged, "{solver:?}: {:?}", fit.report.termination);
+        let d = common::rel_diff(&fit.beta, &want);
+        assert!(d <= 1e-8, "{solver:?}: coefficients differ by {d:e} relative");
+        let gn = fit.gradient.iter().fold(0.0f64, |m, v| m.max(v.abs()));
+        assert!(gn <= 1e-10 * (fit.objective.abs() + 1.0), "{solver:?}: gradient {gn:e}");
+    }
+}
