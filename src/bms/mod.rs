@@ -14,6 +14,7 @@ pub mod objective;
 pub mod probit;
 pub mod quadrature;
 pub mod row_kernel;
+pub mod summary;
 
 use std::sync::Arc;
 

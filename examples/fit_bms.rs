@@ -1,0 +1,617 @@
+//! Fit the Bernoulli marginal-slope model end to end, as a user would.
+//!
+//!     cargo run --release --example fit_bms                      # simulate and fit
+//!     cargo run --release --example fit_bms -- --data d.csv --label y --score z \
+//!         --marginal x1,x2 --slope x1 --json fit.json --plot smooths.svg
+//!
+//! Smoothing parameters are chosen by REML (LAML) unless `--lambda` fixes
+//! them; the GPU is used when one is found (`--backend` overrides).
+
+use std::cell::Cell;
+use std::error::Error;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Instant;
+
+use clap::Parser;
+use matfree::bms::generator::{generate, GeneratorConfig};
+use matfree::bms::summary::{coefficients, edf, penalised_covariance, smooth_band, sub_block, Coefficient, SmoothTerm};
+use matfree::bms::{bms_penalty, Bases, BmsData, BmsModel, BmsObjective, CubicBasis};
+use matfree::cuda::{select_device, BmsDeviceObjective, CudaBackend, Device, GpuPolicy};
+use matfree::data::{read_csv, ColumnSpec};
+use matfree::plot::{smooths_svg, Panel};
+use matfree::solvers::newton::{newton, Evaluation, NewtonOptions, Objective};
+use matfree::solvers::reml::{reml, RemlOptions};
+use matfree::solvers::{cg, Backend, Jacobi, LinearOperator, PcgOptions, Penalised, Penalty, PenaltyMatrix};
+use matfree::Designs;
+use serde::Serialize;
+
+type AnyResult<T> = Result<T, Box<dyn Error>>;
+
+/// Rows simulated by default on the GPU, and on the CPU (Stage 1 runs on the
+/// CPU at about half a millisecond a row and core, so a 2-core machine fits
+/// the smaller set in about a minute).
+const GPU_DEFAULT_ROWS: usize = 200_000;
+const CPU_DEFAULT_ROWS: usize = 1_500;
+
+#[derive(Parser, Debug)]
+#[command(about = "Fit the Bernoulli marginal-slope model (REML smoothing selection) on CPU or GPU")]
+struct Args {
+    /// Simulate this many rows (default 200,000 on a GPU, 2,000 on the CPU).
+    #[arg(long)]
+    simulate: Option<usize>,
+    /// Seed of the simulation.
+    #[arg(long, default_value_t = 1)]
+    seed: u64,
+    /// Fit a CSV file instead of simulated data.
+    #[arg(long)]
+    data: Option<PathBuf>,
+    /// Label column (0/1).
+    #[arg(long, default_value = "y")]
+    label: String,
+    /// Standardised score column.
+    #[arg(long, default_value = "z")]
+    score: String,
+    /// Optional weight column (> 0).
+    #[arg(long)]
+    weights: Option<String>,
+    /// Comma-separated covariates of the marginal design (an intercept is added).
+    #[arg(long, value_delimiter = ',')]
+    marginal: Vec<String>,
+    /// Comma-separated covariates of the slope design (an intercept is added).
+    #[arg(long, value_delimiter = ',')]
+    slope: Vec<String>,
+    /// Basis dimension of the score warp H(z) (0: none).
+    #[arg(long, default_value_t = 8)]
+    score_basis: usize,
+    /// Basis dimension of the link deviation L(t) (0: none).
+    #[arg(long, default_value_t = 6)]
+    link_basis: usize,
+    /// Fix the smoothing parameters (comma-separated, one per smooth) instead of REML.
+    #[arg(long, value_delimiter = ',')]
+    lambda: Option<Vec<f64>>,
+    /// auto, cpu or gpu.
+    #[arg(long, default_value = "auto")]
+    backend: String,
+    /// Standard deviation of a Gaussian frailty (0: none).
+    #[arg(long, default_value_t = 0.0)]
+    frailty_sd: f64,
+    /// Inner Newton gradient tolerance (relative to |f| + 1).
+    #[arg(long, default_value_t = 1e-8)]
+    grad_tol: f64,
+    /// REML gradient tolerance.
+    #[arg(long, default_value_t = 1e-5)]
+    reml_tol: f64,
+    /// Write the summary as JSON here.
+    #[arg(long)]
+    json: Option<PathBuf>,
+    /// Draw the fitted smooths with 95% bands as SVG here.
+    #[arg(long)]
+    plot: Option<PathBuf>,
+}
+
+/// Everything the program reports, printed as a table and written as JSON.
+#[derive(Serialize)]
+struct Report {
+    backend: String,
+    data: String,
+    n: usize,
+    p: usize,
+    method: String,
+    converged: bool,
+    reml_score: Option<f64>,
+    penalised_neglog: f64,
+    newton_iterations: usize,
+    reml_iterations: usize,
+    evaluations: usize,
+    pcg_iterations_per_second: f64,
+    coefficients: Vec<Coefficient>,
+    smooths: Vec<SmoothTerm>,
+    phases: Vec<(String, f64)>,
+    notes: Vec<String>,
+}
+
+/// A problem ready to fit.
+struct Problem {
+    model: BmsModel,
+    data: BmsData,
+    truth: Option<Vec<f64>>,
+    marginal_names: Vec<String>,
+    slope_names: Vec<String>,
+    source: String,
+}
+
+fn main() -> std::process::ExitCode {
+    match run(Args::parse()) {
+        Ok(()) => std::process::ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("fit_bms: error: {e}");
+            std::process::ExitCode::FAILURE
+        }
+    }
+}
+
+fn choose_device(backend: &str) -> AnyResult<Device> {
+    let policy = match backend {
+        "auto" => GpuPolicy::from_env()?,
+        "cpu" => GpuPolicy::Off,
+        "gpu" => GpuPolicy::Required,
+        other => return Err(format!("--backend {other:?}: must be auto, cpu or gpu").into()),
+    };
+    Ok(select_device(policy)?)
+}
+
+fn run(args: Args) -> AnyResult<()> {
+    if !(args.frailty_sd.is_finite() && args.frailty_sd >= 0.0) {
+        return Err(format!("--frailty-sd {}: must be finite and >= 0", args.frailty_sd).into());
+    }
+    let mut phases = Vec::new();
+    let mut notes = Vec::new();
+    let device = choose_device(&args.backend)?;
+    eprintln!("backend: {}", device.describe());
+    let t = Instant::now();
+    let problem = match &args.data {
+        Some(path) => load(path, &args)?,
+        None => simulate(&args, matches!(device, Device::Gpu(_)), &mut notes)?,
+    };
+    phases.push((
+        if args.data.is_some() { "load" } else { "simulate" }.to_string(),
+        t.elapsed().as_secs_f64(),
+    ));
+    let penalty = bms_penalty(&problem.model)?;
+    if let Some(l) = &args.lambda {
+        if l.len() != penalty.n_blocks() {
+            return Err(format!(
+                "--lambda: {} values given, the model has {} smooths",
+                l.len(),
+                penalty.n_blocks()
+            )
+            .into());
+        }
+    }
+    let fit = match &device {
+        Device::Gpu(gpu) => {
+            let t = Instant::now();
+            let objective = BmsDeviceObjective::new(gpu.clone(), &problem.model, &problem.data)?;
+            phases.push(("upload".into(), t.elapsed().as_secs_f64()));
+            fit(
+                &CudaBackend::new(gpu.clone())?,
+                &objective,
+                &penalty,
+                &args,
+                &mut phases,
+            )?
+        }
+        Device::Cpu { .. } => fit(
+            &matfree::solvers::CpuBackend::new(),
+            &BmsObjective::new(&problem.model, &problem.data),
+            &penalty,
+            &args,
+            &mut phases,
+        )?,
+    };
+    let t = Instant::now();
+    let report = summarise(&problem, &penalty, &fit, &device, notes, &mut phases)?;
+    print!("{}", table(&report));
+    write_outputs(&args, &problem, &penalty, &fit, &report)?;
+    phases.push(("output".into(), t.elapsed().as_secs_f64()));
+    eprintln!(
+        "phases (s): {}",
+        phases
+            .iter()
+            .map(|(k, v)| format!("{k} {v:.2}"))
+            .collect::<Vec<_>>()
+            .join(", ")
+    );
+    Ok(())
+}
+
+fn bases(args: &Args) -> AnyResult<Bases> {
+    let s_f = 1.0 / (1.0 + args.frailty_sd * args.frailty_sd).sqrt();
+    let score = (args.score_basis > 0)
+        .then(|| CubicBasis::uniform(-4.0, 4.0, args.score_basis))
+        .transpose()?;
+    let link = (args.link_basis > 0)
+        .then(|| CubicBasis::uniform(-6.0, 6.0, args.link_basis))
+        .transpose()?;
+    Ok(Bases::new(score, link, s_f)?)
+}
+
+fn load(path: &Path, args: &Args) -> AnyResult<Problem> {
+    let spec = ColumnSpec {
+        label: args.label.clone(),
+        score: args.score.clone(),
+        weights: args.weights.clone(),
+        marginal: args.marginal.clone(),
+        slope: args.slope.clone(),
+    };
+    let p = 2 + args.marginal.len() + args.slope.len() + args.score_basis + args.link_basis;
+    let ds = read_csv(path, &spec, 5 * p)?;
+    let model = BmsModel::new(bases(args)?, ds.p_m, ds.p_g)?;
+    let designs = Arc::new(Designs::new(ds.n, ds.p_m, ds.p_g, ds.x_m, ds.x_g)?);
+    let data = BmsData::new(designs, ds.z, ds.y, ds.w)?;
+    let source = format!("{} ({} rows)", path.display(), ds.n);
+    Ok(Problem {
+        model,
+        data,
+        truth: None,
+        marginal_names: ds.marginal_names,
+        slope_names: ds.slope_names,
+        source,
+    })
+}
+
+fn simulate(args: &Args, gpu: bool, notes: &mut Vec<String>) -> AnyResult<Problem> {
+    let n = args
+        .simulate
+        .unwrap_or(if gpu { GPU_DEFAULT_ROWS } else { CPU_DEFAULT_ROWS });
+    if args.simulate.is_none() && !gpu {
+        notes.push(format!(
+            "no GPU: simulated {CPU_DEFAULT_ROWS} rows instead of {GPU_DEFAULT_ROWS} (use --simulate N for more)"
+        ));
+    }
+    let s_f = 1.0 / (1.0 + args.frailty_sd * args.frailty_sd).sqrt();
+    let cfg = GeneratorConfig {
+        n,
+        p_m: 3,
+        p_g: 2,
+        p_h: args.score_basis,
+        p_w: args.link_basis,
+        s_f,
+        seed: args.seed,
+    };
+    eprintln!("simulating {n} rows (seed {})", args.seed);
+    let g = generate(cfg)?;
+    let names = |p: usize| {
+        (0..p)
+            .map(|j| {
+                if j == 0 {
+                    "(Intercept)".to_string()
+                } else {
+                    format!("x{j}")
+                }
+            })
+            .collect()
+    };
+    Ok(Problem {
+        source: format!("simulated, {n} rows, seed {}", args.seed),
+        model: g.model,
+        data: g.data,
+        truth: Some(g.beta),
+        marginal_names: names(3),
+        slope_names: names(2),
+    })
+}
+
+/// Prints a line per objective evaluation, so long fits show progress.
+struct Progress<'o, B: Backend> {
+    inner: &'o dyn Objective<B>,
+    count: Cell<usize>,
+    start: Instant,
+}
+
+impl<B: Backend> Objective<B> for Progress<'_, B> {
+    fn dim(&self) -> usize {
+        self.inner.dim()
+    }
+    fn evaluate(&self, beta: &[f64]) -> matfree::solvers::Result<Option<Evaluation<'_, B>>> {
+        let e = self.inner.evaluate(beta)?;
+        self.count.set(self.count.get() + 1);
+        let value = e.as_ref().map_or(f64::NAN, |e| e.value);
+        eprintln!(
+            "  evaluation {:>4}: neglog {value:.6}  ({:.1} s)",
+            self.count.get(),
+            self.start.elapsed().as_secs_f64()
+        );
+        Ok(e)
+    }
+    fn cost(&self) -> matfree::solvers::newton::CostEstimate {
+        self.inner.cost()
+    }
+}
+
+/// What a fit produced.
+struct Fit {
+    beta: Vec<f64>,
+    lambda: Vec<f64>,
+    reml_score: Option<f64>,
+    objective: f64,
+    newton_iterations: usize,
+    reml_iterations: usize,
+    converged: bool,
+    evaluations: usize,
+    hessian: Vec<f64>,
+    pcg_rate: f64,
+}
+
+fn newton_options(args: &Args) -> NewtonOptions {
+    NewtonOptions {
+        grad_tol: args.grad_tol,
+        max_step: 2.0,
+        ..Default::default()
+    }
+}
+
+fn fit<B: Backend>(
+    backend: &B,
+    objective: &dyn Objective<B>,
+    penalty: &Penalty,
+    args: &Args,
+    phases: &mut Vec<(String, f64)>,
+) -> AnyResult<Fit> {
+    let progress = Progress {
+        inner: objective,
+        count: Cell::new(0),
+        start: Instant::now(),
+    };
+    let beta0 = vec![0.0; objective.dim()];
+    let t = Instant::now();
+    let mut out = match &args.lambda {
+        Some(lambda) => {
+            eprintln!("Newton at fixed lambda = {lambda:?}");
+            let f = newton(backend, &progress, penalty, lambda, &beta0, &newton_options(args))?;
+            let it = f.report.iterations.len();
+            (f.beta, lambda.clone(), None, f.objective, it, 0, f.report.converged)
+        }
+        None => {
+            eprintln!("REML over {} smoothing parameters", penalty.n_blocks());
+            let opts = RemlOptions {
+                newton: newton_options(args),
+                grad_tol: args.reml_tol,
+                ..Default::default()
+            };
+            let f = reml(
+                backend,
+                &progress,
+                penalty,
+                &vec![0.0; penalty.n_blocks()],
+                &beta0,
+                &opts,
+            )?;
+            let newton_its = f.laml.newton.iterations.len();
+            let l = f.laml;
+            (
+                l.beta,
+                f.lambda,
+                Some(l.value),
+                l.objective,
+                newton_its,
+                f.report.iterations.len(),
+                f.report.converged,
+            )
+        }
+    };
+    phases.push(("fit".into(), t.elapsed().as_secs_f64()));
+    let t = Instant::now();
+    let eval = objective
+        .evaluate(&out.0)?
+        .ok_or("the fitted coefficients are outside the model's domain")?;
+    let hessian = eval.hessian.to_dense()?;
+    let pcg_rate = pcg_rate(backend, &*eval.hessian, penalty, &out.1)?;
+    phases.push(("summary".into(), t.elapsed().as_secs_f64()));
+    let (beta, lambda) = (std::mem::take(&mut out.0), std::mem::take(&mut out.1));
+    Ok(Fit {
+        beta,
+        lambda,
+        reml_score: out.2,
+        objective: out.3,
+        newton_iterations: out.4,
+        reml_iterations: out.5,
+        converged: out.6,
+        evaluations: progress.count.get(),
+        hessian,
+        pcg_rate,
+    })
+}
+
+/// Fixed-iteration Jacobi PCG on the fitted H + S (the inner solve of every
+/// Newton step), timed: the PCG iterations per second of this problem.
+fn pcg_rate<B: Backend>(backend: &B, h: &dyn LinearOperator<B>, penalty: &Penalty, lambda: &[f64]) -> AnyResult<f64> {
+    let s = PenaltyMatrix::from_penalty(backend, penalty, lambda)?;
+    let a = Penalised::new(backend, h, &s, 0.0)?;
+    let mut diag = backend.zeros(a.dim())?;
+    a.diagonal(&mut diag)?;
+    let jacobi = Jacobi::new(backend, &diag, None, 0.0)?;
+    let b = backend.upload(&vec![1.0; a.dim()])?;
+    let opts = PcgOptions {
+        rtol: 0.0,
+        atol: 0.0,
+        max_iter: 30,
+        check_every: 10,
+        refresh_every: 0,
+    };
+    let t = Instant::now();
+    let info = cg(backend, &a, &jacobi, &b, None, &opts)?.info;
+    Ok(info.iterations as f64 / t.elapsed().as_secs_f64())
+}
+
+fn parameter_names(problem: &Problem) -> Vec<(usize, String)> {
+    let b = problem.model.layout().block();
+    let m = problem
+        .marginal_names
+        .iter()
+        .enumerate()
+        .map(|(j, n)| (j, format!("marginal:{n}")));
+    let g = problem
+        .slope_names
+        .iter()
+        .enumerate()
+        .map(|(j, n)| (b.p_m + j, format!("slope:{n}")));
+    let h =
+        b.h.clone()
+            .into_iter()
+            .flatten()
+            .enumerate()
+            .map(|(k, j)| (j, format!("H:b{}", k + 1)));
+    let w =
+        b.w.clone()
+            .into_iter()
+            .flatten()
+            .enumerate()
+            .map(|(k, j)| (j, format!("L:b{}", k + 1)));
+    m.chain(g).chain(h).chain(w).collect()
+}
+
+fn smooth_blocks(problem: &Problem) -> Vec<(&'static str, std::ops::Range<usize>)> {
+    let b = problem.model.layout().block();
+    let mut out = Vec::new();
+    out.extend(b.h.clone().map(|r| ("score warp H(z)", r)));
+    out.extend(b.w.clone().map(|r| ("link deviation L(t)", r)));
+    out
+}
+
+fn summarise(
+    problem: &Problem,
+    penalty: &Penalty,
+    fit: &Fit,
+    device: &Device,
+    notes: Vec<String>,
+    phases: &mut [(String, f64)],
+) -> AnyResult<Report> {
+    let p = fit.beta.len();
+    let cov = penalised_covariance(p, &fit.hessian, &penalty.dense(&fit.lambda)?)?;
+    let coefficients = coefficients(&fit.beta, &cov, &parameter_names(problem), problem.truth.as_deref());
+    let smooths = smooth_blocks(problem)
+        .into_iter()
+        .zip(&fit.lambda)
+        .map(|((name, range), &lambda)| SmoothTerm {
+            name: name.into(),
+            dim: range.len(),
+            lambda,
+            edf: edf(&cov, &fit.hessian, range),
+        })
+        .collect();
+    Ok(Report {
+        backend: device.describe(),
+        data: problem.source.clone(),
+        n: problem.data.n(),
+        p,
+        method: if fit.reml_score.is_some() {
+            "REML (LAML)"
+        } else {
+            "fixed lambda"
+        }
+        .into(),
+        converged: fit.converged,
+        reml_score: fit.reml_score,
+        penalised_neglog: fit.objective,
+        newton_iterations: fit.newton_iterations,
+        reml_iterations: fit.reml_iterations,
+        evaluations: fit.evaluations,
+        pcg_iterations_per_second: fit.pcg_rate,
+        coefficients,
+        smooths,
+        phases: phases.to_vec(),
+        notes,
+    })
+}
+
+/// The printed summary (every number here is also in the JSON).
+fn table(r: &Report) -> String {
+    let mut s = String::new();
+    s += "Bernoulli marginal-slope model\n";
+    s += &format!("data: {}\nbackend: {}\n", r.data, r.backend);
+    s += &format!(
+        "n = {}, p = {}, smoothing selection: {}, converged: {}\n\n",
+        r.n, r.p, r.method, r.converged
+    );
+    s += "Parametric coefficients:\n";
+    s += &format!(
+        "{:<24} {:>12} {:>12} {:>9} {:>10}\n",
+        "", "Estimate", "Std. Error", "z value", "Truth"
+    );
+    for c in r
+        .coefficients
+        .iter()
+        .filter(|c| c.name.starts_with("marginal:") || c.name.starts_with("slope:"))
+    {
+        let truth = c.truth.map_or("-".to_string(), |t| format!("{t:.6}"));
+        s += &format!(
+            "{:<24} {:>12.6} {:>12.6} {:>9.3} {:>10}\n",
+            c.name, c.estimate, c.std_error, c.z_value, truth
+        );
+    }
+    s += "\nSmooth terms:\n";
+    s += &format!("{:<24} {:>6} {:>12} {:>9}\n", "", "dim", "lambda", "edf");
+    for t in &r.smooths {
+        s += &format!("{:<24} {:>6} {:>12.4e} {:>9.3}\n", t.name, t.dim, t.lambda, t.edf);
+    }
+    s += "\n";
+    if let Some(v) = r.reml_score {
+        s += &format!("REML score: {v:.6}\n");
+    }
+    s += &format!("penalised neglog: {:.6}\n", r.penalised_neglog);
+    s += &format!(
+        "iterations: REML {}, Newton (last inner solve) {}, objective evaluations {}\n",
+        r.reml_iterations, r.newton_iterations, r.evaluations
+    );
+    s += &format!(
+        "PCG iterations per second (Jacobi, H + S at the fit): {:.0}\n",
+        r.pcg_iterations_per_second
+    );
+    s += &format!(
+        "time (s): {}\n",
+        r.phases
+            .iter()
+            .map(|(k, v)| format!("{k} {v:.2}"))
+            .collect::<Vec<_>>()
+            .join(", ")
+    );
+    for n in &r.notes {
+        s += &format!("note: {n}\n");
+    }
+    s
+}
+
+/// Write `contents` next to `path` first and rename it into place, so a
+/// failure never leaves a half-written file.
+fn write_atomically(path: &Path, contents: &str) -> AnyResult<()> {
+    let tmp = path.with_extension("partial");
+    std::fs::write(&tmp, contents).map_err(|e| format!("{}: {e}", tmp.display()))?;
+    std::fs::rename(&tmp, path).map_err(|e| format!("{}: {e}", path.display()))?;
+    Ok(())
+}
+
+fn write_outputs(args: &Args, problem: &Problem, penalty: &Penalty, fit: &Fit, report: &Report) -> AnyResult<()> {
+    let svg = match &args.plot {
+        Some(_) => Some(plot(problem, penalty, fit)?),
+        None => None,
+    };
+    if let Some(path) = &args.json {
+        write_atomically(path, &serde_json::to_string_pretty(report)?)?;
+    }
+    if let (Some(path), Some(svg)) = (&args.plot, svg) {
+        write_atomically(path, &svg)?;
+    }
+    Ok(())
+}
+
+fn plot(problem: &Problem, penalty: &Penalty, fit: &Fit) -> AnyResult<String> {
+    let p = fit.beta.len();
+    let cov = penalised_covariance(p, &fit.hessian, &penalty.dense(&fit.lambda)?)?;
+    let bases = problem.model.bases();
+    let mut panels = Vec::new();
+    for (name, range) in smooth_blocks(problem) {
+        let score = name.starts_with("score");
+        let basis = if score { &bases.score } else { &bases.link };
+        let basis = basis.as_ref().ok_or("a smooth block without its basis")?;
+        let (lo, hi) = if score { (-3.0, 3.0) } else { (-5.0, 5.0) };
+        let grid: Vec<f64> = (0..=120).map(|k| lo + (hi - lo) * k as f64 / 120.0).collect();
+        let truth = problem.truth.as_ref().map(|t| &t[range.clone()]);
+        let band = smooth_band(
+            basis,
+            &fit.beta[range.clone()],
+            &sub_block(&cov, p, range),
+            &grid,
+            truth,
+        )?;
+        let x_label = if score { "z" } else { "t = a + b z" };
+        panels.push(Panel {
+            title: name.to_string(),
+            x_label: x_label.into(),
+            y_label: "effect".into(),
+            band,
+        });
+    }
+    Ok(smooths_svg(&panels)?)
+}

@@ -1,0 +1,217 @@
+//! Runs the `fit_bms` example binary as a user would: on a generated CSV, on
+//! simulated data with REML, and on bad files.
+
+use std::path::PathBuf;
+use std::process::{Command, Output};
+
+use matfree::bms::generator::{generate, Generated, GeneratorConfig};
+
+/// target/<profile>/examples/fit_bms, next to this test's deps/ folder
+/// (cargo test builds the examples before running the tests).
+fn binary() -> PathBuf {
+    let exe = std::env::current_exe().unwrap();
+    let profile = exe.parent().unwrap().parent().unwrap();
+    profile
+        .join("examples")
+        .join(format!("fit_bms{}", std::env::consts::EXE_SUFFIX))
+}
+
+fn run(args: &[&str]) -> Output {
+    Command::new(binary())
+        .args(args)
+        .env("MATFREE_GPU", "off")
+        .output()
+        .expect("fit_bms runs")
+}
+
+fn tmp(name: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("matfree-fit-bms-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    dir.join(name)
+}
+
+/// y, z, m1, m2 (marginal covariates), g1 (slope covariate).
+fn write_csv(g: &Generated, path: &PathBuf) {
+    let d = &g.data;
+    let (xm, xg) = (d.designs.x_m(), d.designs.x_g());
+    let mut s = String::from("y,z,m1,m2,g1\n");
+    for i in 0..d.n() {
+        s += &format!(
+            "{},{},{},{},{}\n",
+            d.y[i],
+            d.z[i],
+            xm[i * 3 + 1],
+            xm[i * 3 + 2],
+            xg[i * 2 + 1]
+        );
+    }
+    std::fs::write(path, s).unwrap();
+}
+
+fn json(path: &PathBuf) -> serde_json::Value {
+    serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap()
+}
+
+/// Every parametric coefficient within `k` standard errors of `truth`, and
+/// printed in the table with the JSON's value.
+fn check_recovery(report: &serde_json::Value, truth: &[f64], stdout: &str, k: f64) {
+    let coefs = report["coefficients"].as_array().unwrap();
+    for (j, t) in truth.iter().enumerate() {
+        let c = &coefs[j];
+        let (est, se) = (c["estimate"].as_f64().unwrap(), c["std_error"].as_f64().unwrap());
+        let name = c["name"].as_str().unwrap();
+        assert!(
+            (est - t).abs() <= k * se,
+            "{name}: estimate {est} vs truth {t}, se {se}"
+        );
+        let row = stdout
+            .lines()
+            .find(|l| l.starts_with(name))
+            .unwrap_or_else(|| panic!("{name} not printed"));
+        assert!(
+            row.contains(&format!("{est:.6}")) && row.contains(&format!("{se:.6}")),
+            "table row {row:?}"
+        );
+    }
+}
+
+#[test]
+fn csv_fit_recovers_the_truth_and_the_json_matches_the_table() {
+    let g = generate(GeneratorConfig {
+        n: 1500,
+        p_m: 3,
+        p_g: 2,
+        p_h: 4,
+        p_w: 3,
+        s_f: 1.0,
+        seed: 3,
+    })
+    .unwrap();
+    let (csv, out) = (tmp("data.csv"), tmp("fit.json"));
+    write_csv(&g, &csv);
+    let o = run(&[
+        "--data",
+        csv.to_str().unwrap(),
+        "--marginal",
+        "m1,m2",
+        "--slope",
+        "g1",
+        "--score-basis",
+        "4",
+        "--link-basis",
+        "3",
+        "--lambda",
+        "1,1",
+        "--backend",
+        "cpu",
+        "--json",
+        out.to_str().unwrap(),
+    ]);
+    let stdout = String::from_utf8_lossy(&o.stdout);
+    assert!(o.status.success(), "{stdout}\n{}", String::from_utf8_lossy(&o.stderr));
+    let report = json(&out);
+    assert_eq!(report["n"], 1500);
+    assert_eq!(report["method"], "fixed lambda");
+    assert!(report["converged"].as_bool().unwrap());
+    check_recovery(&report, &g.beta[..5], &stdout, 3.5);
+}
+
+#[test]
+fn simulated_reml_fit_recovers_the_truth() {
+    let (out, svg) = (tmp("sim.json"), tmp("sim.svg"));
+    let o = run(&[
+        "--simulate",
+        "800",
+        "--seed",
+        "4",
+        "--score-basis",
+        "4",
+        "--link-basis",
+        "3",
+        "--backend",
+        "cpu",
+        "--json",
+        out.to_str().unwrap(),
+        "--plot",
+        svg.to_str().unwrap(),
+    ]);
+    let stdout = String::from_utf8_lossy(&o.stdout);
+    assert!(o.status.success(), "{stdout}\n{}", String::from_utf8_lossy(&o.stderr));
+    let report = json(&out);
+    assert_eq!(report["method"], "REML (LAML)");
+    assert!(report["converged"].as_bool().unwrap());
+    assert!(report["reml_score"].as_f64().unwrap().is_finite());
+    let truth: Vec<f64> = report["coefficients"].as_array().unwrap()[..5]
+        .iter()
+        .map(|c| c["truth"].as_f64().unwrap())
+        .collect();
+    check_recovery(&report, &truth, &stdout, 3.5);
+    for s in report["smooths"].as_array().unwrap() {
+        let (edf, dim) = (s["edf"].as_f64().unwrap(), s["dim"].as_f64().unwrap());
+        assert!(edf > 0.0 && edf <= dim, "edf {edf} of a {dim}-dimensional smooth");
+        let lambda = s["lambda"].as_f64().unwrap();
+        assert!(lambda > 0.0 && lambda.is_finite());
+    }
+    let picture = std::fs::read_to_string(&svg).unwrap();
+    assert!(picture.starts_with("<svg") && picture.matches("<polygon").count() == 2);
+}
+
+fn expect_failure(args: &[&str], needles: &[&str]) {
+    let o = run(args);
+    let stderr = String::from_utf8_lossy(&o.stderr);
+    assert!(!o.status.success(), "should fail: {args:?}");
+    for n in needles {
+        assert!(stderr.contains(n), "stderr {stderr:?} should mention {n:?}");
+    }
+}
+
+#[test]
+fn bad_files_stop_with_file_row_and_column_named() {
+    let good = "y,z,m1,g1\n";
+    let rows: String = (0..200)
+        .map(|i| format!("{},{},{},{}\n", i % 2, (i as f64 * 0.37).sin(), 0.1 * i as f64, 1.0))
+        .collect();
+    let cases: [(&str, String, Vec<&str>); 4] = [
+        (
+            "missing.csv",
+            format!("y,z,m1\n{}", "1,0.5,0.2\n".repeat(200)),
+            vec!["missing.csv", "'g1'"],
+        ),
+        (
+            "label.csv",
+            format!("{good}{rows}2,0.1,0.3,1\n"),
+            vec!["label.csv", "data row 201", "'y'", "0 or 1"],
+        ),
+        (
+            "nan.csv",
+            format!("{good}{}1,NaN,0.3,1\n{rows}", ""),
+            vec!["nan.csv", "data row 1", "'z'", "finite"],
+        ),
+        (
+            "short.csv",
+            format!("{good}1,0.1,0.2,1\n0,0.3,0.1,1\n"),
+            vec!["short.csv", "rows"],
+        ),
+    ];
+    for (name, text, needles) in cases {
+        let path = tmp(name);
+        std::fs::write(&path, text).unwrap();
+        let json = tmp(&format!("{name}.json"));
+        let args = [
+            "--data",
+            path.to_str().unwrap(),
+            "--marginal",
+            "m1",
+            "--slope",
+            "g1",
+            "--backend",
+            "cpu",
+            "--json",
+            json.to_str().unwrap(),
+        ];
+        expect_failure(&args, &needles);
+        assert!(!json.exists(), "{name}: nothing may be written");
+    }
+    expect_failure(&["--backend", "tpu"], &["--backend"]);
+    expect_failure(&["--data", "/nonexistent/file.csv"], &["/nonexistent/file.csv"]);
+}
