@@ -189,13 +189,12 @@ __device__ __forceinline__ void scatter_row(double* mine, int lane, int r, int p
 }
 
 // Single-vector H v fused in one pass: each block owns a contiguous range of
-// rows; each warp takes HVP_ROWS rows at a time (their loads interleaved, so
-// that many rows' bytes are in flight) and accumulates P_i^T H_i P_i v into
-// its own shared-memory p-vector; the block then adds its W vectors in warp
-// order and writes one partial. Each row Hessian and design row is read
-// once, lane u reading column u of H_i (coalesced). Shared memory:
-// (W + 1) p + r doubles + r ints, so very wide p uses the two-phase path.
-#define HVP_ROWS 4
+// rows; each warp takes rows in pairs (two rows' loads in flight at once),
+// every W-th pair of the range, and accumulates P_i^T H_i P_i v into its own
+// shared-memory p-vector; the block then adds its W vectors in warp order
+// and writes one partial. Each row Hessian and design row is read once, lane
+// u reading column u of H_i (coalesced). Shared memory: (W + 1) p + r
+// doubles + r ints, so very wide p uses the two-phase path instead.
 extern "C" __global__ void hvp_fused(
     i64 n, int rows_per_block, int r, int p_m, int p_g, int p_total,
     const double* __restrict__ hess, const double* __restrict__ x_m,
@@ -219,48 +218,30 @@ extern "C" __global__ void hvp_fused(
     double* mine = acc + w * p_total;
     const i64 first = (i64)blockIdx.x * rows_per_block;
     const i64 last = min(first + rows_per_block, n);
-    const int u = lane < r ? lane : 0;
-    for (i64 r0 = first + HVP_ROWS * w; r0 < last; r0 += HVP_ROWS * W) {
-        const double *h[HVP_ROWS], *xm[HVP_ROWS], *xg[HVP_ROWS];
-        double q[HVP_ROWS], b[HVP_ROWS], t[HVP_ROWS];
-#pragma unroll
-        for (int k = 0; k < HVP_ROWS; ++k) {
-            // Rows past the end repeat the last row; their results are dropped.
-            const i64 row = min(r0 + k, last - 1);
-            h[k] = hess + row * r * r;
-            xm[k] = x_m + row * p_m;
-            xg[k] = x_g + row * p_g;
-            q[k] = 0.0; b[k] = 0.0; t[k] = 0.0;
-        }
-        for (int c = lane; c < p_m; c += 32) {
-#pragma unroll
-            for (int k = 0; k < HVP_ROWS; ++k) q[k] += xm[k][c] * vs[c];
-        }
-        for (int c = lane; c < p_g; c += 32) {
-#pragma unroll
-            for (int k = 0; k < HVP_ROWS; ++k) b[k] += xg[k][c] * vs[p_m + c];
-        }
-        // The direct-block part needs no design value: its loads go out now.
-#pragma unroll 2
-        for (int s = 2; s < r; ++s) {
-            const double d = dc[s];
-#pragma unroll
-            for (int k = 0; k < HVP_ROWS; ++k) t[k] += h[k][(i64)s * r + u] * d;
-        }
-#pragma unroll
-        for (int k = 0; k < HVP_ROWS; ++k) {
-            q[k] = warp_sum(q[k]);
-            b[k] = warp_sum(b[k]);
-            t[k] += h[k][u] * q[k] + h[k][r + u] * b[k];
-        }
-#pragma unroll
-        for (int k = 0; k < HVP_ROWS; ++k) {
-            if (r0 + k >= last) break;
-            const double t0 = __shfl_sync(0xffffffffu, t[k], 0), t1 = __shfl_sync(0xffffffffu, t[k], 1);
-            scatter_row(mine, lane, r, p_m, p_g, xm[k], xg[k], p2b, t[k], t0, t1);
-            // Columns past the first 32 (r > 32).
+    for (i64 ra = first + 2 * w; ra < last; ra += 2 * W) {
+        const bool has_b = ra + 1 < last;
+        const i64 rb = has_b ? ra + 1 : ra;
+        const double *xma = x_m + ra * p_m, *xga = x_g + ra * p_g;
+        const double *xmb = x_m + rb * p_m, *xgb = x_g + rb * p_g;
+        const double *ha = hess + ra * r * r, *hb = hess + rb * r * r;
+        double qa = 0.0, ba = 0.0, qb = 0.0, bb = 0.0;
+        for (int c = lane; c < p_m; c += 32) { qa += xma[c] * vs[c]; qb += xmb[c] * vs[c]; }
+        for (int c = lane; c < p_g; c += 32) { ba += xga[c] * vs[p_m + c]; bb += xgb[c] * vs[p_m + c]; }
+        const int u = lane < r ? lane : 0;
+        double ta = column_direct(ha, r, u, dc), tb = column_direct(hb, r, u, dc);
+        qa = warp_sum(qa); ba = warp_sum(ba); qb = warp_sum(qb); bb = warp_sum(bb);
+        ta += ha[u] * qa + ha[r + u] * ba;
+        tb += hb[u] * qb + hb[r + u] * bb;
+        const double ta0 = __shfl_sync(0xffffffffu, ta, 0), ta1 = __shfl_sync(0xffffffffu, ta, 1);
+        const double tb0 = __shfl_sync(0xffffffffu, tb, 0), tb1 = __shfl_sync(0xffffffffu, tb, 1);
+        scatter_row(mine, lane, r, p_m, p_g, xma, xga, p2b, ta, ta0, ta1);
+        // Columns past the first 32 (r > 32).
+        for (int uu = lane + 32; uu < r; uu += 32)
+            mine[p2b[uu]] += column_direct(ha, r, uu, dc) + ha[uu] * qa + ha[r + uu] * ba;
+        if (has_b) {
+            scatter_row(mine, lane, r, p_m, p_g, xmb, xgb, p2b, tb, tb0, tb1);
             for (int uu = lane + 32; uu < r; uu += 32)
-                mine[p2b[uu]] += column_direct(h[k], r, uu, dc) + h[k][uu] * q[k] + h[k][r + uu] * b[k];
+                mine[p2b[uu]] += column_direct(hb, r, uu, dc) + hb[uu] * qb + hb[r + uu] * bb;
         }
     }
     __syncthreads();

@@ -26,7 +26,7 @@ const SCRATCH_BYTES: usize = 512 << 20;
 const FUSED_BLOCKS: usize = 2048;
 
 /// Fewest rows a fused-HVP block takes.
-const FUSED_MIN_ROWS: usize = 32;
+const FUSED_MIN_ROWS: usize = 16;
 
 /// Most chunks of the dense reduction (each holds a p x p partial): many, so
 /// that every thread of `dense_partial` walks only a few hundred rows.
