@@ -113,6 +113,21 @@ fn device_rows_match_cpu_rows_and_operators() {
 }
 
 #[test]
+fn one_call_evaluation_matches_the_cpu_model() {
+    let Some(gpu) = gpu_for_test("one_call_evaluation_matches_the_cpu_model") else {
+        return;
+    };
+    let g = fixture(150, 6, 5, 21);
+    let designs = DeviceDesigns::upload(gpu, &g.data.designs).unwrap();
+    let dev = matfree::cuda::evaluate_device(&g.model, &g.data, &designs, &g.beta).unwrap();
+    let rows = g.model.evaluate(&g.data, &g.beta).unwrap();
+    let want = g.model.joint_gradient(&g.data, &rows).unwrap();
+    let got = dev.joint_gradient().unwrap();
+    assert_close("joint gradient", &got.gradient, &want.gradient, 1e-8);
+    assert_close("joint neglog", &[got.neglog], &[want.neglog], 1e-10);
+}
+
+#[test]
 fn a_rejected_row_is_reported_with_its_index_on_device() {
     let Some(gpu) = gpu_for_test("a_rejected_row_is_reported_with_its_index_on_device") else {
         return;

@@ -151,6 +151,21 @@ fn check_status(gpu: &Gpu, status: &CudaSlice<u32>) -> Result<()> {
     }
 }
 
+/// The one call of a device row evaluation: Stage 1 for every row on the
+/// CPU (see benches/RESULTS.md for its cost), Stage 2 on the device over
+/// designs uploaded once. Per-row results stay on the device; the host gets
+/// the status verdict here and the joint neglog and gradient from
+/// [`DeviceRowEvaluation::joint_gradient`].
+pub fn evaluate_device(
+    model: &crate::bms::BmsModel,
+    data: &crate::bms::BmsData,
+    designs: &Arc<DeviceDesigns>,
+    beta: &[f64],
+) -> Result<DeviceRowEvaluation> {
+    let (inputs, _) = model.stage1(data, beta)?;
+    evaluate_rows_device(designs, model.layout(), &inputs)
+}
+
 /// sum_i neglog_i(beta) with Stage 1 on the CPU and Stage 2, the Hessian
 /// operator and the joint reductions on the device.
 pub struct BmsDeviceObjective<'a> {
@@ -170,8 +185,7 @@ impl<'a> BmsDeviceObjective<'a> {
     }
 
     fn rows(&self, beta: &[f64]) -> Result<DeviceRowEvaluation> {
-        let (inputs, _) = self.model.stage1(self.data, beta)?;
-        evaluate_rows_device(&self.designs, self.model.layout(), &inputs)
+        evaluate_device(self.model, self.data, &self.designs, beta)
     }
 }
 

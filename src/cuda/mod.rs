@@ -14,7 +14,7 @@ mod row_hessian;
 mod runtime;
 
 pub use backend::CudaBackend;
-pub use bms::{evaluate_rows_device, BmsDeviceObjective, DeviceRowEvaluation};
+pub use bms::{evaluate_device, evaluate_rows_device, BmsDeviceObjective, DeviceRowEvaluation};
 pub use dense::DeviceCholesky;
 pub use row_hessian::{DeviceDesigns, DeviceRowHessian};
 pub use runtime::{gpu_for_test, select_device, Device, Gpu, GpuPolicy};

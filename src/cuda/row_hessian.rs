@@ -362,6 +362,11 @@ impl DeviceRowHessian {
         })
     }
 
+    /// Host convenience: the per-row Hessians, row-major `n x r x r`.
+    pub fn hess_host(&self) -> Result<Vec<f64>> {
+        self.gpu.download(&self.hess)
+    }
+
     /// Host convenience: H v.
     pub fn hvp_host(&self, v: &[f64]) -> Result<Vec<f64>> {
         let p = self.layout.p_total();
