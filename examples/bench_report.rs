@@ -1,0 +1,238 @@
+//! Every performance figure of the toolkit in one process: device copy
+//! bandwidth, HVP time against its byte floor, fixed-iteration PCG
+//! throughput, and the dense Hessian + Cholesky log-determinant, at the
+//! small / seed / tall shapes, on the GPU (when there is one) and the CPU.
+//! Prints a table and JSON (`--json FILE` also writes it).
+//!
+//!     cargo run --release --example bench_report [-- --json report.json] [--quick]
+
+use std::time::Instant;
+
+use matfree::cuda::{select_device, CudaBackend, Device, DeviceCholesky, DeviceRowHessian, Gpu, GpuPolicy};
+use matfree::fixture::{random_row_problem, Rng, Shape};
+use matfree::solvers::{cg, Backend, Cholesky, CpuBackend, Jacobi, LinearOperator, PcgOptions};
+use matfree::RowHessian;
+use serde::Serialize;
+
+type AnyResult<T> = Result<T, Box<dyn std::error::Error>>;
+
+#[derive(Serialize)]
+struct Row {
+    device: String,
+    shape: String,
+    n: usize,
+    operation: String,
+    seconds: f64,
+    bytes_floor: Option<f64>,
+    floor_seconds_at_copy_bw: Option<f64>,
+    fraction_of_copy_bw: Option<f64>,
+    iterations_per_second: Option<f64>,
+}
+
+/// n (r^2 + p_m + p_g) doubles: every row Hessian and design row read once.
+fn hvp_bytes(s: &Shape) -> f64 {
+    let r = 2 + s.p_h + s.p_w;
+    (s.n * (r * r + s.p_m + s.p_g) * 8) as f64
+}
+
+/// Median of `reps` timings of `f`.
+fn median(reps: usize, mut f: impl FnMut() -> AnyResult<f64>) -> AnyResult<f64> {
+    let mut t = (0..reps).map(|_| f()).collect::<AnyResult<Vec<f64>>>()?;
+    t.sort_by(f64::total_cmp);
+    Ok(t[reps / 2])
+}
+
+fn copy_bandwidth(gpu: &Gpu) -> AnyResult<f64> {
+    let n = (1usize << 30) / 8;
+    let (src, mut dst) = (gpu.zeros::<f64>(n)?, gpu.zeros::<f64>(n)?);
+    let secs = median(11, || {
+        gpu.synchronize()?;
+        let t = Instant::now();
+        gpu.copy(&src, &mut dst)?;
+        gpu.synchronize()?;
+        Ok(t.elapsed().as_secs_f64())
+    })?;
+    Ok(2.0 * (n * 8) as f64 / secs)
+}
+
+fn fixed(iterations: usize) -> PcgOptions {
+    PcgOptions {
+        rtol: 0.0,
+        atol: 0.0,
+        max_iter: iterations,
+        check_every: 10,
+        refresh_every: 0,
+    }
+}
+
+/// Iterations per second of a fixed-iteration Jacobi PCG solve.
+fn pcg_rate<B: Backend>(be: &B, op: &dyn LinearOperator<B>, b: &B::Vector, its: usize) -> AnyResult<f64> {
+    let mut diag = be.zeros(op.dim())?;
+    op.diagonal(&mut diag)?;
+    let jac = Jacobi::new(be, &diag, None, 0.0)?;
+    let secs = median(5, || {
+        let t = Instant::now();
+        let info = cg(be, op, &jac, b, None, &fixed(its))?.info;
+        Ok(t.elapsed().as_secs_f64() / info.iterations.max(1) as f64)
+    })?;
+    Ok(1.0 / secs)
+}
+
+struct Ctx {
+    rows: Vec<Row>,
+    copy_bw: Option<f64>,
+}
+
+impl Ctx {
+    fn push(&mut self, device: &str, shape: (&str, Shape), op: &str, secs: f64, bytes: Option<f64>, rate: Option<f64>) {
+        let floor = bytes.zip(self.copy_bw).map(|(b, bw)| b / bw);
+        self.rows.push(Row {
+            device: device.into(),
+            shape: shape.0.into(),
+            n: shape.1.n,
+            operation: op.into(),
+            seconds: secs,
+            bytes_floor: bytes,
+            floor_seconds_at_copy_bw: floor,
+            fraction_of_copy_bw: floor.map(|f| f / secs),
+            iterations_per_second: rate,
+        });
+    }
+}
+
+fn gpu_rows(ctx: &mut Ctx, gpu: &std::sync::Arc<Gpu>, shape: (&str, Shape), op: &RowHessian) -> AnyResult<()> {
+    let dev = DeviceRowHessian::from_cpu(gpu.clone(), op)?;
+    let be = CudaBackend::new(gpu.clone())?;
+    let p = dev.dim();
+    let v = be.upload(&Rng::new(1).normals(p))?;
+    let mut y = be.zeros(p)?;
+    let reps = 50;
+    let hvp = median(5, || {
+        gpu.synchronize()?;
+        let t = Instant::now();
+        for _ in 0..reps {
+            dev.apply(&v, &mut y)?;
+        }
+        gpu.synchronize()?;
+        Ok(t.elapsed().as_secs_f64() / reps as f64)
+    })?;
+    ctx.push("gpu", shape, "hvp", hvp, Some(hvp_bytes(&shape.1)), None);
+    let rate = pcg_rate(&be, &dev, &v, 40)?;
+    ctx.push("gpu", shape, "pcg_fixed_40", 1.0 / rate, None, Some(rate));
+    let eye: Vec<f64> = (0..p * p).map(|e| if e / p == e % p { 1.0 } else { 0.0 }).collect();
+    let dense = median(5, || {
+        let t = Instant::now();
+        DeviceCholesky::factor_penalised(&dev, &eye)?.logdet()?;
+        Ok(t.elapsed().as_secs_f64())
+    })?;
+    ctx.push("gpu", shape, "dense_cholesky_logdet", dense, None, None);
+    Ok(())
+}
+
+fn cpu_rows(ctx: &mut Ctx, shape: (&str, Shape), op: &RowHessian, quick: bool) -> AnyResult<()> {
+    let p = op.dim();
+    let v = Rng::new(1).normals(p);
+    let mut y = vec![0.0; p];
+    let hvp = median(3, || {
+        let t = Instant::now();
+        op.apply(&v, &mut y)?;
+        Ok(t.elapsed().as_secs_f64())
+    })?;
+    ctx.push("cpu", shape, "hvp", hvp, Some(hvp_bytes(&shape.1)), None);
+    let its = if quick || shape.1.n > 100_000 { 5 } else { 40 };
+    let rate = pcg_rate(&CpuBackend::new(), op, &v, its)?;
+    ctx.push("cpu", shape, &format!("pcg_fixed_{its}"), 1.0 / rate, None, Some(rate));
+    let dense = median(3, || {
+        let t = Instant::now();
+        let mut a = LinearOperator::<CpuBackend>::to_dense(op)?;
+        (0..p).for_each(|i| a[i * p + i] += 1.0);
+        Cholesky::factor(p, &a)?.logdet();
+        Ok(t.elapsed().as_secs_f64())
+    })?;
+    ctx.push("cpu", shape, "dense_cholesky_logdet", dense, None, None);
+    Ok(())
+}
+
+fn table(ctx: &Ctx) -> String {
+    let mut s = format!(
+        "copy bandwidth (device to device, read + write): {}\n\n",
+        ctx.copy_bw
+            .map_or("n/a (no GPU)".into(), |b| format!("{:.0} GB/s", b / 1e9))
+    );
+    s += &format!(
+        "{:<5} {:<6} {:>9} {:<22} {:>12} {:>11} {:>12} {:>9} {:>10}\n",
+        "dev", "shape", "n", "operation", "time", "floor MB", "floor time", "fraction", "it/s"
+    );
+    for r in &ctx.rows {
+        let opt = |v: Option<f64>, f: &dyn Fn(f64) -> String| v.map_or("-".to_string(), f);
+        s += &format!(
+            "{:<5} {:<6} {:>9} {:<22} {:>10.1}us {:>11} {:>12} {:>9} {:>10}\n",
+            r.device,
+            r.shape,
+            r.n,
+            r.operation,
+            r.seconds * 1e6,
+            opt(r.bytes_floor, &|b| format!("{:.1}", b / 1e6)),
+            opt(r.floor_seconds_at_copy_bw, &|f| format!("{:.1}us", f * 1e6)),
+            opt(r.fraction_of_copy_bw, &|f| format!("{:.0}%", f * 100.0)),
+            opt(r.iterations_per_second, &|i| format!("{i:.0}")),
+        );
+    }
+    s
+}
+
+fn main() -> AnyResult<()> {
+    let args: Vec<String> = std::env::args().collect();
+    let quick = args.iter().any(|a| a == "--quick");
+    let json_path = args
+        .iter()
+        .position(|a| a == "--json")
+        .and_then(|i| args.get(i + 1))
+        .cloned();
+    let device = select_device(GpuPolicy::from_env()?)?;
+    eprintln!("device: {}", device.describe());
+    let gpu = match &device {
+        Device::Gpu(g) => Some(g.clone()),
+        Device::Cpu { .. } => None,
+    };
+    let mut ctx = Ctx {
+        rows: Vec::new(),
+        copy_bw: gpu.as_deref().map(copy_bandwidth).transpose()?,
+    };
+    let mut shapes = vec![(
+        "small",
+        Shape {
+            n: 10_000,
+            ..Shape::SEED
+        },
+    )];
+    if !quick {
+        shapes.push(("seed", Shape::SEED));
+        shapes.push((
+            "tall",
+            Shape {
+                n: 1_000_000,
+                ..Shape::SEED
+            },
+        ));
+    }
+    for shape in shapes {
+        eprintln!("shape {}: {:?}", shape.0, shape.1);
+        let op = random_row_problem(shape.1, 1.0, 7)?;
+        if let Some(g) = &gpu {
+            gpu_rows(&mut ctx, g, shape, &op)?;
+        }
+        cpu_rows(&mut ctx, shape, &op, quick)?;
+    }
+    print!("{}", table(&ctx));
+    let json = serde_json::to_string_pretty(&serde_json::json!({
+        "device": device.describe(),
+        "copy_bandwidth_bytes_per_second": ctx.copy_bw,
+        "rows": ctx.rows,
+    }))?;
+    println!("{json}");
+    if let Some(path) = json_path {
+        std::fs::write(&path, &json).map_err(|e| format!("{path}: {e}"))?;
+    }
+    Ok(())
+}
