@@ -43,20 +43,12 @@ fn hvp_bytes(s: &Shape) -> u64 {
 /// zero direction (a pAp = 0 breakdown).
 const GPU_ITERATIONS: usize = 40;
 
-fn fixed(iterations: usize) -> PcgOptions {
-    PcgOptions {
-        rtol: 0.0,
-        atol: 0.0,
-        max_iter: iterations,
-        check_every: 10,
-        refresh_every: 0,
-    }
-}
-
 /// Run once to learn the iterations a fixed-iteration solve really makes
 /// (a breakdown would stop it early and inflate the rate).
 fn iterations_made<B: Backend>(be: &B, op: &dyn LinearOperator<B>, m: &Jacobi<B>, b: &B::Vector, it: usize) -> u64 {
-    let info = cg(be, op, m, b, None, &fixed(it)).expect("pcg").info;
+    let info = cg(be, op, m, b, None, &PcgOptions::fixed_iterations(it))
+        .expect("pcg")
+        .info;
     println!("  {} iterations, stop {:?}", info.iterations, info.stop_reason);
     info.iterations.max(1) as u64
 }
@@ -77,7 +69,7 @@ fn bench_cpu(c: &mut Criterion, name: &str, shape: Shape, op: &RowHessian) {
     let made = iterations_made(&be, op, &jac, &v, it);
     g.throughput(Throughput::Elements(made));
     g.bench_function(BenchmarkId::new("pcg_fixed", shape.n), |bch| {
-        bch.iter(|| cg(&be, op, &jac, &v, None, &fixed(it)).unwrap())
+        bch.iter(|| cg(&be, op, &jac, &v, None, &PcgOptions::fixed_iterations(it)).unwrap())
     });
     g.finish();
 }
@@ -110,7 +102,7 @@ fn bench_gpu(c: &mut Criterion, name: &str, shape: Shape, op: &RowHessian) {
     let made = iterations_made(&be, &dev, &jac, &v, it);
     g.throughput(Throughput::Elements(made));
     g.bench_function(BenchmarkId::new("pcg_fixed", shape.n), |bch| {
-        bch.iter(|| cg(&be, &dev, &jac, &v, None, &fixed(it)).unwrap())
+        bch.iter(|| cg(&be, &dev, &jac, &v, None, &PcgOptions::fixed_iterations(it)).unwrap())
     });
     g.finish();
 }

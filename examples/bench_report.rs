@@ -55,16 +55,6 @@ fn copy_bandwidth(gpu: &Gpu) -> AnyResult<f64> {
     Ok(2.0 * (n * 8) as f64 / secs)
 }
 
-fn fixed(iterations: usize) -> PcgOptions {
-    PcgOptions {
-        rtol: 0.0,
-        atol: 0.0,
-        max_iter: iterations,
-        check_every: 10,
-        refresh_every: 0,
-    }
-}
-
 /// Iterations per second of a fixed-iteration Jacobi PCG solve.
 fn pcg_rate<B: Backend>(be: &B, op: &dyn LinearOperator<B>, b: &B::Vector, its: usize) -> AnyResult<f64> {
     let mut diag = be.zeros(op.dim())?;
@@ -72,7 +62,7 @@ fn pcg_rate<B: Backend>(be: &B, op: &dyn LinearOperator<B>, b: &B::Vector, its: 
     let jac = Jacobi::new(be, &diag, None, 0.0)?;
     let secs = median(5, || {
         let t = Instant::now();
-        let info = cg(be, op, &jac, b, None, &fixed(its))?.info;
+        let info = cg(be, op, &jac, b, None, &PcgOptions::fixed_iterations(its))?.info;
         Ok(t.elapsed().as_secs_f64() / info.iterations.max(1) as f64)
     })?;
     Ok(1.0 / secs)

@@ -1,6 +1,8 @@
 //! The CPU row-Hessian operator against an independent dense oracle built
 //! from explicit P_i matrices, plus input validation and determinism.
 
+mod common;
+
 use std::sync::Arc;
 
 use matfree::fixture::{random_row_problem, Rng, Shape};
@@ -44,14 +46,6 @@ fn dense_oracle(op: &RowHessian) -> Vec<f64> {
     out
 }
 
-fn assert_close(label: &str, got: &[f64], want: &[f64], rel: f64) {
-    let scale = want.iter().fold(0.0f64, |m, v| m.max(v.abs())).max(1e-300);
-    for (k, (g, w)) in got.iter().zip(want).enumerate() {
-        assert!((g - w).abs() <= rel * scale, "{label}[{k}]: {g} vs {w}");
-    }
-    assert_eq!(got.len(), want.len(), "{label} length");
-}
-
 fn shapes() -> Vec<Shape> {
     vec![
         Shape {
@@ -84,7 +78,7 @@ fn hvp_diagonal_and_dense_match_explicit_pullback() {
         let op = random_row_problem(shape, 0.0, 11 + s as u64).unwrap();
         let dense = dense_oracle(&op);
         let p = op.dim();
-        assert_close(
+        common::assert_close(
             "dense",
             &LinearOperator::<CpuBackend>::to_dense(&op).unwrap(),
             &dense,
@@ -94,11 +88,11 @@ fn hvp_diagonal_and_dense_match_explicit_pullback() {
         let mut hv = vec![0.0; p];
         op.apply(&v, &mut hv).unwrap();
         let want: Vec<f64> = (0..p).map(|a| (0..p).map(|b| dense[a * p + b] * v[b]).sum()).collect();
-        assert_close("hvp", &hv, &want, 1e-12);
+        common::assert_close("hvp", &hv, &want, 1e-12);
         let mut diag = vec![0.0; p];
         op.diagonal(&mut diag).unwrap();
         let want: Vec<f64> = (0..p).map(|a| dense[a * p + a]).collect();
-        assert_close("diag", &diag, &want, 1e-13);
+        common::assert_close("diag", &diag, &want, 1e-13);
     }
 }
 
@@ -152,7 +146,7 @@ fn joint_gradient_matches_explicit_pullback() {
             want[a] += (0..r).map(|u| pm[u * p + a] * grad[i * r + u]).sum::<f64>();
         }
     }
-    assert_close("gradient", &jg.gradient, &want, 1e-13);
+    common::assert_close("gradient", &jg.gradient, &want, 1e-13);
     let total: f64 = neglog.iter().sum();
     assert!((jg.neglog - total).abs() <= 1e-12 * total.abs().max(1.0));
     assert_eq!(jg.log_likelihood(), -jg.neglog);

@@ -3,7 +3,6 @@
 
 mod common;
 
-use matfree::bms::bms_penalty;
 use matfree::bms::generator::{generate, Generated, GeneratorConfig};
 use matfree::bms::row_kernel::evaluate_rows;
 use matfree::cuda::{evaluate_rows_device, gpu_for_test, BmsDeviceObjective, CudaBackend, DeviceDesigns};
@@ -11,17 +10,6 @@ use matfree::fixture::Rng;
 use matfree::solvers::newton::{newton, NewtonOptions, Solver};
 use matfree::solvers::{CpuBackend, LinearOperator};
 use matfree::{Error, RowHessian};
-
-fn assert_close(label: &str, got: &[f64], want: &[f64], rel: f64) {
-    assert_eq!(got.len(), want.len(), "{label} length");
-    let scale = want.iter().fold(0.0f64, |m, v| m.max(v.abs())).max(1e-300);
-    for (k, (g, w)) in got.iter().zip(want).enumerate() {
-        assert!(
-            (g - w).abs() <= rel * scale,
-            "{label}[{k}]: gpu {g} vs cpu {w} (scale {scale})"
-        );
-    }
-}
 
 fn fixture(n: usize, p_h: usize, p_w: usize, seed: u64) -> Generated {
     generate(GeneratorConfig {
@@ -66,13 +54,13 @@ fn device_rows_match_cpu_rows_and_operators() {
             let dev = evaluate_rows_device(&designs, g.model.layout(), &inp).unwrap();
             let r = inp.r;
             let label = format!("r = {r}, most cells {most_cells}");
-            assert_close(
+            common::assert_close(
                 &format!("neglog {label}"),
                 &gpu.download(&dev.neglog).unwrap(),
                 &cpu.neglog,
                 1e-8,
             );
-            assert_close(
+            common::assert_close(
                 &format!("grad {label}"),
                 &gpu.download(&dev.grad).unwrap(),
                 &cpu.grad,
@@ -84,15 +72,15 @@ fn device_rows_match_cpu_rows_and_operators() {
             let v = Rng::new(3).normals(p);
             let mut want = vec![0.0; p];
             op.apply(&v, &mut want).unwrap();
-            assert_close(&format!("hvp {label}"), &dev.hessian.hvp_host(&v).unwrap(), &want, 1e-8);
-            assert_close(
+            common::assert_close(&format!("hvp {label}"), &dev.hessian.hvp_host(&v).unwrap(), &want, 1e-8);
+            common::assert_close(
                 &format!("diag {label}"),
                 &dev.hessian.diagonal_host().unwrap(),
                 &op.diagonal_host(),
                 1e-8,
             );
             let dense = LinearOperator::<CpuBackend>::to_dense(&op).unwrap();
-            assert_close(
+            common::assert_close(
                 &format!("dense {label}"),
                 &dev.hessian.dense_host().unwrap(),
                 &dense,
@@ -102,8 +90,8 @@ fn device_rows_match_cpu_rows_and_operators() {
                 op.joint_gradient(&cpu.neglog, &cpu.grad).unwrap(),
                 dev.joint_gradient().unwrap(),
             );
-            assert_close(&format!("joint gradient {label}"), &jd.gradient, &jc.gradient, 1e-8);
-            assert_close(&format!("joint neglog {label}"), &[jd.neglog], &[jc.neglog], 1e-10);
+            common::assert_close(&format!("joint gradient {label}"), &jd.gradient, &jc.gradient, 1e-8);
+            common::assert_close(&format!("joint neglog {label}"), &[jd.neglog], &[jc.neglog], 1e-10);
             println!("{label}: parity ok");
         }
         // Small slopes really do move every link knot off the score range.
@@ -123,8 +111,8 @@ fn one_call_evaluation_matches_the_cpu_model() {
     let rows = g.model.evaluate(&g.data, &g.beta).unwrap();
     let want = g.model.joint_gradient(&g.data, &rows).unwrap();
     let got = dev.joint_gradient().unwrap();
-    assert_close("joint gradient", &got.gradient, &want.gradient, 1e-8);
-    assert_close("joint neglog", &[got.neglog], &[want.neglog], 1e-10);
+    common::assert_close("joint gradient", &got.gradient, &want.gradient, 1e-8);
+    common::assert_close("joint neglog", &[got.neglog], &[want.neglog], 1e-10);
 }
 
 #[test]
@@ -158,21 +146,8 @@ fn newton_on_bms_on_device_matches_dense_reference() {
     let Some(gpu) = gpu_for_test("newton_on_bms_on_device_matches_dense_reference") else {
         return;
     };
-    let g = generate(GeneratorConfig {
-        n: 400,
-        p_m: 3,
-        p_g: 2,
-        p_h: 4,
-        p_w: 3,
-        s_f: 1.0,
-        seed: 5,
-    })
-    .unwrap();
-    let penalty = bms_penalty(&g.model).unwrap();
-    let lambda = [2.0, 0.5];
-    let beta0 = vec![0.0; g.beta.len()];
-    let want = common::dense_newton(&g.model, &g.data, &penalty, &lambda, &beta0);
-    let objective = BmsDeviceObjective::new(gpu.clone(), &g.model, &g.data).unwrap();
+    let f = common::newton_fixture();
+    let objective = BmsDeviceObjective::new(gpu.clone(), &f.g.model, &f.g.data).unwrap();
     let backend = CudaBackend::new(gpu).unwrap();
     for solver in [Solver::Pcg, Solver::Dense] {
         let opts = NewtonOptions {
@@ -181,11 +156,15 @@ fn newton_on_bms_on_device_matches_dense_reference() {
             max_step: 2.0,
             ..Default::default()
         };
-        let fit = newton(&backend, &objective, &penalty, &lambda, &beta0, &opts).unwrap();
-        assert!(fit.report.converged, "{solver:?}: {:?}", fit.report.termination);
-        let d = common::rel_diff(&fit.beta, &want);
-        assert!(d <= 1e-8, "{solver:?}: coefficients differ by {d:e} relative");
-        let gn = fit.gradient.iter().fold(0.0f64, |m, v| m.max(v.abs()));
-        assert!(gn <= 1e-10 * (fit.objective.abs() + 1.0), "{solver:?}: gradient {gn:e}");
+        let fit = newton(&backend, &objective, &f.penalty, &f.lambda, &f.beta0, &opts).unwrap();
+        let label = format!("{solver:?}");
+        common::check_newton_fit(
+            &label,
+            &fit.beta,
+            &fit.gradient,
+            fit.objective,
+            fit.report.converged,
+            &f.want,
+        );
     }
 }

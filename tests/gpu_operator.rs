@@ -2,21 +2,12 @@
 //! widths below and above the warp (r = 4, 20, 33, 64) and p_total 44 and 300.
 //! GPU tests follow MATFREE_GPU: with `auto` and no GPU they print a skip.
 
+mod common;
+
 use matfree::cuda::{gpu_for_test, select_device, Device, DeviceRowHessian, GpuPolicy};
 use matfree::fixture::{random_row_problem, Rng, Shape};
 use matfree::solvers::{CpuBackend, LinearOperator};
 use matfree::{Error, RowHessian};
-
-fn assert_close(label: &str, got: &[f64], want: &[f64], rel: f64) {
-    assert_eq!(got.len(), want.len(), "{label} length");
-    let scale = want.iter().fold(0.0f64, |m, v| m.max(v.abs())).max(1e-300);
-    for (k, (g, w)) in got.iter().zip(want).enumerate() {
-        assert!(
-            (g - w).abs() <= rel * scale,
-            "{label}[{k}]: gpu {g} vs cpu {w} (scale {scale})"
-        );
-    }
-}
 
 /// (r, p_total) = (4, 44), (20, 44), (33, 44), (64, 300), (20, 300), (33, 300), (6, 700).
 fn shapes() -> Vec<Shape> {
@@ -74,14 +65,14 @@ fn device_operations_match_cpu_operator() {
             .iter()
             .zip(got.iter().zip(&want))
         {
-            assert_close(&format!("{label} r={r} p={p}"), g, w, 1e-12);
+            common::assert_close(&format!("{label} r={r} p={p}"), g, w, 1e-12);
         }
         let mut rng = Rng::new(3);
         let (neglog, grad) = (rng.normals(op.n()), rng.normals(op.n() * r));
         let jg_cpu = op.joint_gradient(&neglog, &grad).unwrap();
         let jg_gpu = dev.joint_gradient_host(&neglog, &grad).unwrap();
-        assert_close("joint gradient", &jg_gpu.gradient, &jg_cpu.gradient, 1e-12);
-        assert_close("joint neglog", &[jg_gpu.neglog], &[jg_cpu.neglog], 1e-12);
+        common::assert_close("joint gradient", &jg_gpu.gradient, &jg_cpu.gradient, 1e-12);
+        common::assert_close("joint neglog", &[jg_gpu.neglog], &[jg_cpu.neglog], 1e-12);
         // Repeated runs are bitwise equal.
         assert_eq!(gpu_results(&dev, &v, k), got, "repeat r={r} p={p}");
         assert_eq!(dev.joint_gradient_host(&neglog, &grad).unwrap(), jg_gpu);
@@ -114,7 +105,7 @@ fn large_multi_rhs_batches_match_single_products() {
     let out = gpu.download(&out).unwrap();
     for j in 0..k {
         let single = dev.hvp_host(&v[j * p..(j + 1) * p]).unwrap();
-        assert_close(&format!("column {j}"), &out[j * p..(j + 1) * p], &single, 1e-14);
+        common::assert_close(&format!("column {j}"), &out[j * p..(j + 1) * p], &single, 1e-14);
     }
 }
 

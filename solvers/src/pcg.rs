@@ -77,6 +77,19 @@ impl Default for PcgOptions {
 }
 
 impl PcgOptions {
+    /// Exactly `max_iter` iterations (tolerances 0, no residual refresh):
+    /// the fixed-iteration solves that throughput benchmarks time. A solve
+    /// still stops early on a breakdown or an exactly zero residual.
+    pub fn fixed_iterations(max_iter: usize) -> Self {
+        Self {
+            rtol: 0.0,
+            atol: 0.0,
+            max_iter,
+            check_every: 10,
+            refresh_every: 0,
+        }
+    }
+
     fn validate(&self) -> Result<()> {
         for (field, v) in [("rtol", self.rtol), ("atol", self.atol)] {
             if !(v.is_finite() && v >= 0.0) {

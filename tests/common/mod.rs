@@ -67,3 +67,59 @@ pub fn rel_diff(a: &[f64], b: &[f64]) -> f64 {
     let scale = b.iter().fold(0.0f64, |m, v| m.max(v.abs()));
     a.iter().zip(b).fold(0.0f64, |m, (x, y)| m.max((x - y).abs())) / scale
 }
+
+/// Every entry within `rel` times the largest |want| of its oracle value.
+pub fn assert_close(label: &str, got: &[f64], want: &[f64], rel: f64) {
+    assert_eq!(got.len(), want.len(), "{label} length");
+    let scale = want.iter().fold(0.0f64, |m, v| m.max(v.abs())).max(1e-300);
+    for (k, (g, w)) in got.iter().zip(want).enumerate() {
+        assert!(
+            (g - w).abs() <= rel * scale,
+            "{label}[{k}]: got {g} vs want {w} (scale {scale})"
+        );
+    }
+}
+
+/// The BMS Newton fixture shared by the CPU and GPU driver tests: data,
+/// penalty, lambda, a poor start (zero) and the dense reference optimum.
+pub struct NewtonFixture {
+    pub g: matfree::bms::generator::Generated,
+    pub penalty: Penalty,
+    pub lambda: [f64; 2],
+    pub beta0: Vec<f64>,
+    pub want: Vec<f64>,
+}
+
+pub fn newton_fixture() -> NewtonFixture {
+    use matfree::bms::generator::{generate, GeneratorConfig};
+    let g = generate(GeneratorConfig {
+        n: 400,
+        p_m: 3,
+        p_g: 2,
+        p_h: 4,
+        p_w: 3,
+        s_f: 1.0,
+        seed: 5,
+    })
+    .unwrap();
+    let penalty = matfree::bms::bms_penalty(&g.model).unwrap();
+    let lambda = [2.0, 0.5];
+    let beta0 = vec![0.0; g.beta.len()];
+    let want = dense_newton(&g.model, &g.data, &penalty, &lambda, &beta0);
+    NewtonFixture {
+        g,
+        penalty,
+        lambda,
+        beta0,
+        want,
+    }
+}
+
+/// A converged driver fit equal to the reference within 1e-8 relative.
+pub fn check_newton_fit(label: &str, beta: &[f64], gradient: &[f64], objective: f64, converged: bool, want: &[f64]) {
+    assert!(converged, "{label}: not converged");
+    let d = rel_diff(beta, want);
+    assert!(d <= 1e-8, "{label}: coefficients differ by {d:e} relative");
+    let gn = gradient.iter().fold(0.0f64, |m, v| m.max(v.abs()));
+    assert!(gn <= 1e-10 * (objective.abs() + 1.0), "{label}: gradient {gn:e}");
+}
