@@ -73,14 +73,14 @@ pub fn adaptive<const N: usize>(a: f64, b: f64, rel_tol: f64, f: &impl Fn(f64) -
     if b <= a {
         return out;
     }
-    // An explicit stack of (lo, hi, depth) instead of recursion.
-    let mut stack = vec![(a, b, 0u32)];
+    // An explicit stack of (lo, hi, depth, panel over [lo, hi]) instead of
+    // recursion; a child reuses the half-panel its parent already computed.
+    let mut stack = vec![(a, b, 0u32, panel(a, b, f))];
     let mut panels = 0usize;
     let mut scale = [0.0f64; N];
-    while let Some((lo, hi, depth)) = stack.pop() {
+    while let Some((lo, hi, depth, (whole, wa))) = stack.pop() {
         panels += 1;
         let mid = 0.5 * (lo + hi);
-        let (whole, wa) = panel(lo, hi, f);
         let (left, la) = panel(lo, mid, f);
         let (right, ra) = panel(mid, hi, f);
         for k in 0..N {
@@ -99,8 +99,8 @@ pub fn adaptive<const N: usize>(a: f64, b: f64, rel_tol: f64, f: &impl Fn(f64) -
                 out[k] += left[k] + right[k];
             }
         } else {
-            stack.push((lo, mid, depth + 1));
-            stack.push((mid, hi, depth + 1));
+            stack.push((lo, mid, depth + 1, (left, la)));
+            stack.push((mid, hi, depth + 1, (right, ra)));
         }
     }
     out
