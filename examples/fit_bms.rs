@@ -546,7 +546,7 @@ fn table(r: &Report) -> String {
         r.reml_iterations, r.newton_iterations, r.evaluations
     );
     s += &format!(
-        "PCG iterations per second (Jacobi, H + S at the fit): {:.0}\n",
+        "PCG iterations per second (30-iteration Jacobi solve on H + S at the fit, setup included): {:.0}\n",
         r.pcg_iterations_per_second
     );
     s += &format!(
