@@ -262,6 +262,11 @@ impl DeviceRowHessian {
     /// scratch under a fixed bound.
     pub fn hvp_multi_into(&self, v: &CudaSlice<f64>, k: usize, out: &mut CudaSlice<f64>) -> Result<()> {
         let (p, r, n) = (self.layout.p_total(), self.layout.r(), self.n);
+        for (field, len) in [("v.len", v.len()), ("out.len", out.len())] {
+            if len != k * p {
+                return Err(Error::invalid(field, len, format!("must equal k * p_total = {}", k * p)));
+            }
+        }
         let chunks = n.div_ceil(ROW_CHUNK);
         let per_rhs = (n * r + chunks * p) * 8;
         let batch = (SCRATCH_BYTES / per_rhs).clamp(1, 65_535).min(k.max(1));
