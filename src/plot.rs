@@ -83,7 +83,7 @@ pub fn smooths_svg(panels: &[Panel]) -> Result<String> {
 }
 
 /// "Nice" tick values (multiples of 1, 2 or 5 times a power of ten) inside
-/// `[lo, hi]`, about [`TICK_TARGET`] intervals apart; e.g. `[-3, 3]` gives
+/// `[lo, hi]`, about `TICK_TARGET` (6) intervals apart; e.g. `[-3, 3]` gives
 /// -3, -2, ..., 3 and `[0, 1]` gives 0, 0.2, ..., 1. Empty for a non-finite
 /// or empty range.
 pub fn nice_ticks(lo: f64, hi: f64) -> Vec<f64> {

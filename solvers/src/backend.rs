@@ -86,11 +86,11 @@ pub trait Backend {
 
     /// dst = src.
     fn copy(&self, src: &Self::Vector, dst: &mut Self::Vector) -> Result<()>;
-    /// s[out] = x^T y, summed in a fixed order.
+    /// `s[out] = x^T y`, summed in a fixed order.
     fn dot(&self, x: &Self::Vector, y: &Self::Vector, s: &mut Self::Scalars, out: Slot) -> Result<()>;
-    /// y += s[alpha] * x.
+    /// `y += s[alpha] * x`.
     fn axpy(&self, s: &Self::Scalars, alpha: Slot, x: &Self::Vector, y: &mut Self::Vector) -> Result<()>;
-    /// y = x + s[beta] * y.
+    /// `y = x + s[beta] * y`.
     fn xpay(&self, x: &Self::Vector, s: &Self::Scalars, beta: Slot, y: &mut Self::Vector) -> Result<()>;
     /// r = b - r (turns A x stored in r into the residual).
     fn sub_from(&self, b: &Self::Vector, r: &mut Self::Vector) -> Result<()>;

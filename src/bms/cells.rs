@@ -261,9 +261,9 @@ pub struct Cell {
     pub ar: Vec<Cubic>,
     /// d2 eta / db2.
     pub sbb: Cubic,
-    /// d2 eta / db d beta_h[j].
+    /// `d2 eta / db d beta_h[j]`.
     pub sbh: Vec<Cubic>,
-    /// d2 eta / db d beta_w[l].
+    /// `d2 eta / db d beta_w[l]`.
     pub sbw: Vec<Cubic>,
     /// m_0..m_9.
     pub moments: [f64; MOMENTS],
