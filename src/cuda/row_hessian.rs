@@ -264,7 +264,11 @@ impl DeviceRowHessian {
         let (p, r, n) = (self.layout.p_total(), self.layout.r(), self.n);
         for (field, len) in [("v.len", v.len()), ("out.len", out.len())] {
             if len != k * p {
-                return Err(Error::invalid(field, len, format!("must equal k * p_total = {}", k * p)));
+                return Err(Error::invalid(
+                    field,
+                    len,
+                    format!("must equal k * p_total = {}", k * p),
+                ));
             }
         }
         let chunks = n.div_ceil(ROW_CHUNK);
