@@ -191,9 +191,11 @@ fn run(args: Args) -> AnyResult<()> {
         )?,
     };
     let t = Instant::now();
-    let report = summarise(&problem, &penalty, &fit, &device, notes, &mut phases)?;
+    // (H + S)^{-1} at the fit, shared by the table and the plot.
+    let cov = penalised_covariance(fit.beta.len(), &fit.hessian, &penalty.dense(&fit.lambda)?)?;
+    let report = summarise(&problem, &cov, &fit, &device, notes, &mut phases)?;
     print!("{}", table(&report));
-    write_outputs(&args, &problem, &penalty, &fit, &report)?;
+    write_outputs(&args, &problem, &cov, &fit, &report)?;
     phases.push(("output".into(), t.elapsed().as_secs_f64()));
     eprintln!(
         "phases (s): {}",
@@ -462,15 +464,14 @@ fn smooth_blocks(problem: &Problem) -> Vec<(&'static str, std::ops::Range<usize>
 
 fn summarise(
     problem: &Problem,
-    penalty: &Penalty,
+    cov: &[f64],
     fit: &Fit,
     device: &Device,
     notes: Vec<String>,
     phases: &mut [(String, f64)],
 ) -> AnyResult<Report> {
     let p = fit.beta.len();
-    let cov = penalised_covariance(p, &fit.hessian, &penalty.dense(&fit.lambda)?)?;
-    let coefficients = coefficients(&fit.beta, &cov, &parameter_names(problem), problem.truth.as_deref());
+    let coefficients = coefficients(&fit.beta, cov, &parameter_names(problem), problem.truth.as_deref());
     let smooths = smooth_blocks(problem)
         .into_iter()
         .zip(&fit.lambda)
@@ -478,7 +479,7 @@ fn summarise(
             name: name.into(),
             dim: range.len(),
             lambda,
-            edf: edf(&cov, &fit.hessian, range),
+            edf: edf(cov, &fit.hessian, range),
         })
         .collect();
     Ok(Report {
@@ -572,9 +573,9 @@ fn write_atomically(path: &Path, contents: &str) -> AnyResult<()> {
     Ok(())
 }
 
-fn write_outputs(args: &Args, problem: &Problem, penalty: &Penalty, fit: &Fit, report: &Report) -> AnyResult<()> {
+fn write_outputs(args: &Args, problem: &Problem, cov: &[f64], fit: &Fit, report: &Report) -> AnyResult<()> {
     let svg = match &args.plot {
-        Some(_) => Some(plot(problem, penalty, fit)?),
+        Some(_) => Some(plot(problem, cov, fit)?),
         None => None,
     };
     if let Some(path) = &args.json {
@@ -586,9 +587,8 @@ fn write_outputs(args: &Args, problem: &Problem, penalty: &Penalty, fit: &Fit, r
     Ok(())
 }
 
-fn plot(problem: &Problem, penalty: &Penalty, fit: &Fit) -> AnyResult<String> {
+fn plot(problem: &Problem, cov: &[f64], fit: &Fit) -> AnyResult<String> {
     let p = fit.beta.len();
-    let cov = penalised_covariance(p, &fit.hessian, &penalty.dense(&fit.lambda)?)?;
     let bases = problem.model.bases();
     let mut panels = Vec::new();
     for (name, range) in smooth_blocks(problem) {
@@ -598,13 +598,7 @@ fn plot(problem: &Problem, penalty: &Penalty, fit: &Fit) -> AnyResult<String> {
         let (lo, hi) = if score { (-3.0, 3.0) } else { (-5.0, 5.0) };
         let grid: Vec<f64> = (0..=120).map(|k| lo + (hi - lo) * k as f64 / 120.0).collect();
         let truth = problem.truth.as_ref().map(|t| &t[range.clone()]);
-        let band = smooth_band(
-            basis,
-            &fit.beta[range.clone()],
-            &sub_block(&cov, p, range),
-            &grid,
-            truth,
-        )?;
+        let band = smooth_band(basis, &fit.beta[range.clone()], &sub_block(cov, p, range), &grid, truth)?;
         let x_label = if score { "z" } else { "t = a + b z" };
         panels.push(Panel {
             title: name.to_string(),
