@@ -134,7 +134,7 @@ impl Backend for CpuBackend {
                 return Err(SolverError::invalid(
                     format!("{field}[{i}]"),
                     v,
-                    "diagonal + extra + ridge must be finite and > 0",
+                    crate::precond::POSITIVE_DIAGONAL_RULE,
                 ));
             }
             *o = 1.0 / v;

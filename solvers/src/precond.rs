@@ -16,6 +16,10 @@ pub trait Preconditioner<B: Backend> {
     }
 }
 
+/// The rule every backend's `invert_positive` names when it rejects an entry,
+/// so CPU and GPU errors read the same.
+pub const POSITIVE_DIAGONAL_RULE: &str = "diagonal + extra + ridge must be finite and > 0";
+
 /// Jacobi preconditioner: M = diag(A) + extra + ridge, stored as its inverse
 /// on the backend (on the GPU it never leaves the device).
 pub struct Jacobi<'b, B: Backend> {

@@ -198,7 +198,7 @@ impl Backend for CudaBackend {
         Err(SolverError::invalid(
             format!("{field}[{i}]"),
             value,
-            "diagonal + extra + ridge must be finite and > 0",
+            matfree_solvers::precond::POSITIVE_DIAGONAL_RULE,
         ))
     }
     fn gemv_acc(&self, a: &CudaSlice<f64>, n: usize, x: &CudaSlice<f64>, y: &mut CudaSlice<f64>) -> SolverResult<()> {
