@@ -1,6 +1,8 @@
 //! Times one full BMS row evaluation (Stage 1 + Stage 2) at a given shape on
-//! the CPU and, when there is one, on the GPU (Stage 2 there; Stage 1 stays
-//! on the CPU), and prints the phases as JSON.
+//! the CPU and, when there is one, on the GPU: both stages on the device
+//! (median of 5 after a warm-up, status verdict included), and Stage 2 alone
+//! over the CPU's Stage-1 bundle (with its upload). Prints the phases as JSON
+//! with the device bytes the bundle costs.
 //!
 //!     cargo run --release --example bench_rows [N_ROWS]     (default: seed shape, 195,000)
 
@@ -8,7 +10,7 @@ use std::time::Instant;
 
 use matfree::bms::generator::{generate, GeneratorConfig};
 use matfree::bms::row_kernel::evaluate_rows;
-use matfree::cuda::{evaluate_rows_device, select_device, Device, DeviceDesigns, GpuPolicy};
+use matfree::cuda::{evaluate_rows_device, select_device, Device, DeviceDesigns, DeviceStage1, GpuPolicy};
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     let n = std::env::args()
@@ -36,7 +38,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let t = Instant::now();
     let cpu = evaluate_rows(&inputs)?;
     let stage2_cpu_s = t.elapsed().as_secs_f64();
-    let mut gpu_s = None;
+    let (mut gpu_s, mut device) = (None, serde_json::Value::Null);
     if let Device::Gpu(gpu) = select_device(GpuPolicy::from_env()?)? {
         let designs = DeviceDesigns::upload(gpu.clone(), &g.data.designs)?;
         let _warm = evaluate_rows_device(&designs, g.model.layout(), &inputs)?;
@@ -46,12 +48,54 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         gpu_s = Some(t.elapsed().as_secs_f64());
         let cpu_total: f64 = cpu.neglog.iter().sum();
         println!("check: device joint neglog {} vs cpu {}", jg.neglog, cpu_total);
+        device = device_stages(&gpu, &g, cpu_total)?;
     }
     let report = serde_json::json!({
         "n": n, "r": inputs.r, "cells_per_row": cells / n as f64, "rayon_threads": rayon::current_num_threads(),
         "generate_s": generate_s, "stage1_cpu_s": stage1_s, "stage2_cpu_s": stage2_cpu_s,
         "stage2_gpu_with_upload_and_verdict_s": gpu_s, "bundle_mb_main_arrays": bundle_mb,
+        "device_stage1_and_stage2": device,
     });
     println!("{}", serde_json::to_string_pretty(&report)?);
     Ok(())
+}
+
+/// Both stages on the device: median of 5 evaluations after a warm-up, and
+/// the bytes of the padded bundle (written by Stage 1, read by Stage 2) and
+/// of the row Hessians (written once).
+fn device_stages(
+    gpu: &std::sync::Arc<matfree::cuda::Gpu>,
+    g: &matfree::bms::generator::Generated,
+    cpu_total: f64,
+) -> Result<serde_json::Value, Box<dyn std::error::Error>> {
+    let t = Instant::now();
+    let stage1 = DeviceStage1::new(gpu.clone(), &g.model, &g.data)?;
+    let setup_s = t.elapsed().as_secs_f64();
+    let warm = stage1.evaluate(&g.beta)?.joint_gradient()?;
+    println!("check: device stages joint neglog {} vs cpu {}", warm.neglog, cpu_total);
+    let mut times = Vec::new();
+    for _ in 0..5 {
+        gpu.synchronize()?;
+        let t = Instant::now();
+        let rows = stage1.evaluate(&g.beta)?;
+        gpu.synchronize()?;
+        times.push(t.elapsed().as_secs_f64());
+        drop(rows);
+    }
+    times.sort_by(f64::total_cmp);
+    let kernels: Vec<_> = stage1
+        .profile(&g.beta)?
+        .into_iter()
+        .map(|(k, s)| serde_json::json!({ "kernel": k, "s": s }))
+        .collect();
+    let b = g.model.bases();
+    let (n, r, slots) = (g.data.n(), b.r(), stage1.slots());
+    let per_cell = 4 + 4 + 4 + 8 * (r - 1) + 4 + 4 * b.p_h() + 4 * b.p_w() + 10;
+    let bundle_bytes = (8 * n * slots * per_cell) as f64;
+    let hess_bytes = (8 * n * r * r) as f64;
+    Ok(serde_json::json!({
+        "setup_upload_and_allocate_s": setup_s, "evaluate_median_s": times[2], "evaluate_all_s": times,
+        "cell_slots_per_row": slots, "bundle_bytes_written_then_read": bundle_bytes,
+        "row_hessian_bytes_written": hess_bytes, "per_kernel_synchronised": kernels,
+    }))
 }

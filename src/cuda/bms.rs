@@ -1,5 +1,6 @@
 //! Stage 2 of the BMS model on the device: the row kernel (`kernels/bms_row.cu`)
-//! turns the Stage-1 bundle into per-row neglog, gradient and Hessian that stay
+//! turns the Stage-1 bundle (from `bms_stage1` on the device, or uploaded
+//! from the CPU Stage 1) into per-row neglog, gradient and Hessian that stay
 //! resident, wrapped as a [`DeviceRowHessian`]. The host receives the status
 //! verdict (one download), then the joint neglog and gradient.
 
@@ -7,6 +8,7 @@ use std::sync::Arc;
 
 use cudarc::driver::{CudaSlice, LaunchConfig, PushKernelArg};
 
+use super::bms_stage1::DeviceStage1;
 use super::row_hessian::{DeviceDesigns, DeviceRowHessian};
 use super::runtime::{cuda_err, Gpu};
 use crate::bms::inputs::RowKernelInputs;
@@ -34,15 +36,27 @@ impl DeviceRowEvaluation {
     }
 }
 
-/// The bundle's arrays on the device, in the kernel's argument order.
-struct Uploaded {
-    f64s: Vec<CudaSlice<f64>>,
-    offsets: CudaSlice<u32>,
+/// The Stage-2 bundle's arrays on the device, in the row kernel's argument
+/// order: `rows` = mu_1, mu_2, y, w; `cells` = c0..c3, a, aa, r, ar, sbb,
+/// sbh, sbw, moments; `observed` = chi, xi, rho, tau, r_uv, e_obs.
+pub(crate) struct DeviceBundle {
+    pub rows: [CudaSlice<f64>; 4],
+    pub offsets: CudaSlice<u32>,
+    pub cells: [CudaSlice<f64>; 12],
+    pub observed: [CudaSlice<f64>; 6],
 }
 
-fn upload(gpu: &Gpu, inp: &RowKernelInputs) -> Result<Uploaded> {
-    let arrays: [&[f64]; 4] = [&inp.mu_1, &inp.mu_2, &inp.y, &inp.w];
-    let cells: [&[f64]; 12] = [
+fn upload(gpu: &Gpu, inp: &RowKernelInputs) -> Result<DeviceBundle> {
+    // Zero-length arrays (no h or w block) still need a valid pointer.
+    let up = |x: &[f64]| {
+        if x.is_empty() {
+            gpu.zeros::<f64>(1)
+        } else {
+            gpu.upload(x)
+        }
+    };
+    let rows = [&inp.mu_1, &inp.mu_2, &inp.y, &inp.w].map(|x| up(x));
+    let cells = [
         &inp.cell_c0,
         &inp.cell_c1,
         &inp.cell_c2,
@@ -55,26 +69,21 @@ fn upload(gpu: &Gpu, inp: &RowKernelInputs) -> Result<Uploaded> {
         &inp.cell_sbh,
         &inp.cell_sbw,
         &inp.cell_moments,
-    ];
-    let observed: [&[f64]; 6] = [&inp.chi_obs, &inp.xi_obs, &inp.rho_u, &inp.tau_u, &inp.r_uv, &inp.e_obs];
-    // Zero-length arrays (no h or w block) still need a valid pointer.
-    let up = |x: &[f64]| {
-        if x.is_empty() {
-            gpu.zeros::<f64>(1)
-        } else {
-            gpu.upload(x)
-        }
-    };
-    let f64s = arrays
-        .iter()
-        .chain(&cells)
-        .chain(&observed)
-        .map(|x| up(x))
-        .collect::<Result<Vec<_>>>()?;
-    Ok(Uploaded {
-        f64s,
+    ]
+    .map(|x| up(x));
+    let observed = [&inp.chi_obs, &inp.xi_obs, &inp.rho_u, &inp.tau_u, &inp.r_uv, &inp.e_obs].map(|x| up(x));
+    Ok(DeviceBundle {
+        rows: collect_array(rows)?,
         offsets: gpu.upload(&inp.cell_offsets)?,
+        cells: collect_array(cells)?,
+        observed: collect_array(observed)?,
     })
+}
+
+fn collect_array<const N: usize>(xs: [Result<CudaSlice<f64>>; N]) -> Result<[CudaSlice<f64>; N]> {
+    let v = xs.into_iter().collect::<Result<Vec<_>>>()?;
+    Ok(v.try_into()
+        .unwrap_or_else(|_| unreachable!("length N in, length N out")))
 }
 
 /// Run Stage 2 on the device for a validated bundle over uploaded designs.
@@ -96,24 +105,38 @@ pub fn evaluate_rows_device(
         );
         return Err(Error::invalid("bundle (n_rows, r)", format!("({n}, {r})"), rule));
     }
+    let bundle = upload(designs.gpu(), inp)?;
+    let (rows, status) = stage2(designs, layout, (inp.p_h, inp.p_w), &bundle)?;
+    check_status(designs.gpu(), &status)?;
+    Ok(rows)
+}
+
+/// Launch the row kernel over a bundle on the device; the caller checks the
+/// returned per-row status before handing the rows to anyone.
+pub(crate) fn stage2(
+    designs: &Arc<DeviceDesigns>,
+    layout: &Layout,
+    (p_h, p_w): (usize, usize),
+    bundle: &DeviceBundle,
+) -> Result<(DeviceRowEvaluation, CudaSlice<u32>)> {
+    let (n, r) = (designs.n(), layout.r());
     if n > i32::MAX as usize {
         return Err(Error::invalid("n_rows", n, "must be < 2^31 for the row kernel's grid"));
     }
     let gpu = designs.gpu().clone();
-    let up = upload(&gpu, inp)?;
     let mut neglog = gpu.zeros::<f64>(n)?;
     let mut grad = gpu.zeros::<f64>(n * r)?;
     let mut hess = gpu.zeros::<f64>(n * r * r)?;
     let mut f_au = gpu.zeros::<f64>(n * r)?;
     let mut status = gpu.zeros::<u32>(n)?;
-    let (n32, r32, ph, pw) = (n as i32, r as i32, inp.p_h as i32, inp.p_w as i32);
+    let (n32, r32, ph, pw) = (n as i32, r as i32, p_h as i32, p_w as i32);
     let mut b = gpu.stream.launch_builder(&gpu.f.bms_row);
     b.arg(&n32).arg(&r32).arg(&ph).arg(&pw);
-    for (k, a) in up.f64s.iter().enumerate() {
-        // The offsets go after mu_1, mu_2, y, w (argument order of bms_row).
-        if k == 4 {
-            b.arg(&up.offsets);
-        }
+    for a in &bundle.rows {
+        b.arg(a);
+    }
+    b.arg(&bundle.offsets);
+    for a in bundle.cells.iter().chain(&bundle.observed) {
         b.arg(a);
     }
     b.arg(&mut f_au)
@@ -126,16 +149,16 @@ pub fn evaluate_rows_device(
         block_dim: (ROW_THREADS, 1, 1),
         shared_mem_bytes: 0,
     };
-    // SAFETY: validate() checked every array's length against n, r, p_h, p_w
-    // and the cell count; outputs are sized n, n r, n r^2; one block per row.
+    // SAFETY: every bundle array holds its n, r, p_h, p_w and cell-count
+    // length (validated on upload, or allocated so by the device Stage 1);
+    // outputs are sized n, n r, n r^2; one block per row.
     unsafe { b.launch(cfg) }.map_err(|e| cuda_err("bms_row", e))?;
-    check_status(&gpu, &status)?;
     let hessian = DeviceRowHessian::from_device(layout.clone(), designs.clone(), hess)?;
-    Ok(DeviceRowEvaluation { neglog, grad, hessian })
+    Ok((DeviceRowEvaluation { neglog, grad, hessian }, status))
 }
 
 /// The status verdict: the first rejected row, if any (one counted download).
-fn check_status(gpu: &Gpu, status: &CudaSlice<u32>) -> Result<()> {
+pub(crate) fn check_status(gpu: &Gpu, status: &CudaSlice<u32>) -> Result<()> {
     gpu.count_sync();
     let codes = gpu.stream.clone_dtoh(status).map_err(|e| cuda_err("row status", e))?;
     match codes.iter().position(|&c| c != 0) {
@@ -144,6 +167,9 @@ fn check_status(gpu: &Gpu, status: &CudaSlice<u32>) -> Result<()> {
             let reason = match codes[row] {
                 1 => "F_a <= 0 or not finite (the calibration has no increasing root)".to_string(),
                 2 => "non-finite neglog, gradient or Hessian".to_string(),
+                3 => "no sign change of F found while bracketing the intercept a".to_string(),
+                4 => "the intercept's Newton iteration did not converge".to_string(),
+                5 => "F(a) or a is not finite while solving for the intercept".to_string(),
                 c => format!("status code {c}"),
             };
             Err(Error::RowRejected { row, reason })
@@ -151,41 +177,41 @@ fn check_status(gpu: &Gpu, status: &CudaSlice<u32>) -> Result<()> {
     }
 }
 
-/// The one call of a device row evaluation: Stage 1 for every row on the
-/// CPU (see benches/RESULTS.md for its cost), Stage 2 on the device over
-/// designs uploaded once. Per-row results stay on the device; the host gets
-/// the status verdict here and the joint neglog and gradient from
-/// [`DeviceRowEvaluation::joint_gradient`].
+/// The one call of a device row evaluation: Stage 1 and Stage 2 on the
+/// device (see [`DeviceStage1`]) over designs already uploaded. Per-row
+/// results stay on the device; the host gets the status verdict here and the
+/// joint neglog and gradient from [`DeviceRowEvaluation::joint_gradient`].
+/// Repeated evaluations of one data set should hold a [`DeviceStage1`] (as
+/// [`BmsDeviceObjective`] does), which uploads the rows only once.
 pub fn evaluate_device(
     model: &crate::bms::BmsModel,
     data: &crate::bms::BmsData,
     designs: &Arc<DeviceDesigns>,
     beta: &[f64],
 ) -> Result<DeviceRowEvaluation> {
-    let (inputs, _) = model.stage1(data, beta)?;
-    evaluate_rows_device(designs, model.layout(), &inputs)
+    DeviceStage1::with_designs(designs.clone(), model, data)?.evaluate(beta)
 }
 
-/// sum_i neglog_i(beta) with Stage 1 on the CPU and Stage 2, the Hessian
-/// operator and the joint reductions on the device.
+/// sum_i neglog_i(beta) with both stages, the Hessian operator and the
+/// joint reductions on the device.
 pub struct BmsDeviceObjective<'a> {
     model: &'a crate::bms::BmsModel,
     data: &'a crate::bms::BmsData,
-    designs: Arc<DeviceDesigns>,
+    stage1: DeviceStage1,
 }
 
 impl<'a> BmsDeviceObjective<'a> {
-    /// Upload the designs once; every evaluation reuses them.
+    /// Upload the data set once; every evaluation reuses it.
     pub fn new(gpu: Arc<Gpu>, model: &'a crate::bms::BmsModel, data: &'a crate::bms::BmsData) -> Result<Self> {
         Ok(Self {
             model,
             data,
-            designs: DeviceDesigns::upload(gpu, &data.designs)?,
+            stage1: DeviceStage1::new(gpu, model, data)?,
         })
     }
 
     fn rows(&self, beta: &[f64]) -> Result<DeviceRowEvaluation> {
-        evaluate_device(self.model, self.data, &self.designs, beta)
+        self.stage1.evaluate(beta)
     }
 }
 

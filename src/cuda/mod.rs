@@ -8,6 +8,7 @@
 
 mod backend;
 mod bms;
+mod bms_stage1;
 mod dense;
 mod kernels;
 mod row_hessian;
@@ -15,6 +16,7 @@ mod runtime;
 
 pub use backend::CudaBackend;
 pub use bms::{evaluate_device, evaluate_rows_device, BmsDeviceObjective, DeviceRowEvaluation};
+pub use bms_stage1::DeviceStage1;
 pub use dense::DeviceCholesky;
 pub use row_hessian::{DeviceDesigns, DeviceRowHessian};
 pub use runtime::{gpu_for_test, select_device, Device, Gpu, GpuPolicy};

@@ -78,6 +78,22 @@ impl DeviceDesigns {
     pub fn gpu(&self) -> &Arc<Gpu> {
         &self.gpu
     }
+
+    pub(crate) fn p_m(&self) -> usize {
+        self.p_m
+    }
+
+    pub(crate) fn p_g(&self) -> usize {
+        self.p_g
+    }
+
+    pub(crate) fn x_m(&self) -> &CudaSlice<f64> {
+        &self.x_m
+    }
+
+    pub(crate) fn x_g(&self) -> &CudaSlice<f64> {
+        &self.x_g
+    }
 }
 
 /// H = sum_i P_i^T H_i P_i with everything on the device.

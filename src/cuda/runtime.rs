@@ -115,6 +115,10 @@ pub(crate) struct Functions {
     pub log_diag_sum: CudaFunction,
     pub add_into: CudaFunction,
     pub bms_row: CudaFunction,
+    pub bms_calibrate: CudaFunction,
+    pub bms_cells: CudaFunction,
+    pub bms_observed: CudaFunction,
+    pub merge_status: CudaFunction,
 }
 
 /// One GPU: its context, the stream every operation is queued on, cuBLAS,
@@ -145,11 +149,12 @@ pub(crate) fn cuda_err(what: &str, e: impl std::fmt::Debug) -> Error {
 pub(crate) const PINNED_SLOTS: usize = 64;
 
 /// The kernel sources, embedded at build time.
-const SOURCES: [(&str, &str); 4] = [
+const SOURCES: [(&str, &str); 5] = [
     ("row_hessian.cu", include_str!("../../kernels/row_hessian.cu")),
     ("pcg.cu", include_str!("../../kernels/pcg.cu")),
     ("dense.cu", include_str!("../../kernels/dense.cu")),
     ("bms_row.cu", include_str!("../../kernels/bms_row.cu")),
+    ("bms_stage1.cu", include_str!("../../kernels/bms_stage1.cu")),
 ];
 
 fn check_libraries() -> Result<()> {
@@ -327,5 +332,9 @@ fn compile(ctx: &Arc<CudaContext>, (major, minor): (i32, i32)) -> Result<Functio
         log_diag_sum: get(2, "log_diag_sum")?,
         add_into: get(2, "add_into")?,
         bms_row: get(3, "bms_row")?,
+        bms_calibrate: get(4, "bms_calibrate")?,
+        bms_cells: get(4, "bms_cells")?,
+        bms_observed: get(4, "bms_observed")?,
+        merge_status: get(4, "merge_status")?,
     })
 }

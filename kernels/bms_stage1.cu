@@ -1,0 +1,610 @@
+// Stage 1 of the Bernoulli marginal-slope model on the device (the math of
+// docs/bms-model.md, "Cells (Stage 1)"; the CPU twin is src/bms/cells.rs,
+// calibration.rs and quadrature.rs, which these kernels follow step by step).
+//
+// Three kernels, launched in order on one stream:
+//   bms_calibrate  one thread per row: q, b from the design rows, then the
+//                  intercept a (closed form for rigid rows, else Newton on
+//                  F(a) safeguarded by a bracket, as on the CPU).
+//   bms_cells      one thread per (row, cell slot): the cell's edges, every
+//                  coefficient array of the Stage-2 bundle and its moments.
+//                  Every row owns `slots` = kh + kw + 1 slots; a row with
+//                  fewer cells (b = 0, or coinciding edges) zero-fills the
+//                  rest, which adds exact zeros in Stage 2.
+//   bms_observed   one thread per row: the observed-point jets and mu_1, mu_2.
+// Each thread works sequentially in a fixed order: no atomics, bitwise
+// repeatable. Quadrature is the CPU's adaptive 20-point Gauss-Legendre rule
+// checked against the 10-point rule, with an explicit stack per thread.
+
+#define Z_CLIP 40.0
+#define QUAD_TOL 1e-14
+#define RECURRENCE_TOL 1e-12
+#define MAX_DEPTH 48
+#define MAX_PANELS 100000
+// A depth-first bisection holds at most MAX_DEPTH + 1 panels.
+#define STACK_CAP 52
+#define NEWTON_ITERS 200
+#define BRACKET_STEPS 64
+#define MOMENTS 10
+#define TWO_PI 6.283185307179586
+#define LN_SQRT_2PI 0.9189385332046728
+#define DBL_EPS 2.220446049250313e-16
+#define DBL_TINY 2.2250738585072014e-308
+#define INF_D __longlong_as_double(0x7ff0000000000000LL)
+
+// Status codes of bms_calibrate (Stage 2 uses 1 and 2).
+#define CAL_OK 0u
+#define CAL_NO_BRACKET 3u
+#define CAL_NO_CONVERGENCE 4u
+#define CAL_NON_FINITE 5u
+
+typedef long long i64;
+
+// A projected cubic basis: k knots (0: block absent), dim functions, pieces
+// [(k + 1) segments][dim][4] and comb [(k + 1)][4] = sum_j beta_j piece_j.
+struct Basis {
+    int k, dim;
+    const double *knots, *pieces, *comb;
+};
+
+struct Model {
+    Basis h, w;
+    double s_f;
+    const double* gl;  // 20-point nodes, weights, 10-point nodes, weights on [-1, 1]
+};
+
+__device__ __forceinline__ double horner(const double* p, double x)
+{
+    return ((p[3] * x + p[2]) * x + p[1]) * x + p[0];
+}
+
+__device__ __forceinline__ void deriv(const double* p, double* out)
+{
+    out[0] = p[1]; out[1] = 2.0 * p[2]; out[2] = 3.0 * p[3]; out[3] = 0.0;
+}
+
+// p(a + b z) as a cubic in z (Horner on polynomials, as basis::poly_compose_affine).
+__device__ void compose_affine(const double* p, double a, double b, double* out)
+{
+    double acc[4] = {p[3], 0.0, 0.0, 0.0};
+    const double cs[3] = {p[2], p[1], p[0]};
+    for (int s = 0; s < 3; ++s) {
+        double next[4] = {0.0, 0.0, 0.0, 0.0};
+        for (int k = 0; k < 4; ++k) {
+            next[k] += a * acc[k];
+            if (k + 1 < 4) next[k + 1] += b * acc[k];
+        }
+        next[0] += cs[s];
+        for (int k = 0; k < 4; ++k) acc[k] = next[k];
+    }
+    for (int k = 0; k < 4; ++k) out[k] = acc[k];
+}
+
+// The segment holding x: the number of knots <= x.
+__device__ int segment_of(const Basis& B, double x)
+{
+    int lo = 0, hi = B.k;
+    while (lo < hi) {
+        const int mid = (lo + hi) / 2;
+        if (B.knots[mid] <= x) lo = mid + 1; else hi = mid;
+    }
+    return lo;
+}
+
+// phi(x) with x split on a 1/16 grid so the exponent carries no rounding of x^2.
+__device__ double norm_pdf(double x)
+{
+    if (isinf(x)) return 0.0;
+    const double xh = trunc(16.0 * x) / 16.0, del = (x - xh) * (x + xh);
+    return exp(-0.5 * xh * xh) * exp(-0.5 * del) * exp(-LN_SQRT_2PI);
+}
+
+__device__ double representative(double lo, double hi)
+{
+    const bool fl = isfinite(lo), fh = isfinite(hi);
+    if (fl && fh) return 0.5 * (lo + hi);
+    if (fl) return lo + 1.0;
+    if (fh) return hi - 1.0;
+    return 0.0;
+}
+
+// ---------------------------------------------------------------------------
+// Cell edges: the score knots merged with the link knots mapped through
+// z = (t - a) / b (increasing in z whatever the sign of b; none when b = 0),
+// without non-finite values or repeats.
+
+struct Edges {
+    int i, j;
+    bool any;
+    double last;
+};
+
+__device__ bool next_edge(const Model& m, double a, double b, Edges& it, double* out)
+{
+    const int kl = (b != 0.0) ? m.w.k : 0;
+    for (;;) {
+        const bool has_s = it.i < m.h.k, has_l = it.j < kl;
+        if (!has_s && !has_l) return false;
+        double e;
+        if (has_l) {
+            const int idx = b > 0.0 ? it.j : kl - 1 - it.j;
+            const double zl = (m.w.knots[idx] - a) / b;
+            if (!has_s || zl < m.h.knots[it.i]) { e = zl; ++it.j; }
+            else { e = m.h.knots[it.i]; ++it.i; }
+        } else {
+            e = m.h.knots[it.i]; ++it.i;
+        }
+        if (!isfinite(e) || (it.any && e == it.last)) continue;
+        it.any = true;
+        it.last = e;
+        *out = e;
+        return true;
+    }
+}
+
+// The edges of cell slot c; false when the row has fewer cells.
+__device__ bool cell_bounds(const Model& m, double a, double b, int c, double* lo, double* hi)
+{
+    Edges it = {0, 0, false, 0.0};
+    double left = -INF_D, e;
+    for (int k = 0;; ++k) {
+        const bool more = next_edge(m, a, b, it, &e);
+        const double right = more ? e : INF_D;
+        if (k == c) { *lo = left; *hi = right; return true; }
+        if (!more) return false;
+        left = right;
+    }
+}
+
+// ---------------------------------------------------------------------------
+// The polynomial pieces that hold on a cell (picked at a point inside it).
+
+struct Pieces {
+    double h[4];        // H(z)
+    double l[4], l1[4], l2[4];  // L, L', L'' composed with t = a + b z
+    int seg_h, seg_w;
+};
+
+__device__ void cell_pieces(const Model& m, double a, double b, double lo, double hi, Pieces& p)
+{
+    const double zm = representative(lo, hi);
+    for (int k = 0; k < 4; ++k) { p.h[k] = 0.0; p.l[k] = 0.0; p.l1[k] = 0.0; p.l2[k] = 0.0; }
+    p.seg_h = p.seg_w = 0;
+    if (m.h.k > 0) {
+        p.seg_h = segment_of(m.h, zm);
+        for (int k = 0; k < 4; ++k) p.h[k] = m.h.comb[p.seg_h * 4 + k];
+    }
+    if (m.w.k > 0) {
+        p.seg_w = segment_of(m.w, a + b * zm);
+        const double* lt = m.w.comb + p.seg_w * 4;
+        double l1t[4], l2t[4];
+        deriv(lt, l1t);
+        deriv(l1t, l2t);
+        compose_affine(lt, a, b, p.l);
+        compose_affine(l1t, a, b, p.l1);
+        compose_affine(l2t, a, b, p.l2);
+    }
+}
+
+// eta = s_f (a + b z + b H(z) + L(t)) and d eta / da = s_f (1 + L'(t)).
+__device__ void eta_and_a(const Pieces& p, double a, double b, double s_f, double* eta, double* A)
+{
+    const double base[4] = {a, b, 0.0, 0.0};
+    for (int k = 0; k < 4; ++k) {
+        eta[k] = s_f * ((base[k] + p.h[k] * b) + p.l[k]);
+        A[k] = s_f * ((k == 0 ? 1.0 : 0.0) + p.l1[k]);
+    }
+}
+
+// ---------------------------------------------------------------------------
+// Adaptive Gauss-Legendre (quadrature::adaptive): bisect until the 20- and
+// 10-point rules agree to QUAD_TOL times the largest panel |f| integral seen.
+// Integrands (KIND): 0 the moments z^k exp(-(z^2 + eta^2)/2), k < N;
+// 1 Phi(+-eta) phi(z); 2 both, F's integrand then m_0..m_3.
+
+template <int N, int KIND>
+__device__ __forceinline__ void integrand(double z, const double* eta, bool upper, double* out)
+{
+    const double e = horner(eta, z);
+    int k0 = 0;
+    if (KIND != 0) {
+        out[0] = normcdf(upper ? -e : e) * norm_pdf(z);
+        k0 = 1;
+    }
+    if (KIND != 1) {
+        double zk = exp(-0.5 * (z * z + e * e));
+        for (int k = k0; k < N; ++k) { out[k] = zk; zk *= z; }
+    }
+}
+
+template <int N, int KIND>
+__device__ void apply_rule(const double* x, const double* w, int nodes, double lo, double hi, const double* eta,
+                           bool upper, double* s, double* abs_s)
+{
+    const double mid = 0.5 * (lo + hi), half = 0.5 * (hi - lo);
+    for (int k = 0; k < N; ++k) { s[k] = 0.0; abs_s[k] = 0.0; }
+    for (int i = 0; i < nodes; ++i) {
+        double v[N];
+        integrand<N, KIND>(mid + half * x[i], eta, upper, v);
+        const double wh = w[i] * half;
+        for (int k = 0; k < N; ++k) { s[k] += wh * v[k]; abs_s[k] += wh * fabs(v[k]); }
+    }
+}
+
+template <int N, int KIND>
+__device__ void adaptive(double a, double b, const double* eta, bool upper, const double* gl, double* out)
+{
+    for (int k = 0; k < N; ++k) out[k] = 0.0;
+    if (b <= a) return;
+    double st_lo[STACK_CAP], st_hi[STACK_CAP];
+    int st_depth[STACK_CAP];
+    int top = 0, panels = 0;
+    st_lo[0] = a; st_hi[0] = b; st_depth[0] = 0; top = 1;
+    double scale[N];
+    for (int k = 0; k < N; ++k) scale[k] = 0.0;
+    while (top > 0) {
+        --top;
+        const double lo = st_lo[top], hi = st_hi[top];
+        const int depth = st_depth[top];
+        ++panels;
+        double value[N], abs_v[N], check[N], unused[N];
+        apply_rule<N, KIND>(gl, gl + 20, 20, lo, hi, eta, upper, value, abs_v);
+        apply_rule<N, KIND>(gl + 40, gl + 50, 10, lo, hi, eta, upper, check, unused);
+        bool converged = true;
+        for (int k = 0; k < N; ++k) {
+            scale[k] = fmax(scale[k], abs_v[k]);
+            converged = converged && fabs(value[k] - check[k]) <= QUAD_TOL * scale[k] + DBL_TINY;
+        }
+        const double mid = 0.5 * (lo + hi);
+        if (converged || depth >= MAX_DEPTH || panels > MAX_PANELS || !(mid > lo && mid < hi)
+            || top + 2 > STACK_CAP) {
+            for (int k = 0; k < N; ++k) out[k] += value[k];
+        } else {
+            st_lo[top] = lo; st_hi[top] = mid; st_depth[top] = depth + 1; ++top;
+            st_lo[top] = mid; st_hi[top] = hi; st_depth[top] = depth + 1; ++top;
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------
+// Moments (cells::moments): the affine closed form where its running error
+// bound allows, adaptive quadrature otherwise.
+
+// Phi(v) - Phi(u) for u <= v without cancellation in either tail.
+__device__ double normal_mass(double u, double v)
+{
+    return u >= 0.0 ? normcdf(-u) - normcdf(-v) : normcdf(v) - normcdf(u);
+}
+
+__device__ double edge_term(double z, int n, double alpha, double beta)
+{
+    if (!isfinite(z)) return 0.0;
+    double zn = 1.0;
+    for (int k = 0; k < n; ++k) zn *= z;
+    const double e = alpha + beta * z;
+    return zn * exp(-0.5 * (z * z + e * e));
+}
+
+__device__ bool affine_moments(double alpha, double beta, double lo, double hi, double* m)
+{
+    const double d = 1.0 + beta * beta, mu = -alpha * beta / d, sd = sqrt(d);
+    const double scale = sqrt(TWO_PI / d) * exp(-0.5 * alpha * alpha / d);
+    double err[MOMENTS];
+    m[0] = scale * normal_mass(sd * (lo - mu), sd * (hi - mu));
+    err[0] = 8.0 * DBL_EPS * fabs(m[0]);
+    const double ab = alpha * beta;
+    for (int n = 0; n < MOMENTS - 1; ++n) {
+        const double b_n = edge_term(hi, n, alpha, beta) - edge_term(lo, n, alpha, beta);
+        const double prev = n > 0 ? m[n - 1] : 0.0, prev_err = n > 0 ? err[n - 1] : 0.0;
+        const double terms = n * fabs(prev) + fabs(ab * m[n]) + fabs(b_n);
+        m[n + 1] = (n * prev - ab * m[n] - b_n) / d;
+        err[n + 1] = (n * prev_err + fabs(ab) * err[n] + 4.0 * DBL_EPS * terms) / d;
+    }
+    for (int k = 0; k < MOMENTS; ++k) {
+        if (!isfinite(m[k])) return false;
+        if (!(err[k] <= RECURRENCE_TOL * fabs(m[k]) || err[k] == 0.0)) return false;
+    }
+    return true;
+}
+
+__device__ void cell_moments(const double* eta, double lo, double hi, const double* gl, double* m)
+{
+    if (eta[2] == 0.0 && eta[3] == 0.0 && affine_moments(eta[0], eta[1], lo, hi, m)) return;
+    adaptive<MOMENTS, 0>(fmax(lo, -Z_CLIP), fmin(hi, Z_CLIP), eta, false, gl, m);
+}
+
+// ---------------------------------------------------------------------------
+// Calibration (calibration.rs): F(a) = integral Phi(eta) phi(z) dz - Phi(q),
+// in the complement form for q > 0, and F_a = sum over cells of D(A).
+
+// F(a), and F_a when fa != NULL, over every cell of the row.
+__device__ double residual(const Model& m, double q, double b, double a, double* fa)
+{
+    const bool upper = q > 0.0;
+    Edges it = {0, 0, false, 0.0};
+    double left = -INF_D, e, mass = 0.0, slope = 0.0;
+    for (;;) {
+        const bool more = next_edge(m, a, b, it, &e);
+        const double right = more ? e : INF_D;
+        Pieces p;
+        cell_pieces(m, a, b, left, right, p);
+        double eta[4], A[4];
+        eta_and_a(p, a, b, m.s_f, eta, A);
+        const double lo = fmax(left, -Z_CLIP), hi = fmin(right, Z_CLIP);
+        if (fa) {
+            double v[5];
+            adaptive<5, 2>(lo, hi, eta, upper, m.gl, v);
+            mass += v[0];
+            slope += (A[0] * v[1] + A[1] * v[2] + A[2] * v[3] + A[3] * v[4]) / TWO_PI;
+        } else {
+            double v[1];
+            adaptive<1, 1>(lo, hi, eta, upper, m.gl, v);
+            mass += v[0];
+        }
+        if (!more) break;
+        left = right;
+    }
+    if (fa) *fa = slope;
+    return upper ? normcdf(-q) - mass : mass - normcdf(q);
+}
+
+// A bracket lo < hi with F(lo) <= 0 <= F(hi), grown from a0.
+__device__ unsigned bracket(const Model& m, double q, double b, double a0, double f0, double* lo, double* hi)
+{
+    const double dir = f0 < 0.0 ? 1.0 : -1.0;
+    double near_a = a0, step = 0.5 * (1.0 + fabs(a0));
+    for (int s = 0; s < BRACKET_STEPS; ++s) {
+        const double far_a = near_a + dir * step;
+        const double ff = residual(m, q, b, far_a, 0);
+        if (!isfinite(ff)) return CAL_NON_FINITE;
+        if (ff * dir >= 0.0) {
+            if (dir > 0.0) { *lo = near_a; *hi = far_a; } else { *lo = far_a; *hi = near_a; }
+            return CAL_OK;
+        }
+        near_a = far_a;
+        step *= 2.0;
+    }
+    return CAL_NO_BRACKET;
+}
+
+// Newton on a seeded by a0, bisecting whenever a step leaves the bracket.
+__device__ unsigned solve_newton(const Model& m, double q, double b, double a0, double* out)
+{
+    double a = a0, fa;
+    double f = residual(m, q, b, a, &fa);
+    *out = a;
+    if (!isfinite(f)) return CAL_NON_FINITE;
+    if (f == 0.0) return CAL_OK;
+    double lo, hi;
+    const unsigned st = bracket(m, q, b, a0, f, &lo, &hi);
+    if (st != CAL_OK) return st;
+    for (int it = 0; it < NEWTON_ITERS; ++it) {
+        const double newton = a - f / fa;
+        const double next = (fa > 0.0 && newton > lo && newton < hi) ? newton : 0.5 * (lo + hi);
+        const double tol = 4.0 * DBL_EPS * (1.0 + fabs(a));
+        const bool done = fabs(next - a) <= tol || hi - lo <= tol;
+        a = next;
+        *out = a;
+        if (done) return CAL_OK;
+        f = residual(m, q, b, a, &fa);
+        if (!isfinite(f)) return CAL_NON_FINITE;
+        if (f == 0.0) return CAL_OK;
+        if (f < 0.0) lo = a; else hi = a;
+    }
+    return CAL_NO_CONVERGENCE;
+}
+
+__device__ Model make_model(int kh, int dh, const double* knots_h, const double* pieces_h, const double* comb_h,
+                            int kw, int dw, const double* knots_w, const double* pieces_w, const double* comb_w,
+                            double s_f, const double* gl)
+{
+    Model m;
+    m.h.k = kh; m.h.dim = dh; m.h.knots = knots_h; m.h.pieces = pieces_h; m.h.comb = comb_h;
+    m.w.k = kw; m.w.dim = dw; m.w.knots = knots_w; m.w.pieces = pieces_w; m.w.comb = comb_w;
+    m.s_f = s_f;
+    m.gl = gl;
+    return m;
+}
+
+#define MODEL_PARAMS                                                                                   \
+    int kh, int dh, const double* __restrict__ knots_h, const double* __restrict__ pieces_h,           \
+        const double* __restrict__ comb_h, int kw, int dw, const double* __restrict__ knots_w,          \
+        const double* __restrict__ pieces_w, const double* __restrict__ comb_w, double s_f,             \
+        const double* __restrict__ gl
+#define MODEL_ARGS kh, dh, knots_h, pieces_h, comb_h, kw, dw, knots_w, pieces_w, comb_w, s_f, gl
+
+extern "C" __global__ void bms_calibrate(
+    int n, int p_m, int p_g, const double* __restrict__ x_m, const double* __restrict__ x_g,
+    const double* __restrict__ beta_m, const double* __restrict__ beta_g, int rigid, MODEL_PARAMS,
+    double* __restrict__ out_q, double* __restrict__ out_b, double* __restrict__ out_a,
+    unsigned int* __restrict__ out_status)
+{
+    const i64 row = (i64)blockIdx.x * blockDim.x + threadIdx.x;
+    if (row >= n) return;
+    const Model m = make_model(MODEL_ARGS);
+    double q = 0.0, b = 0.0;
+    for (int k = 0; k < p_m; ++k) q += x_m[row * p_m + k] * beta_m[k];
+    for (int k = 0; k < p_g; ++k) b += x_g[row * p_g + k] * beta_g[k];
+    const double a0 = q * sqrt(1.0 + (s_f * b) * (s_f * b)) / s_f;
+    double a = a0;
+    unsigned st = CAL_OK;
+    if (!rigid) st = solve_newton(m, q, b, a0, &a);
+    if (st == CAL_OK && !isfinite(a)) st = CAL_NON_FINITE;
+    out_q[row] = q;
+    out_b[row] = b;
+    out_a[row] = a;
+    out_status[row] = st;
+}
+
+struct CellOut {
+    double *c0, *c1, *c2, *c3, *a, *aa, *r, *ar, *sbb, *sbh, *sbw, *m;
+};
+
+__device__ void store4(double* dst, const double* src, double s)
+{
+    for (int k = 0; k < 4; ++k) dst[k] = s * src[k];
+}
+
+// z p(z) for deg p <= 2.
+__device__ void times_z(const double* p, double* out)
+{
+    out[0] = 0.0; out[1] = p[0]; out[2] = p[1]; out[3] = p[2];
+}
+
+// Every coefficient array of one cell (cells.rs, Bases::cell), scaled by s_f.
+__device__ void write_cell(const Model& m, const Pieces& p, double a, double b, int p_h, int p_w, i64 c,
+                           const CellOut& o)
+{
+    const int r1 = 1 + p_h + p_w;
+    const double s_f = m.s_f;
+    double eta[4], A[4], t[4], zl1[4];
+    eta_and_a(p, a, b, s_f, eta, A);
+    o.c0[c] = eta[0]; o.c1[c] = eta[1]; o.c2[c] = eta[2]; o.c3[c] = eta[3];
+    store4(o.a + c * 4, A, 1.0);
+    store4(o.aa + c * 4, p.l2, s_f);
+    // u = 1 (b): s_f (z + H + z L'), s_f z L''; and d2 eta / db2 = s_f z^2 L''.
+    times_z(p.l1, zl1);
+    const double zpoly[4] = {0.0, 1.0, 0.0, 0.0};
+    for (int k = 0; k < 4; ++k) t[k] = (zpoly[k] + p.h[k]) + zl1[k];
+    store4(o.r + (c * r1) * 4, t, s_f);
+    times_z(p.l2, t);
+    store4(o.ar + (c * r1) * 4, t, s_f);
+    double t2[4];
+    times_z(t, t2);
+    store4(o.sbb + c * 4, t2, s_f);
+    const double zero[4] = {0.0, 0.0, 0.0, 0.0};
+    for (int j = 0; j < p_h; ++j) {
+        const double* bh = m.h.pieces + ((i64)p.seg_h * m.h.dim + j) * 4;
+        store4(o.r + (c * r1 + 1 + j) * 4, bh, s_f * b);
+        store4(o.ar + (c * r1 + 1 + j) * 4, zero, 0.0);
+        store4(o.sbh + (c * p_h + j) * 4, bh, s_f);
+    }
+    for (int l = 0; l < p_w; ++l) {
+        const double* bw = m.w.pieces + ((i64)p.seg_w * m.w.dim + l) * 4;
+        double bwz[4], bw1t[4], bw1[4];
+        compose_affine(bw, a, b, bwz);
+        deriv(bw, bw1t);
+        compose_affine(bw1t, a, b, bw1);
+        store4(o.r + (c * r1 + 1 + p_h + l) * 4, bwz, s_f);
+        store4(o.ar + (c * r1 + 1 + p_h + l) * 4, bw1, s_f);
+        times_z(bw1, t);
+        store4(o.sbw + (c * p_w + l) * 4, t, s_f);
+    }
+}
+
+// An empty slot: every array zero, so Stage 2 adds exact zeros.
+__device__ void clear_cell(int p_h, int p_w, i64 c, const CellOut& o)
+{
+    const int r1 = 1 + p_h + p_w;
+    o.c0[c] = 0.0; o.c1[c] = 0.0; o.c2[c] = 0.0; o.c3[c] = 0.0;
+    for (int k = 0; k < 4; ++k) { o.a[c * 4 + k] = 0.0; o.aa[c * 4 + k] = 0.0; o.sbb[c * 4 + k] = 0.0; }
+    for (i64 k = 0; k < (i64)r1 * 4; ++k) { o.r[c * r1 * 4 + k] = 0.0; o.ar[c * r1 * 4 + k] = 0.0; }
+    for (i64 k = 0; k < (i64)p_h * 4; ++k) o.sbh[c * p_h * 4 + k] = 0.0;
+    for (i64 k = 0; k < (i64)p_w * 4; ++k) o.sbw[c * p_w * 4 + k] = 0.0;
+    for (int k = 0; k < MOMENTS; ++k) o.m[c * MOMENTS + k] = 0.0;
+}
+
+extern "C" __global__ void bms_cells(
+    int n, int slots, int p_h, int p_w, MODEL_PARAMS,
+    const double* __restrict__ row_b, const double* __restrict__ row_a,
+    double* __restrict__ c0, double* __restrict__ c1, double* __restrict__ c2, double* __restrict__ c3,
+    double* __restrict__ ca, double* __restrict__ caa, double* __restrict__ cr, double* __restrict__ car,
+    double* __restrict__ csbb, double* __restrict__ csbh, double* __restrict__ csbw,
+    double* __restrict__ cm)
+{
+    const i64 c = (i64)blockIdx.x * blockDim.x + threadIdx.x;
+    if (c >= (i64)n * slots) return;
+    const i64 row = c / slots;
+    const int slot = (int)(c % slots);
+    const Model m = make_model(MODEL_ARGS);
+    const CellOut o = {c0, c1, c2, c3, ca, caa, cr, car, csbb, csbh, csbw, cm};
+    const double a = row_a[row], b = row_b[row];
+    double lo, hi;
+    if (!cell_bounds(m, a, b, slot, &lo, &hi)) {
+        clear_cell(p_h, p_w, c, o);
+        return;
+    }
+    Pieces p;
+    cell_pieces(m, a, b, lo, hi, p);
+    write_cell(m, p, a, b, p_h, p_w, c, o);
+    const double eta[4] = {c0[c], c1[c], c2[c], c3[c]};
+    double mom[MOMENTS];
+    cell_moments(eta, lo, hi, gl, mom);
+    for (int k = 0; k < MOMENTS; ++k) cm[c * MOMENTS + k] = mom[k];
+}
+
+// Values and derivatives of basis function j at x on segment seg.
+__device__ void basis_jet(const Basis& B, int seg, int j, double x, double* v, double* d1, double* d2)
+{
+    const double* p = B.pieces + ((i64)seg * B.dim + j) * 4;
+    double dp[4], ddp[4];
+    deriv(p, dp);
+    deriv(dp, ddp);
+    *v = horner(p, x);
+    *d1 = horner(dp, x);
+    *d2 = horner(ddp, x);
+}
+
+// The observed-point jets (cells.rs, Bases::observed); r_uv arrives zeroed.
+extern "C" __global__ void bms_observed(
+    int n, int p_h, int p_w, MODEL_PARAMS, const double* __restrict__ beta_h, const double* __restrict__ beta_w,
+    const double* __restrict__ row_q, const double* __restrict__ row_b, const double* __restrict__ row_a,
+    const double* __restrict__ z_obs, double* __restrict__ e_obs, double* __restrict__ chi_obs,
+    double* __restrict__ xi_obs, double* __restrict__ rho, double* __restrict__ tau,
+    double* __restrict__ ruv, double* __restrict__ mu_1, double* __restrict__ mu_2)
+{
+    const i64 row = (i64)blockIdx.x * blockDim.x + threadIdx.x;
+    if (row >= n) return;
+    const Model m = make_model(MODEL_ARGS);
+    const int r = 2 + p_h + p_w;
+    const double q = row_q[row], b = row_b[row], a = row_a[row], z = z_obs[row];
+    double* rh = rho + row * r;
+    double* ta = tau + row * r;
+    double* rv = ruv + row * (i64)r * r;
+    double h = 0.0, l = 0.0, l1 = 0.0, l2 = 0.0, v, d1, d2;
+    if (m.h.k > 0) {
+        const int seg = segment_of(m.h, z);
+        for (int j = 0; j < p_h; ++j) {
+            basis_jet(m.h, seg, j, z, &v, &d1, &d2);
+            h += beta_h[j] * v;
+            rh[2 + j] = s_f * b * v;
+            ta[2 + j] = 0.0;
+            rv[r + 2 + j] = s_f * v;
+            rv[(i64)(2 + j) * r + 1] = s_f * v;
+        }
+    }
+    if (m.w.k > 0) {
+        const double t = a + b * z;
+        const int seg = segment_of(m.w, t);
+        for (int k = 0; k < p_w; ++k) {
+            basis_jet(m.w, seg, k, t, &v, &d1, &d2);
+            l += beta_w[k] * v;
+            l1 += beta_w[k] * d1;
+            l2 += beta_w[k] * d2;
+            rh[2 + p_h + k] = s_f * v;
+            ta[2 + p_h + k] = s_f * d1;
+            rv[r + 2 + p_h + k] = s_f * z * d1;
+            rv[(i64)(2 + p_h + k) * r + 1] = s_f * z * d1;
+        }
+    }
+    rh[0] = 0.0;
+    rh[1] = s_f * (z + h + z * l1);
+    ta[0] = 0.0;
+    ta[1] = s_f * z * l2;
+    rv[r + 1] = s_f * z * z * l2;
+    e_obs[row] = s_f * (a + b * z + b * h + l);
+    chi_obs[row] = s_f * (1.0 + l1);
+    xi_obs[row] = s_f * l2;
+    const double phi = norm_pdf(q);
+    mu_1[row] = phi;
+    mu_2[row] = -q * phi;
+}
+
+// Stage 1's verdict wins over Stage 2's: a row whose intercept failed keeps
+// its calibration code.
+extern "C" __global__ void merge_status(int n, const unsigned int* __restrict__ first,
+                                        unsigned int* __restrict__ second)
+{
+    const i64 i = (i64)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n && first[i] != 0u) second[i] = first[i];
+}

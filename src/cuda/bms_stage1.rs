@@ -1,0 +1,410 @@
+//! Stage 1 of the BMS model on the device (`kernels/bms_stage1.cu`): q and b
+//! from the resident designs, the intercept a per row, every cell's
+//! coefficient arrays and moments, and the observed-point jets, written
+//! straight into the Stage-2 bundle on the device. Per evaluation the host
+//! uploads only beta and the bases' per-segment combinations (a few KB) and
+//! reads back the status verdict.
+//!
+//! Every row owns `slots = k_h + k_w + 1` cell slots (the most cells a row
+//! can have: one more than the score and link knots together); a row with
+//! fewer cells (b = 0, or coinciding edges) zero-fills the rest, which
+//! Stage 2 sums as exact zeros. The CPU Stage 1 (`bms::cells`,
+//! `bms::calibration`) is the oracle: same cells, same adaptive rule.
+
+use std::sync::{Arc, Mutex};
+
+use cudarc::driver::{CudaSlice, LaunchArgs, LaunchConfig, PushKernelArg};
+
+use super::bms::{check_status, stage2, DeviceBundle, DeviceRowEvaluation};
+use super::row_hessian::DeviceDesigns;
+use super::runtime::{cuda_err, Gpu};
+use crate::bms::quadrature::gauss_legendre;
+use crate::bms::{BmsData, BmsModel, CubicBasis};
+use crate::designs::check_matrix;
+use crate::{Error, Result};
+
+/// Threads per block of the Stage-1 kernels (one thread per row or cell).
+const THREADS: u32 = 128;
+
+fn grid(items: usize) -> LaunchConfig {
+    LaunchConfig {
+        grid_dim: (items.div_ceil(THREADS as usize) as u32, 1, 1),
+        block_dim: (THREADS, 1, 1),
+        shared_mem_bytes: 0,
+    }
+}
+
+/// A basis on the device: knots and per-segment pieces (`[(k + 1), dim, 4]`).
+struct DeviceBasis {
+    knots: usize,
+    dim: usize,
+    knots_buf: CudaSlice<f64>,
+    pieces: CudaSlice<f64>,
+}
+
+impl DeviceBasis {
+    fn upload(gpu: &Gpu, basis: Option<&CubicBasis>) -> Result<Self> {
+        let Some(b) = basis else {
+            return Ok(Self {
+                knots: 0,
+                dim: 0,
+                knots_buf: gpu.zeros(1)?,
+                pieces: gpu.zeros(1)?,
+            });
+        };
+        let pieces: Vec<f64> = (0..b.segments()).flat_map(|s| b.segment(s).concat()).collect();
+        Ok(Self {
+            knots: b.knots().len(),
+            dim: b.dim(),
+            knots_buf: gpu.upload(b.knots())?,
+            pieces: gpu.upload(&pieces)?,
+        })
+    }
+}
+
+/// sum_j beta_j piece_j on every segment, `[(k + 1), 4]` (one zero cubic
+/// when the block is absent).
+fn combinations(basis: Option<&CubicBasis>, beta: &[f64]) -> Vec<f64> {
+    match basis {
+        Some(b) => (0..b.segments()).flat_map(|s| b.combine(s, beta)).collect(),
+        None => vec![0.0; 4],
+    }
+}
+
+/// Per-row buffers written by Stage 1 and read by Stage 2.
+struct Work {
+    q: CudaSlice<f64>,
+    b: CudaSlice<f64>,
+    a: CudaSlice<f64>,
+    status: CudaSlice<u32>,
+    bundle: DeviceBundle,
+}
+
+/// Stage 1 and Stage 2 of the BMS model on one GPU for a fixed data set:
+/// everything per row is uploaded (or allocated) once, here.
+pub struct DeviceStage1 {
+    model: BmsModel,
+    designs: Arc<DeviceDesigns>,
+    score: DeviceBasis,
+    link: DeviceBasis,
+    slots: usize,
+    gl: CudaSlice<f64>,
+    z: CudaSlice<f64>,
+    work: Mutex<Work>,
+}
+
+/// The scalars of the kernels' shared model arguments, kept alive for a launch.
+struct ModelScalars {
+    kh: i32,
+    dh: i32,
+    kw: i32,
+    dw: i32,
+    s_f: f64,
+}
+
+/// One evaluation's small uploads: beta's blocks and the bases' combinations.
+struct BetaParts {
+    beta_m: CudaSlice<f64>,
+    beta_g: CudaSlice<f64>,
+    beta_h: CudaSlice<f64>,
+    beta_w: CudaSlice<f64>,
+    comb_h: CudaSlice<f64>,
+    comb_w: CudaSlice<f64>,
+    rigid: i32,
+}
+
+impl DeviceStage1 {
+    /// Upload the data set (designs, scores, labels, weights), the bases and
+    /// the quadrature rules, and allocate the bundle: `slots` cells per row.
+    pub fn new(gpu: Arc<Gpu>, model: &BmsModel, data: &BmsData) -> Result<Self> {
+        let designs = DeviceDesigns::upload(gpu, &data.designs)?;
+        Self::with_designs(designs, model, data)
+    }
+
+    /// As [`DeviceStage1::new`] over designs already on the device.
+    pub fn with_designs(designs: Arc<DeviceDesigns>, model: &BmsModel, data: &BmsData) -> Result<Self> {
+        crate::row_hessian::check_layout_designs(model.layout(), &data.designs)?;
+        if designs.n() != data.n() {
+            let rule = format!("must equal the data's n = {}", data.n());
+            return Err(Error::invalid("designs.n", designs.n(), rule));
+        }
+        let gpu = designs.gpu().clone();
+        let bases = model.bases();
+        let (score, link) = (
+            DeviceBasis::upload(&gpu, bases.score.as_ref())?,
+            DeviceBasis::upload(&gpu, bases.link.as_ref())?,
+        );
+        let slots = score.knots + link.knots + 1;
+        let n = data.n();
+        if n > i32::MAX as usize || (n * slots) as u64 > u32::MAX as u64 {
+            let rule = format!("n and n * {slots} cell slots must fit the kernels' 32-bit indices");
+            return Err(Error::invalid("n", n, rule));
+        }
+        let (x20, w20) = gauss_legendre(20);
+        let (x10, w10) = gauss_legendre(10);
+        let gl = gpu.upload(&[x20, w20, x10, w10].concat())?;
+        let work = Work::allocate(&gpu, model, data, slots)?;
+        Ok(Self {
+            model: model.clone(),
+            designs,
+            score,
+            link,
+            slots,
+            gl,
+            z: gpu.upload(&data.z)?,
+            work: Mutex::new(work),
+        })
+    }
+
+    /// Cell slots per row.
+    pub fn slots(&self) -> usize {
+        self.slots
+    }
+
+    /// The designs on the device.
+    pub fn designs(&self) -> &Arc<DeviceDesigns> {
+        &self.designs
+    }
+
+    fn gpu(&self) -> &Arc<Gpu> {
+        self.designs.gpu()
+    }
+
+    /// Both stages at beta. Per-row results stay on the device; a row whose
+    /// intercept or outputs fail is reported with its index and reason.
+    pub fn evaluate(&self, beta: &[f64]) -> Result<DeviceRowEvaluation> {
+        let layout = self.model.layout();
+        check_matrix("beta", beta, layout.p_total(), 1)?;
+        let parts = self.beta_parts(beta)?;
+        let mut work = self
+            .work
+            .lock()
+            .map_err(|_| Error::Cuda("stage-1 buffers poisoned".into()))?;
+        self.calibrate(&parts, &mut work)?;
+        self.cells(&parts, &mut work)?;
+        self.observed(&parts, &mut work)?;
+        let bases = self.model.bases();
+        let (rows, mut status) = stage2(&self.designs, layout, (bases.p_h(), bases.p_w()), &work.bundle)?;
+        self.merge_status(&work.status, &mut status)?;
+        check_status(self.gpu(), &status)?;
+        Ok(rows)
+    }
+
+    /// Seconds per kernel of one evaluation (calibration, cells, observed
+    /// jets, Stage 2 with its verdict), each followed by a synchronisation:
+    /// where the time of [`DeviceStage1::evaluate`] goes.
+    pub fn profile(&self, beta: &[f64]) -> Result<Vec<(&'static str, f64)>> {
+        let layout = self.model.layout();
+        check_matrix("beta", beta, layout.p_total(), 1)?;
+        let parts = self.beta_parts(beta)?;
+        let mut work = self
+            .work
+            .lock()
+            .map_err(|_| Error::Cuda("stage-1 buffers poisoned".into()))?;
+        let gpu = self.gpu().clone();
+        let timed = |f: &mut dyn FnMut() -> Result<()>| -> Result<f64> {
+            gpu.synchronize()?;
+            let t = std::time::Instant::now();
+            f()?;
+            gpu.synchronize()?;
+            Ok(t.elapsed().as_secs_f64())
+        };
+        let bases = self.model.bases();
+        Ok(vec![
+            ("calibrate", timed(&mut || self.calibrate(&parts, &mut work))?),
+            ("cells", timed(&mut || self.cells(&parts, &mut work))?),
+            ("observed", timed(&mut || self.observed(&parts, &mut work))?),
+            (
+                "stage2",
+                timed(&mut || {
+                    let (_, status) = stage2(&self.designs, layout, (bases.p_h(), bases.p_w()), &work.bundle)?;
+                    check_status(&gpu, &status)
+                })?,
+            ),
+        ])
+    }
+
+    /// The intercepts a_i of the last evaluation (a download, for tests and
+    /// summaries).
+    pub fn intercepts(&self) -> Result<Vec<f64>> {
+        let work = self
+            .work
+            .lock()
+            .map_err(|_| Error::Cuda("stage-1 buffers poisoned".into()))?;
+        self.gpu().download(&work.a)
+    }
+
+    /// The cell moments of the last evaluation, `[n, slots, 10]`.
+    pub fn cell_moments(&self) -> Result<Vec<f64>> {
+        let work = self
+            .work
+            .lock()
+            .map_err(|_| Error::Cuda("stage-1 buffers poisoned".into()))?;
+        self.gpu().download(&work.bundle.cells[11])
+    }
+
+    fn beta_parts(&self, beta: &[f64]) -> Result<BetaParts> {
+        let (layout, bases, gpu) = (self.model.layout(), self.model.bases(), self.gpu());
+        let blk = layout.block();
+        let direct: Vec<f64> = layout
+            .direct_blocks()
+            .into_iter()
+            .flat_map(|(range, _)| beta[range].to_vec())
+            .collect();
+        let (beta_h, beta_w) = direct.split_at(bases.p_h());
+        let up = |x: &[f64]| if x.is_empty() { gpu.zeros(1) } else { gpu.upload(x) };
+        Ok(BetaParts {
+            beta_m: up(&beta[blk.m_range()])?,
+            beta_g: up(&beta[blk.g_range()])?,
+            beta_h: up(beta_h)?,
+            beta_w: up(beta_w)?,
+            comb_h: up(&combinations(bases.score.as_ref(), beta_h))?,
+            comb_w: up(&combinations(bases.link.as_ref(), beta_w))?,
+            rigid: direct.iter().all(|v| *v == 0.0) as i32,
+        })
+    }
+
+    fn scalars(&self) -> ModelScalars {
+        ModelScalars {
+            kh: self.score.knots as i32,
+            dh: self.score.dim as i32,
+            kw: self.link.knots as i32,
+            dw: self.link.dim as i32,
+            s_f: self.model.bases().s_f,
+        }
+    }
+
+    /// The kernels' shared model arguments, in MODEL_PARAMS order.
+    fn push_model<'a>(&'a self, b: &mut LaunchArgs<'a>, s: &'a ModelScalars, parts: &'a BetaParts) {
+        b.arg(&s.kh)
+            .arg(&s.dh)
+            .arg(&self.score.knots_buf)
+            .arg(&self.score.pieces)
+            .arg(&parts.comb_h)
+            .arg(&s.kw)
+            .arg(&s.dw)
+            .arg(&self.link.knots_buf)
+            .arg(&self.link.pieces)
+            .arg(&parts.comb_w)
+            .arg(&s.s_f)
+            .arg(&self.gl);
+    }
+
+    fn calibrate(&self, parts: &BetaParts, work: &mut Work) -> Result<()> {
+        let (gpu, d) = (self.gpu(), &self.designs);
+        let (n, p_m, p_g) = (d.n() as i32, d.p_m() as i32, d.p_g() as i32);
+        let s = self.scalars();
+        let mut b = gpu.stream.launch_builder(&gpu.f.bms_calibrate);
+        b.arg(&n).arg(&p_m).arg(&p_g).arg(d.x_m()).arg(d.x_g());
+        b.arg(&parts.beta_m).arg(&parts.beta_g).arg(&parts.rigid);
+        self.push_model(&mut b, &s, parts);
+        b.arg(&mut work.q)
+            .arg(&mut work.b)
+            .arg(&mut work.a)
+            .arg(&mut work.status);
+        // SAFETY: designs n x p_m and n x p_g, beta blocks of those widths,
+        // basis buffers as uploaded; outputs hold n values; one thread a row.
+        unsafe { b.launch(grid(d.n())) }.map_err(|e| cuda_err("bms_calibrate", e))?;
+        Ok(())
+    }
+
+    fn cells(&self, parts: &BetaParts, work: &mut Work) -> Result<()> {
+        let gpu = self.gpu();
+        let bases = self.model.bases();
+        let (n, slots) = (self.designs.n() as i32, self.slots as i32);
+        let (p_h, p_w) = (bases.p_h() as i32, bases.p_w() as i32);
+        let s = self.scalars();
+        let mut b = gpu.stream.launch_builder(&gpu.f.bms_cells);
+        b.arg(&n).arg(&slots).arg(&p_h).arg(&p_w);
+        self.push_model(&mut b, &s, parts);
+        b.arg(&work.b).arg(&work.a);
+        for c in work.bundle.cells.iter_mut() {
+            b.arg(c);
+        }
+        // SAFETY: every cell array holds n * slots cells of its width
+        // (Work::allocate); one thread per cell slot.
+        unsafe { b.launch(grid(self.designs.n() * self.slots)) }.map_err(|e| cuda_err("bms_cells", e))?;
+        Ok(())
+    }
+
+    fn observed(&self, parts: &BetaParts, work: &mut Work) -> Result<()> {
+        let gpu = self.gpu();
+        let bases = self.model.bases();
+        let (n, p_h, p_w) = (self.designs.n() as i32, bases.p_h() as i32, bases.p_w() as i32);
+        let s = self.scalars();
+        let Work {
+            q, b: row_b, a, bundle, ..
+        } = work;
+        let [chi, xi, rho, tau, ruv, e_obs] = &mut bundle.observed;
+        // Only the non-zero entries of r_uv are written by the kernel.
+        gpu.stream.memset_zeros(ruv).map_err(|e| cuda_err("r_uv zero", e))?;
+        let [mu_1, mu_2, _, _] = &mut bundle.rows;
+        let mut b = gpu.stream.launch_builder(&gpu.f.bms_observed);
+        b.arg(&n).arg(&p_h).arg(&p_w);
+        self.push_model(&mut b, &s, parts);
+        b.arg(&parts.beta_h)
+            .arg(&parts.beta_w)
+            .arg(&*q)
+            .arg(&*row_b)
+            .arg(&*a)
+            .arg(&self.z);
+        b.arg(e_obs)
+            .arg(chi)
+            .arg(xi)
+            .arg(rho)
+            .arg(tau)
+            .arg(ruv)
+            .arg(mu_1)
+            .arg(mu_2);
+        // SAFETY: row arrays hold n values, rho and tau n r, r_uv n r^2.
+        unsafe { b.launch(grid(self.designs.n())) }.map_err(|e| cuda_err("bms_observed", e))?;
+        Ok(())
+    }
+
+    fn merge_status(&self, first: &CudaSlice<u32>, second: &mut CudaSlice<u32>) -> Result<()> {
+        let gpu = self.gpu();
+        let n = self.designs.n() as i32;
+        let mut b = gpu.stream.launch_builder(&gpu.f.merge_status);
+        b.arg(&n).arg(first).arg(second);
+        // SAFETY: both status arrays hold n values.
+        unsafe { b.launch(grid(self.designs.n())) }.map_err(|e| cuda_err("merge_status", e))?;
+        Ok(())
+    }
+}
+
+impl Work {
+    fn allocate(gpu: &Gpu, model: &BmsModel, data: &BmsData, slots: usize) -> Result<Self> {
+        let n = data.n();
+        let bases = model.bases();
+        let (r, p_h, p_w) = (bases.r(), bases.p_h(), bases.p_w());
+        let c = n * slots;
+        let z = |len: usize| gpu.zeros::<f64>(len);
+        let offsets: Vec<u32> = (0..=n).map(|i| (i * slots) as u32).collect();
+        let bundle = DeviceBundle {
+            rows: [z(n)?, z(n)?, gpu.upload(&data.y)?, gpu.upload(&data.w)?],
+            offsets: gpu.upload(&offsets)?,
+            cells: [
+                z(c)?,
+                z(c)?,
+                z(c)?,
+                z(c)?,
+                z(4 * c)?,
+                z(4 * c)?,
+                z(4 * (r - 1) * c)?,
+                z(4 * (r - 1) * c)?,
+                z(4 * c)?,
+                z(4 * p_h * c)?,
+                z(4 * p_w * c)?,
+                z(10 * c)?,
+            ],
+            observed: [z(n)?, z(n)?, z(n * r)?, z(n * r)?, z(n * r * r)?, z(n)?],
+        };
+        Ok(Self {
+            q: z(n)?,
+            b: z(n)?,
+            a: z(n)?,
+            status: gpu.zeros(n)?,
+            bundle,
+        })
+    }
+}
