@@ -174,12 +174,7 @@ impl DeviceStage1 {
     /// intercept or outputs fail is reported with its index and reason.
     pub fn evaluate(&self, beta: &[f64]) -> Result<DeviceRowEvaluation> {
         let layout = self.model.layout();
-        check_matrix("beta", beta, layout.p_total(), 1)?;
-        let parts = self.beta_parts(beta)?;
-        let mut work = self
-            .work
-            .lock()
-            .map_err(|_| Error::Cuda("stage-1 buffers poisoned".into()))?;
+        let (parts, mut work) = self.prepare(beta)?;
         self.calibrate(&parts, &mut work)?;
         self.cells(&parts, &mut work)?;
         self.observed(&parts, &mut work)?;
@@ -190,17 +185,26 @@ impl DeviceStage1 {
         Ok(rows)
     }
 
+    /// Check beta, upload its parts and take the per-row buffers.
+    fn prepare(&self, beta: &[f64]) -> Result<(BetaParts, std::sync::MutexGuard<'_, Work>)> {
+        check_matrix("beta", beta, self.model.layout().p_total(), 1)?;
+        let parts = self.beta_parts(beta)?;
+        let work = self.lock_work()?;
+        Ok((parts, work))
+    }
+
+    fn lock_work(&self) -> Result<std::sync::MutexGuard<'_, Work>> {
+        self.work
+            .lock()
+            .map_err(|_| Error::Cuda("stage-1 buffers poisoned".into()))
+    }
+
     /// Seconds per kernel of one evaluation (calibration, cells, observed
     /// jets, Stage 2 with its verdict), each followed by a synchronisation:
     /// where the time of [`DeviceStage1::evaluate`] goes.
     pub fn profile(&self, beta: &[f64]) -> Result<Vec<(&'static str, f64)>> {
         let layout = self.model.layout();
-        check_matrix("beta", beta, layout.p_total(), 1)?;
-        let parts = self.beta_parts(beta)?;
-        let mut work = self
-            .work
-            .lock()
-            .map_err(|_| Error::Cuda("stage-1 buffers poisoned".into()))?;
+        let (parts, mut work) = self.prepare(beta)?;
         let gpu = self.gpu().clone();
         let timed = |f: &mut dyn FnMut() -> Result<()>| -> Result<f64> {
             gpu.synchronize()?;
@@ -227,19 +231,13 @@ impl DeviceStage1 {
     /// The intercepts a_i of the last evaluation (a download, for tests and
     /// summaries).
     pub fn intercepts(&self) -> Result<Vec<f64>> {
-        let work = self
-            .work
-            .lock()
-            .map_err(|_| Error::Cuda("stage-1 buffers poisoned".into()))?;
+        let work = self.lock_work()?;
         self.gpu().download(&work.a)
     }
 
     /// The cell moments of the last evaluation, `[n, slots, 10]`.
     pub fn cell_moments(&self) -> Result<Vec<f64>> {
-        let work = self
-            .work
-            .lock()
-            .map_err(|_| Error::Cuda("stage-1 buffers poisoned".into()))?;
+        let work = self.lock_work()?;
         self.gpu().download(&work.bundle.cells[11])
     }
 
