@@ -42,7 +42,9 @@ pub struct GpuGroup {
 /// machines (`NCCL_NVLS_ENABLE=0`); NCCL reads its environment when the
 /// first communicator is created, so this runs before that.
 fn disable_nvls() {
-    std::env::set_var("NCCL_NVLS_ENABLE", "0");
+    if std::env::var("NCCL_NVLS_ENABLE").as_deref() != Ok("0") {
+        std::env::set_var("NCCL_NVLS_ENABLE", "0");
+    }
 }
 
 impl GpuGroup {
@@ -154,6 +156,17 @@ impl GpuGroup {
             }
         }
         Ok(())
+    }
+}
+
+impl Drop for GpuGroup {
+    /// cudarc aborts each communicator when it drops: let every queued
+    /// collective finish first. A failed sync has nowhere to go here; the
+    /// device's next call reports the (sticky) error.
+    fn drop(&mut self) {
+        for g in &self.gpus {
+            let _ = g.stream.synchronize();
+        }
     }
 }
 
