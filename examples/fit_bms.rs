@@ -5,7 +5,8 @@
 //!         --marginal x1,x2 --slope x1 --json fit.json --plot smooths.svg
 //!
 //! Smoothing parameters are chosen by REML (LAML) unless `--lambda` fixes
-//! them; the GPU is used when one is found (`--backend` overrides).
+//! them; the GPU is used when one is found (`--backend` overrides), every
+//! visible GPU unless `--gpus N` says how many (rows sharded over them).
 
 use std::cell::Cell;
 use std::error::Error;
@@ -17,7 +18,10 @@ use clap::Parser;
 use matfree::bms::generator::{generate, GeneratorConfig};
 use matfree::bms::summary::{coefficients, edf, penalised_covariance, smooth_band, sub_block, Coefficient, SmoothTerm};
 use matfree::bms::{bms_penalty, Bases, BmsData, BmsModel, BmsObjective, CubicBasis};
-use matfree::cuda::{select_device, BmsDeviceObjective, CudaBackend, Device, GpuPolicy};
+use matfree::cuda::{
+    select_device, BmsDeviceObjective, BmsMultiObjective, CudaBackend, Device, Gpu, GpuGroup, GpuPolicy,
+    MultiGpuBackend,
+};
 use matfree::data::{read_csv, ColumnSpec};
 use matfree::plot::{smooths_svg, Panel};
 use matfree::solvers::newton::{newton, Evaluation, NewtonOptions, Objective};
@@ -73,6 +77,10 @@ struct Args {
     /// auto, cpu or gpu.
     #[arg(long, default_value = "auto")]
     backend: String,
+    /// GPUs to use (default: every visible one); more than one shards the
+    /// rows over them and combines the products through NCCL.
+    #[arg(long)]
+    gpus: Option<usize>,
     /// Standard deviation of a Gaussian frailty (0: none).
     #[arg(long, default_value_t = 0.0)]
     frailty_sd: f64,
@@ -141,6 +149,17 @@ fn choose_device(backend: &str) -> AnyResult<Device> {
     Ok(select_device(policy)?)
 }
 
+/// GPUs to fit on: `--gpus`, or every visible one; 0 on the CPU, where
+/// `--gpus` is an error.
+fn gpu_count(device: &Device, gpus: Option<usize>) -> AnyResult<usize> {
+    match (device, gpus) {
+        (Device::Cpu { reason }, Some(n)) => Err(format!("--gpus {n}: the fit runs on the CPU ({reason})").into()),
+        (Device::Cpu { .. }, None) => Ok(0),
+        (Device::Gpu(_), Some(n)) => Ok(n),
+        (Device::Gpu(_), None) => Ok(Gpu::count()?),
+    }
+}
+
 fn run(args: Args) -> AnyResult<()> {
     if !(args.frailty_sd.is_finite() && args.frailty_sd >= 0.0) {
         return Err(format!("--frailty-sd {}: must be finite and >= 0", args.frailty_sd).into());
@@ -149,6 +168,7 @@ fn run(args: Args) -> AnyResult<()> {
     let mut notes = Vec::new();
     let device = choose_device(&args.backend)?;
     eprintln!("backend: {}", device.describe());
+    let gpus = gpu_count(&device, args.gpus)?;
     let t = Instant::now();
     let problem = match &args.data {
         Some(path) => load(path, &args)?,
@@ -169,31 +189,41 @@ fn run(args: Args) -> AnyResult<()> {
             .into());
         }
     }
-    let fit = match &device {
-        Device::Gpu(gpu) => {
+    let (fit, backend) = match (&device, gpus) {
+        (Device::Gpu(gpu), 1) => {
             let t = Instant::now();
             let objective = BmsDeviceObjective::new(gpu.clone(), &problem.model, &problem.data)?;
             phases.push(("upload".into(), t.elapsed().as_secs_f64()));
-            fit(
-                &CudaBackend::new(gpu.clone())?,
-                &objective,
-                &penalty,
-                &args,
-                &mut phases,
-            )?
+            let backend = CudaBackend::new(gpu.clone())?;
+            (
+                fit(&backend, &objective, &penalty, &args, &mut phases)?,
+                device.describe(),
+            )
         }
-        Device::Cpu { .. } => fit(
-            &matfree::solvers::CpuBackend::new(),
-            &BmsObjective::new(&problem.model, &problem.data),
-            &penalty,
-            &args,
-            &mut phases,
-        )?,
+        (Device::Gpu(_), count) => {
+            let t = Instant::now();
+            let group = GpuGroup::open(count)?;
+            let objective = BmsMultiObjective::new(group.clone(), &problem.model, &problem.data)?;
+            phases.push(("upload".into(), t.elapsed().as_secs_f64()));
+            let backend = MultiGpuBackend::new(group.clone())?;
+            (
+                fit(&backend, &objective, &penalty, &args, &mut phases)?,
+                group.describe(),
+            )
+        }
+        (Device::Cpu { .. }, _) => {
+            let backend = matfree::solvers::CpuBackend::new();
+            let objective = BmsObjective::new(&problem.model, &problem.data);
+            (
+                fit(&backend, &objective, &penalty, &args, &mut phases)?,
+                device.describe(),
+            )
+        }
     };
     let t = Instant::now();
     // (H + S)^{-1} at the fit, shared by the table and the plot.
     let cov = penalised_covariance(fit.beta.len(), &fit.hessian, &penalty.dense(&fit.lambda)?)?;
-    let report = summarise(&problem, &cov, &fit, &device, notes, &mut phases)?;
+    let report = summarise(&problem, &cov, &fit, backend, notes, &mut phases)?;
     print!("{}", table(&report));
     write_outputs(&args, &problem, &cov, &fit, &report)?;
     phases.push(("output".into(), t.elapsed().as_secs_f64()));
@@ -474,7 +504,7 @@ fn summarise(
     problem: &Problem,
     cov: &[f64],
     fit: &Fit,
-    device: &Device,
+    backend: String,
     notes: Vec<String>,
     phases: &mut [(String, f64)],
 ) -> AnyResult<Report> {
@@ -491,7 +521,7 @@ fn summarise(
         })
         .collect();
     Ok(Report {
-        backend: device.describe(),
+        backend,
         data: problem.source.clone(),
         n: problem.data.n(),
         p,

@@ -65,6 +65,21 @@ impl Designs {
     pub fn x_g(&self) -> &[f64] {
         &self.x_g
     }
+    /// The rows in `rows` as designs of their own (a shard of the data).
+    pub fn rows(&self, rows: std::ops::Range<usize>) -> Result<Self> {
+        if rows.start >= rows.end || rows.end > self.n {
+            let rule = format!("must be a non-empty range within 0..{}", self.n);
+            return Err(Error::invalid("rows", format!("{rows:?}"), rule));
+        }
+        Ok(Self {
+            n: rows.len(),
+            p_m: self.p_m,
+            p_g: self.p_g,
+            x_m: self.x_m[rows.start * self.p_m..rows.end * self.p_m].to_vec(),
+            x_g: self.x_g[rows.start * self.p_g..rows.end * self.p_g].to_vec(),
+        })
+    }
+
     /// Row i of the marginal design.
     pub fn x_m_row(&self, i: usize) -> &[f64] {
         &self.x_m[i * self.p_m..(i + 1) * self.p_m]

@@ -213,5 +213,6 @@ fn bad_files_stop_with_file_row_and_column_named() {
         assert!(!json.exists(), "{name}: nothing may be written");
     }
     expect_failure(&["--backend", "tpu"], &["--backend"]);
+    expect_failure(&["--backend", "cpu", "--gpus", "2"], &["--gpus 2", "CPU"]);
     expect_failure(&["--data", "/nonexistent/file.csv"], &["/nonexistent/file.csv"]);
 }

@@ -6,8 +6,8 @@ mod common;
 
 use matfree::cuda::{gpu_for_test, select_device, Device, DeviceRowHessian, GpuPolicy};
 use matfree::fixture::{random_row_problem, Rng, Shape};
-use matfree::solvers::{CpuBackend, LinearOperator};
-use matfree::{Error, RowHessian};
+use matfree::solvers::LinearOperator;
+use matfree::Error;
 
 /// (r, p_total) = (4, 44), (20, 44), (33, 44), (64, 300), (20, 300), (33, 300), (6, 700).
 fn shapes() -> Vec<Shape> {
@@ -24,31 +24,6 @@ fn shapes() -> Vec<Shape> {
     ]
 }
 
-fn cpu_results(op: &RowHessian, v: &[f64], k: usize) -> Vec<Vec<f64>> {
-    let p = op.dim();
-    let mut multi = vec![0.0; p * k];
-    op.apply_multi(&v.to_vec(), k, &mut multi).unwrap();
-    vec![
-        multi[..p].to_vec(),
-        multi,
-        op.diagonal_host(),
-        LinearOperator::<CpuBackend>::to_dense(op).unwrap(),
-    ]
-}
-
-fn gpu_results(dev: &DeviceRowHessian, v: &[f64], k: usize) -> Vec<Vec<f64>> {
-    let g = dev.gpu();
-    let p = dev.layout().p_total();
-    let mut multi = g.zeros(p * k).unwrap();
-    dev.hvp_multi_into(&g.upload(v).unwrap(), k, &mut multi).unwrap();
-    vec![
-        dev.hvp_host(&v[..p]).unwrap(),
-        g.download(&multi).unwrap(),
-        dev.diagonal_host().unwrap(),
-        dev.dense_host().unwrap(),
-    ]
-}
-
 #[test]
 fn device_operations_match_cpu_operator() {
     let Some(gpu) = gpu_for_test("device_operations_match_cpu_operator") else {
@@ -59,8 +34,8 @@ fn device_operations_match_cpu_operator() {
         let dev = DeviceRowHessian::from_cpu(gpu.clone(), &op).unwrap();
         let (p, r, k) = (op.dim(), op.layout().r(), 3 + s);
         let v = Rng::new(7 + s as u64).normals(p * k);
-        let want = cpu_results(&op, &v, k);
-        let got = gpu_results(&dev, &v, k);
+        let want = common::cpu_operator_results(&op, &v, k);
+        let got = common::device_operator_results(&dev, &v, k);
         for (label, (g, w)) in ["hvp", "hvp_multi", "diagonal", "dense"]
             .iter()
             .zip(got.iter().zip(&want))
@@ -74,7 +49,7 @@ fn device_operations_match_cpu_operator() {
         common::assert_close("joint gradient", &jg_gpu.gradient, &jg_cpu.gradient, 1e-12);
         common::assert_close("joint neglog", &[jg_gpu.neglog], &[jg_cpu.neglog], 1e-12);
         // Repeated runs are bitwise equal.
-        assert_eq!(gpu_results(&dev, &v, k), got, "repeat r={r} p={p}");
+        assert_eq!(common::device_operator_results(&dev, &v, k), got, "repeat r={r} p={p}");
         assert_eq!(dev.joint_gradient_host(&neglog, &grad).unwrap(), jg_gpu);
         println!("r = {r}, p = {p}, n = {}: parity ok", op.n());
     }

@@ -40,6 +40,7 @@ impl CudaBackend {
     /// A backend on `gpu`. cuBLAS is switched to device pointer mode here
     /// and stays there: every scalar it reads or writes lives in a slot bank.
     pub fn new(gpu: Arc<Gpu>) -> crate::Result<Self> {
+        gpu.bind()?;
         gpu.blas
             .set_pointer_mode(cublasPointerMode_t::CUBLAS_POINTER_MODE_DEVICE)
             .map_err(|e| super::runtime::cuda_err("cuBLAS pointer mode", e))?;
@@ -57,8 +58,11 @@ impl CudaBackend {
         self.gpu.syncs()
     }
 
-    fn handle(&self) -> blas::cublasHandle_t {
-        *self.gpu.blas.handle()
+    /// The cuBLAS handle, with this device's context made current: one
+    /// thread may drive several devices (see `MultiGpuBackend`).
+    fn handle(&self) -> SolverResult<blas::cublasHandle_t> {
+        self.gpu.bind()?;
+        Ok(*self.gpu.blas.handle())
     }
 }
 
@@ -127,9 +131,10 @@ impl Backend for CudaBackend {
         let ((xp, _a), (yp, _b), (sp, _c)) = (x.device_ptr(st), y.device_ptr(st), s.device_ptr_mut(st));
         // SAFETY: x and y hold n values; the result slot lies inside s; device
         // pointer mode is set, so the result is written on the device.
+        let handle = self.handle()?;
         let status = unsafe {
             blas::cublasDdot_v2_64(
-                self.handle(),
+                handle,
                 x.len() as i64,
                 xp as *const f64,
                 1,
@@ -145,9 +150,10 @@ impl Backend for CudaBackend {
         let st = &self.gpu.stream;
         let ((sp, _a), (xp, _b), (yp, _c)) = (s.device_ptr(st), x.device_ptr(st), y.device_ptr_mut(st));
         // SAFETY: x and y hold n values; alpha is a slot of s, read on device.
+        let handle = self.handle()?;
         let status = unsafe {
             blas::cublasDaxpy_v2_64(
-                self.handle(),
+                handle,
                 x.len() as i64,
                 (sp + alpha as u64 * F64) as *const f64,
                 xp as *const f64,
@@ -221,9 +227,10 @@ impl Backend for CudaBackend {
         let (n32, k32) = (n as i32, (x.len() / n) as i32);
         // Row-major A is column-major A^T, so Y += op(A^T) X with op = T.
         // SAFETY: A holds n^2 values, X and Y n k; alpha = beta = 1 on device.
+        let handle = self.handle()?;
         let status = unsafe {
             blas::cublasDgemm_v2(
-                self.handle(),
+                handle,
                 blas::cublasOperation_t::CUBLAS_OP_T,
                 blas::cublasOperation_t::CUBLAS_OP_N,
                 n32,

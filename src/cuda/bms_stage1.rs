@@ -71,6 +71,21 @@ fn combinations(basis: Option<&CubicBasis>, beta: &[f64]) -> Vec<f64> {
     }
 }
 
+/// A queued evaluation: its rows and per-row status, not yet checked.
+pub struct PendingRows {
+    gpu: Arc<Gpu>,
+    rows: DeviceRowEvaluation,
+    status: CudaSlice<u32>,
+}
+
+impl PendingRows {
+    /// Wait for the verdict: the rows, or the first rejected row's error.
+    pub fn finish(self) -> Result<DeviceRowEvaluation> {
+        check_status(&self.gpu, &self.status)?;
+        Ok(self.rows)
+    }
+}
+
 /// Per-row buffers written by Stage 1 and read by Stage 2.
 struct Work {
     q: CudaSlice<f64>,
@@ -173,6 +188,13 @@ impl DeviceStage1 {
     /// Both stages at beta. Per-row results stay on the device; a row whose
     /// intercept or outputs fail is reported with its index and reason.
     pub fn evaluate(&self, beta: &[f64]) -> Result<DeviceRowEvaluation> {
+        self.launch(beta)?.finish()
+    }
+
+    /// Queue both stages at beta without waiting: several devices' shards
+    /// then run at once, and [`PendingRows::finish`] reads each verdict.
+    /// The stream orders the next launch's reuse of the bundle after this one.
+    pub fn launch(&self, beta: &[f64]) -> Result<PendingRows> {
         let layout = self.model.layout();
         let (parts, mut work) = self.prepare(beta)?;
         self.calibrate(&parts, &mut work)?;
@@ -181,8 +203,11 @@ impl DeviceStage1 {
         let bases = self.model.bases();
         let (rows, mut status) = stage2(&self.designs, layout, (bases.p_h(), bases.p_w()), &work.bundle)?;
         self.merge_status(&work.status, &mut status)?;
-        check_status(self.gpu(), &status)?;
-        Ok(rows)
+        Ok(PendingRows {
+            gpu: self.gpu().clone(),
+            rows,
+            status,
+        })
     }
 
     /// Check beta, upload its parts and take the per-row buffers.

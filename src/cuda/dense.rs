@@ -87,6 +87,7 @@ impl DeviceCholesky {
         }
         let st = &self.gpu.stream;
         let mut info = self.gpu.zeros::<i32>(1)?;
+        self.gpu.bind()?;
         {
             let ((ap, _a), (bp, _b), (ip, _c)) = (
                 self.factor.device_ptr(st),
@@ -145,6 +146,7 @@ fn potrf(gpu: &Gpu, n: usize, a: &mut CudaSlice<f64>) -> Result<i32> {
     let n32 = n as i32;
     let mut lwork = 0i32;
     let mut info = gpu.zeros::<i32>(1)?;
+    gpu.bind()?;
     {
         let (ap, _a) = a.device_ptr_mut(st);
         // SAFETY: a holds n^2 values; lwork is a host int.
@@ -153,6 +155,7 @@ fn potrf(gpu: &Gpu, n: usize, a: &mut CudaSlice<f64>) -> Result<i32> {
         solver_ok("potrf_bufferSize", status)?;
     }
     let mut work = gpu.zeros::<f64>(lwork.max(1) as usize)?;
+    gpu.bind()?;
     {
         let ((ap, _a), (wp, _w), (ip, _i)) = (a.device_ptr_mut(st), work.device_ptr_mut(st), info.device_ptr_mut(st));
         // SAFETY: workspace of the size cuSOLVER asked for; info one int.

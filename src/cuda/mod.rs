@@ -1,6 +1,8 @@
 //! The CUDA backend: one runtime per process (driver, NVRTC, cuBLAS found
 //! through cudarc's dynamic loading), the device-resident row-Hessian
-//! operator, and the vector backend the solvers run on.
+//! operator, and the vector backend the solvers run on; on several GPUs of
+//! one host, a group with NCCL communicators, a backend over replicated
+//! vectors and the row Hessian sharded by rows.
 //!
 //! Nothing here links CUDA at build time: on a machine without it, every entry
 //! point returns an error naming what is missing, and [`select_device`]
@@ -8,15 +10,23 @@
 
 mod backend;
 mod bms;
+mod bms_multi;
 mod bms_stage1;
 mod dense;
+mod devices;
 mod kernels;
+mod multi;
 mod row_hessian;
 mod runtime;
+mod sharded;
 
 pub use backend::CudaBackend;
 pub use bms::{evaluate_device, evaluate_rows_device, BmsDeviceObjective, DeviceRowEvaluation};
-pub use bms_stage1::DeviceStage1;
+pub use bms_multi::BmsMultiObjective;
+pub use bms_stage1::{DeviceStage1, PendingRows};
 pub use dense::DeviceCholesky;
+pub use devices::{gpus_for_test, setup_for_test};
+pub use multi::{GpuGroup, MultiGpuBackend, Replicated};
 pub use row_hessian::{DeviceDesigns, DeviceRowHessian};
 pub use runtime::{gpu_for_test, select_device, Device, Gpu, GpuPolicy};
+pub use sharded::{shard_rows, ShardedRowEvaluation, ShardedRowHessian};

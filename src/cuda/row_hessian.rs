@@ -348,43 +348,52 @@ impl DeviceRowHessian {
     }
 
     /// The joint negative log-likelihood and its gradient from per-row values
-    /// and gradients already on the device (two counted downloads).
+    /// and gradients already on the device (one counted download).
     pub fn joint_gradient(&self, neglog: &CudaSlice<f64>, grad: &CudaSlice<f64>) -> Result<JointGradient> {
+        let p = self.layout.p_total();
+        let mut out = self.gpu.zeros::<f64>(p + 1)?;
+        self.joint_gradient_into(neglog, grad, &mut out)?;
+        Ok(split_joint(self.gpu.download(&out)?))
+    }
+
+    /// Queue the joint gradient into `out[..p]` and the joint neglog into
+    /// `out[p]` (no host sync), so several shards can combine them on the
+    /// device.
+    pub fn joint_gradient_into(
+        &self,
+        neglog: &CudaSlice<f64>,
+        grad: &CudaSlice<f64>,
+        out: &mut CudaSlice<f64>,
+    ) -> Result<()> {
         let (n, r, p) = (self.n, self.layout.r(), self.layout.p_total());
-        if neglog.len() != n {
-            return Err(Error::invalid(
-                "neglog.len",
-                neglog.len(),
-                format!("must equal n = {n}"),
-            ));
-        }
-        if grad.len() != n * r {
-            return Err(Error::invalid(
-                "grad.len",
-                grad.len(),
-                format!("must equal n * r = {}", n * r),
-            ));
+        let lengths = [
+            ("neglog.len", neglog.len(), n, "n"),
+            ("grad.len", grad.len(), n * r, "n * r"),
+            ("out.len", out.len(), p + 1, "p_total + 1"),
+        ];
+        for (field, got, want, what) in lengths {
+            if got != want {
+                return Err(Error::invalid(field, got, format!("must equal {what} = {want}")));
+            }
         }
         let chunks = n.div_ceil(ROW_CHUNK);
-        let (mut g, mut total) = (self.gpu.zeros::<f64>(p)?, self.gpu.zeros::<f64>(1)?);
-        {
-            let mut s = self.lock()?;
-            let src = PullSource {
-                t: grad,
-                rhs_stride: 0,
-                row: r,
-                col: 1,
-                power: 1,
-            };
-            kernels::pullback_partial(&self.gpu, &self.args(), 1, ROW_CHUNK, &src, &mut s.partial)?;
-            kernels::reduce_partials(&self.gpu, chunks, p, &s.partial, &mut g)?;
-            kernels::chunk_sum_partial(&self.gpu, n, ROW_CHUNK, neglog, &mut s.partial)?;
-            kernels::reduce_partials(&self.gpu, chunks, 1, &s.partial, &mut total)?;
-        }
-        Ok(JointGradient {
-            neglog: self.gpu.download(&total)?[0],
-            gradient: self.gpu.download(&g)?,
-        })
+        let mut total = self.gpu.zeros::<f64>(1)?;
+        let mut s = self.lock()?;
+        let src = PullSource {
+            t: grad,
+            rhs_stride: 0,
+            row: r,
+            col: 1,
+            power: 1,
+        };
+        kernels::pullback_partial(&self.gpu, &self.args(), 1, ROW_CHUNK, &src, &mut s.partial)?;
+        kernels::reduce_partials(&self.gpu, chunks, p, &s.partial, out)?;
+        kernels::chunk_sum_partial(&self.gpu, n, ROW_CHUNK, neglog, &mut s.partial)?;
+        kernels::reduce_partials(&self.gpu, chunks, 1, &s.partial, &mut total)?;
+        self.gpu
+            .stream
+            .memcpy_dtod(&total, &mut out.slice_mut(p..p + 1))
+            .map_err(|e| cuda_err("joint neglog", e))
     }
 
     /// Host convenience: the per-row Hessians, row-major `n x r x r`.
@@ -423,6 +432,15 @@ impl DeviceRowHessian {
         check_matrix("neglog", neglog, self.n, 1)?;
         check_matrix("grad", grad, self.n, self.layout.r())?;
         self.joint_gradient(&self.gpu.upload(neglog)?, &self.gpu.upload(grad)?)
+    }
+}
+
+/// Split `[gradient (p), neglog]` as [`DeviceRowHessian::joint_gradient_into`] lays it out.
+pub(crate) fn split_joint(mut packed: Vec<f64>) -> JointGradient {
+    let neglog = packed.pop().unwrap_or(f64::NAN);
+    JointGradient {
+        neglog,
+        gradient: packed,
     }
 }
 

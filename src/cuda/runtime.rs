@@ -1,7 +1,7 @@
 //! Finding the GPU once per process, and the `MATFREE_GPU` policy.
 
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex, OnceLock};
+use std::sync::{Arc, Mutex};
 
 use cudarc::cublas::CudaBlas;
 use cudarc::driver::{CudaContext, CudaFunction, CudaSlice, CudaStream, PinnedHostSlice};
@@ -157,7 +157,7 @@ const SOURCES: [(&str, &str); 5] = [
     ("bms_stage1.cu", include_str!("../../kernels/bms_stage1.cu")),
 ];
 
-fn check_libraries() -> Result<()> {
+pub(super) fn check_libraries() -> Result<()> {
     // SAFETY: these only try to dlopen the library; no CUDA call is made.
     let present = unsafe {
         [
@@ -177,21 +177,18 @@ impl Gpu {
     /// The process's GPU (device 0), started on first use. The error of a
     /// failed start is kept and returned to every later caller.
     pub fn get() -> Result<Arc<Gpu>> {
-        static GPU: OnceLock<std::result::Result<Arc<Gpu>, String>> = OnceLock::new();
-        let message = |e: Error| match e {
-            Error::Cuda(m) => m,
-            other => other.to_string(),
-        };
-        GPU.get_or_init(|| Gpu::start(0).map(Arc::new).map_err(message))
-            .clone()
-            .map_err(Error::Cuda)
+        Self::open(0)
     }
 
-    fn start(ordinal: usize) -> Result<Gpu> {
-        check_libraries()?;
-        let count = CudaContext::device_count().map_err(|e| cuda_err("counting devices", e))?;
+    /// Start device `ordinal` (see [`Gpu::open`], which caches it).
+    pub(super) fn start(ordinal: usize) -> Result<Gpu> {
+        let count = Self::count()?;
         if count < 1 {
             return Err(Error::Cuda("no CUDA device visible".into()));
+        }
+        if ordinal >= count {
+            let rule = format!("must be below the {count} visible CUDA devices");
+            return Err(Error::invalid("GPU ordinal", ordinal, rule));
         }
         let ctx = CudaContext::new(ordinal).map_err(|e| cuda_err("creating a context", e))?;
         // One stream does all the work, so cudarc's cross-stream events are

@@ -123,3 +123,31 @@ pub fn check_newton_fit(label: &str, beta: &[f64], gradient: &[f64], objective: 
     let gn = gradient.iter().fold(0.0f64, |m, v| m.max(v.abs()));
     assert!(gn <= 1e-10 * (objective.abs() + 1.0), "{label}: gradient {gn:e}");
 }
+
+/// hvp, hvp_multi (k columns back to back), diagonal and dense of the CPU
+/// operator: the oracle every device operator is compared with.
+pub fn cpu_operator_results(op: &matfree::RowHessian, v: &[f64], k: usize) -> Vec<Vec<f64>> {
+    let p = op.dim();
+    let mut multi = vec![0.0; p * k];
+    op.apply_multi(&v.to_vec(), k, &mut multi).unwrap();
+    vec![
+        multi[..p].to_vec(),
+        multi,
+        op.diagonal_host(),
+        LinearOperator::<CpuBackend>::to_dense(op).unwrap(),
+    ]
+}
+
+/// The same four from a single-GPU device operator.
+pub fn device_operator_results(dev: &matfree::cuda::DeviceRowHessian, v: &[f64], k: usize) -> Vec<Vec<f64>> {
+    let g = dev.gpu();
+    let p = dev.layout().p_total();
+    let mut multi = g.zeros(p * k).unwrap();
+    dev.hvp_multi_into(&g.upload(v).unwrap(), k, &mut multi).unwrap();
+    vec![
+        dev.hvp_host(&v[..p]).unwrap(),
+        g.download(&multi).unwrap(),
+        dev.diagonal_host().unwrap(),
+        dev.dense_host().unwrap(),
+    ]
+}
