@@ -121,6 +121,57 @@ extern "C" __global__ void dense_partial(
     partial[chunk * entries + e] = acc;
 }
 
+// The same partials staged through shared memory: block (x, y) = (tile of
+// upper-triangle entries in row-major order, chunk of rows). The block loads
+// `stage` rows at a time (their H_i, then their design rows) with coalesced
+// loads, and each thread adds its entry's term for every staged row, in row
+// order, so the sums equal dense_partial's bitwise. Each row Hessian is read
+// from memory once per tile instead of once per entry. Lower-triangle
+// partials are left as they are (zero); mirror_upper fills them after.
+extern "C" __global__ void dense_staged_partial(
+    i64 n, int rows_per_chunk, int stage, int r, int p_m, int p_g, int p_total,
+    const int* __restrict__ col_kind, const int* __restrict__ col_j,
+    const int* __restrict__ col_u, const double* __restrict__ hess,
+    const double* __restrict__ x_m, const double* __restrict__ x_g,
+    double* __restrict__ partial)
+{
+    extern __shared__ double sh[];
+    const i64 rr = (i64)r * r;
+    double* sh_h = sh;
+    double* sh_m = sh + stage * rr;
+    double* sh_g = sh_m + stage * p_m;
+    const i64 upper = (i64)p_total * (p_total + 1) / 2;
+    const i64 t = (i64)blockIdx.x * blockDim.x + threadIdx.x;
+    const bool active = t < upper;
+    int a = 0, b = 0, ka = 0, ja = 0, kb = 0, jb = 0;
+    i64 hoff = 0;
+    if (active) {
+        i64 k = t;
+        while (k >= p_total - a) { k -= p_total - a; ++a; }
+        b = a + (int)k;
+        ka = col_kind[a]; ja = col_j[a]; kb = col_kind[b]; jb = col_j[b];
+        hoff = (i64)col_u[a] * r + col_u[b];
+    }
+    const i64 first = (i64)blockIdx.y * rows_per_chunk;
+    const i64 last = min(first + rows_per_chunk, n);
+    double acc = 0.0;
+    for (i64 r0 = first; r0 < last; r0 += stage) {
+        const int rows = (int)min((i64)stage, last - r0);
+        __syncthreads();
+        for (i64 k = threadIdx.x; k < rows * rr; k += blockDim.x) sh_h[k] = hess[r0 * rr + k];
+        for (int k = threadIdx.x; k < rows * p_m; k += blockDim.x) sh_m[k] = x_m[r0 * p_m + k];
+        for (int k = threadIdx.x; k < rows * p_g; k += blockDim.x) sh_g[k] = x_g[r0 * p_g + k];
+        __syncthreads();
+        if (!active) continue;
+        for (int i = 0; i < rows; ++i) {
+            const double ca = pull_coef(ka, ja, i, sh_m, p_m, sh_g, p_g);
+            const double cb = pull_coef(kb, jb, i, sh_m, p_m, sh_g, p_g);
+            acc += ca * cb * sh_h[i * rr + hoff];
+        }
+    }
+    if (active) partial[(i64)blockIdx.y * p_total * p_total + (i64)a * p_total + b] = acc;
+}
+
 // out[e] = sum over chunks of partial[c * len + e], one block per entry:
 // each thread sums a fixed stride of chunks, then a fixed shared-memory tree.
 // blockDim.x must be 256.

@@ -9,7 +9,8 @@ use matfree::fixture::{random_row_problem, Rng, Shape};
 use matfree::solvers::LinearOperator;
 use matfree::Error;
 
-/// (r, p_total) = (4, 44), (20, 44), (33, 44), (64, 300), (20, 300), (33, 300), (6, 700).
+/// (r, p_total) = (4, 44), (20, 44), (33, 44), (64, 300), (20, 300), (33, 300), (6, 700),
+/// and (82, 89), whose rows are too big for the staged dense kernel.
 fn shapes() -> Vec<Shape> {
     let s = |n, p_m, p_g, p_h, p_w| Shape { n, p_m, p_g, p_h, p_w };
     vec![
@@ -21,6 +22,7 @@ fn shapes() -> Vec<Shape> {
         s(640, 140, 127, 16, 15),
         // p = 700: too wide for the fused HVP's shared memory (two-phase path).
         s(150, 400, 296, 2, 2),
+        s(200, 5, 4, 40, 40),
     ]
 }
 

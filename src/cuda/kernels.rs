@@ -212,6 +212,68 @@ pub(crate) fn dense_partial(g: &Gpu, a: &RowArgs, rows_per_chunk: usize, partial
     Ok(())
 }
 
+/// Threads per block of `dense_staged_partial` (one upper-triangle entry each).
+pub(crate) const DENSE_STAGED_THREADS: usize = 512;
+
+/// Shared memory `dense_staged_partial` may use for its staged rows.
+const DENSE_STAGED_BYTES: usize = 40 << 10;
+
+/// Rows `dense_staged_partial` stages at a time (None: one row does not fit
+/// in its shared memory, so the caller uses `dense_partial`).
+pub(crate) fn dense_stage_rows(r: usize, p_m: usize, p_g: usize) -> Option<usize> {
+    let row_bytes = (r * r + p_m + p_g) * 8;
+    let rows = (DENSE_STAGED_BYTES / row_bytes).min(16);
+    (rows > 0).then_some(rows)
+}
+
+/// `dense_partial`'s result (upper triangle) with rows staged through shared
+/// memory `stage` at a time; `partial` must arrive zeroed.
+pub(crate) fn dense_staged_partial(
+    g: &Gpu,
+    a: &RowArgs,
+    rows_per_chunk: usize,
+    stage: usize,
+    partial: &mut CudaSlice<f64>,
+) -> Result<()> {
+    let chunks = a.n.div_ceil(rows_per_chunk);
+    need("partial", partial.len(), chunks * a.p_total * a.p_total)?;
+    let upper = a.p_total * (a.p_total + 1) / 2;
+    let shared = stage * (a.r * a.r + a.p_m + a.p_g) * 8;
+    if shared > DENSE_STAGED_BYTES {
+        return Err(Error::invalid(
+            "dense stage bytes",
+            shared,
+            "must fit the staged kernel's shared memory",
+        ));
+    }
+    let cfg = LaunchConfig {
+        grid_dim: (upper.div_ceil(DENSE_STAGED_THREADS) as u32, chunks as u32, 1),
+        block_dim: (DENSE_STAGED_THREADS as u32, 1, 1),
+        shared_mem_bytes: shared as u32,
+    };
+    let (n, rpc, st, r, p_m, p_g, p) = (
+        a.n as i64,
+        rows_per_chunk as i32,
+        stage as i32,
+        a.r as i32,
+        a.p_m as i32,
+        a.p_g as i32,
+        a.p_total as i32,
+    );
+    let mut b = g.stream.launch_builder(&g.f.dense_staged_partial);
+    b.arg(&n).arg(&rpc).arg(&st).arg(&r).arg(&p_m).arg(&p_g).arg(&p);
+    b.arg(a.col_kind)
+        .arg(a.col_j)
+        .arg(a.col_u)
+        .arg(a.hess)
+        .arg(a.x_m)
+        .arg(a.x_g)
+        .arg(partial);
+    // SAFETY: as for dense_partial; the shared memory holds `stage` rows.
+    unsafe { b.launch(cfg) }.map_err(|e| cuda_err("dense_staged_partial", e))?;
+    Ok(())
+}
+
 /// out[e] = sum over chunks of partial[c * len + e], in a fixed tree.
 pub(crate) fn reduce_partials(
     g: &Gpu,

@@ -342,7 +342,11 @@ impl DeviceRowHessian {
         let rows_per_chunk = self.n.div_ceil(max_chunks).max(ROW_CHUNK.min(self.n));
         let chunks = self.n.div_ceil(rows_per_chunk);
         let mut partial = self.gpu.zeros::<f64>(chunks * p * p)?;
-        kernels::dense_partial(&self.gpu, &self.args(), rows_per_chunk, &mut partial)?;
+        let b = self.layout.block();
+        match kernels::dense_stage_rows(self.layout.r(), b.p_m, b.p_g) {
+            Some(stage) => kernels::dense_staged_partial(&self.gpu, &self.args(), rows_per_chunk, stage, &mut partial)?,
+            None => kernels::dense_partial(&self.gpu, &self.args(), rows_per_chunk, &mut partial)?,
+        }
         kernels::reduce_partials(&self.gpu, chunks, p * p, &partial, out)?;
         kernels::mirror_upper(&self.gpu, p, out)
     }
