@@ -104,7 +104,26 @@ fn bench_gpu(c: &mut Criterion, name: &str, shape: Shape, op: &RowHessian) {
     g.bench_function(BenchmarkId::new("pcg_fixed", shape.n), |bch| {
         bch.iter(|| cg(&be, &dev, &jac, &v, None, &PcgOptions::fixed_iterations(it)).unwrap())
     });
+    // Packed upper-triangle storage: the same products from half the bytes.
+    let packed = dev.packed().unwrap();
+    g.throughput(Throughput::Bytes(packed_hvp_bytes(&shape)));
+    g.bench_function(BenchmarkId::new("hvp_packed", shape.n), |bch| {
+        bch.iter(|| {
+            packed.apply(&v, &mut y).unwrap();
+            gpu.download(&y).unwrap()
+        })
+    });
+    g.throughput(Throughput::Elements(made));
+    g.bench_function(BenchmarkId::new("pcg_fixed_packed", shape.n), |bch| {
+        bch.iter(|| cg(&be, &packed, &jac, &v, None, &PcgOptions::fixed_iterations(it)).unwrap())
+    });
     g.finish();
+}
+
+/// The packed HVP's floor: n (r (r + 1) / 2 + p_m + p_g) doubles.
+fn packed_hvp_bytes(s: &Shape) -> u64 {
+    let r = 2 + s.p_h + s.p_w;
+    (s.n * (r * (r + 1) / 2 + s.p_m + s.p_g) * 8) as u64
 }
 
 /// Device-to-device copy of 1 GiB: the bandwidth every byte-bound figure is

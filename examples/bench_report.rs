@@ -95,17 +95,7 @@ fn gpu_rows(ctx: &mut Ctx, gpu: &std::sync::Arc<Gpu>, shape: (&str, Shape), op: 
     let be = CudaBackend::new(gpu.clone())?;
     let p = dev.dim();
     let v = be.upload(&Rng::new(1).normals(p))?;
-    let mut y = be.zeros(p)?;
-    let reps = 50;
-    let hvp = median(5, || {
-        gpu.synchronize()?;
-        let t = Instant::now();
-        for _ in 0..reps {
-            dev.apply(&v, &mut y)?;
-        }
-        gpu.synchronize()?;
-        Ok(t.elapsed().as_secs_f64() / reps as f64)
-    })?;
+    let hvp = hvp_time(gpu, &dev, &be, &v)?;
     ctx.push("gpu", shape, "hvp", hvp, Some(hvp_bytes(&shape.1)), None);
     let rate = pcg_rate(&be, &dev, &v, 40)?;
     ctx.push("gpu", shape, "pcg_fixed_40", 1.0 / rate, None, Some(rate));
@@ -116,6 +106,50 @@ fn gpu_rows(ctx: &mut Ctx, gpu: &std::sync::Arc<Gpu>, shape: (&str, Shape), op: 
         Ok(t.elapsed().as_secs_f64())
     })?;
     ctx.push("gpu", shape, "dense_cholesky_logdet", dense, None, None);
+    packed_rows(ctx, gpu, shape, dev, &be, &v)
+}
+
+/// Seconds per HVP: median of 5 batches of 50 back-to-back products, one
+/// synchronisation per batch.
+fn hvp_time(
+    gpu: &Gpu,
+    op: &DeviceRowHessian,
+    be: &CudaBackend,
+    v: &<CudaBackend as Backend>::Vector,
+) -> AnyResult<f64> {
+    let mut y = be.zeros(op.dim())?;
+    let reps = 50;
+    median(5, || {
+        gpu.synchronize()?;
+        let t = Instant::now();
+        for _ in 0..reps {
+            op.apply(v, &mut y)?;
+        }
+        gpu.synchronize()?;
+        Ok(t.elapsed().as_secs_f64() / reps as f64)
+    })
+}
+
+/// n (r (r + 1) / 2 + p_m + p_g) doubles: the packed HVP's floor.
+fn packed_hvp_bytes(s: &Shape) -> f64 {
+    let r = 2 + s.p_h + s.p_w;
+    (s.n * (r * (r + 1) / 2 + s.p_m + s.p_g) * 8) as f64
+}
+
+/// HVP and fixed-iteration PCG over packed upper-triangle storage.
+fn packed_rows(
+    ctx: &mut Ctx,
+    gpu: &std::sync::Arc<Gpu>,
+    shape: (&str, Shape),
+    dev: DeviceRowHessian,
+    be: &CudaBackend,
+    v: &<CudaBackend as Backend>::Vector,
+) -> AnyResult<()> {
+    let packed = dev.packed()?;
+    let hvp = hvp_time(gpu, &packed, be, v)?;
+    ctx.push("gpu", shape, "hvp_packed", hvp, Some(packed_hvp_bytes(&shape.1)), None);
+    let rate = pcg_rate(be, &packed, v, 40)?;
+    ctx.push("gpu", shape, "pcg_fixed_40_packed", 1.0 / rate, None, Some(rate));
     Ok(())
 }
 

@@ -29,12 +29,28 @@ __device__ __forceinline__ double warp_sum(double v)
     return v;
 }
 
+// Where H_i[s][u] sits in a row's storage: full (r x r, row-major) or
+// packed (the upper triangle, row-major: row s holds columns s..r-1). A
+// packed row is half the bytes; by symmetry H[s][u] = H[min][max].
+__device__ __forceinline__ i64 hidx(int s, int u, int r, int packed)
+{
+    if (!packed) return (i64)s * r + u;
+    const int lo = min(s, u), hi = max(s, u);
+    return (i64)lo * r - (i64)lo * (lo - 1) / 2 + (hi - lo);
+}
+
+// Values one row's storage holds.
+__device__ __forceinline__ i64 hstride(int r, int packed)
+{
+    return packed ? (i64)r * (r + 1) / 2 : (i64)r * r;
+}
+
 // Phase 1 of H V for k right-hand sides: t[j, i, :] = H_i (P_i v_j).
 // One warp per (row, rhs) pair; lanes stride over the designs for q and b,
 // then over the output coordinates u (reading column u of H_i, which by
 // symmetry is row u, with coalesced loads).
 extern "C" __global__ void row_action(
-    i64 n, int r, int p_m, int p_g, int p_total, int k,
+    i64 n, int r, int packed, int p_m, int p_g, int p_total, int k,
     const double* __restrict__ hess, const double* __restrict__ x_m,
     const double* __restrict__ x_g, const int* __restrict__ primary_to_beta,
     const double* __restrict__ v, double* __restrict__ t)
@@ -51,10 +67,10 @@ extern "C" __global__ void row_action(
         for (int c = lane; c < p_g; c += 32) b += x_g[row * p_g + c] * vj[p_m + c];
         q = warp_sum(q);
         b = warp_sum(b);
-        const double* h = hess + row * r * r;
+        const double* h = hess + row * hstride(r, packed);
         for (int u = lane; u < r; u += 32) {
-            double acc = h[u] * q + h[r + u] * b;
-            for (int s = 2; s < r; ++s) acc += h[(i64)s * r + u] * vj[primary_to_beta[s]];
+            double acc = h[hidx(0, u, r, packed)] * q + h[hidx(1, u, r, packed)] * b;
+            for (int s = 2; s < r; ++s) acc += h[hidx(s, u, r, packed)] * vj[primary_to_beta[s]];
             t[((i64)j * n + row) * r + u] = acc;
         }
     }
@@ -70,7 +86,7 @@ extern "C" __global__ void pullback_partial(
     const int* __restrict__ col_kind, const int* __restrict__ col_j,
     const int* __restrict__ col_u, const double* __restrict__ x_m,
     const double* __restrict__ x_g, const double* __restrict__ t,
-    i64 t_rhs_stride, int t_row, int t_col, int power,
+    i64 t_rhs_stride, int t_row, int t_col, int power, int packed_r,
     double* __restrict__ partial)
 {
     const i64 chunk = blockIdx.x;
@@ -80,7 +96,8 @@ extern "C" __global__ void pullback_partial(
     const double* tj = t + (i64)j * t_rhs_stride;
     for (int a = threadIdx.x; a < p_total; a += blockDim.x) {
         const int kind = col_kind[a], cj = col_j[a];
-        const i64 off = (i64)col_u[a] * t_col;
+        // packed_r > 0: t is packed row Hessians and the term is H[u][u].
+        const i64 off = packed_r > 0 ? hidx(col_u[a], col_u[a], packed_r, 1) : (i64)col_u[a] * t_col;
         double acc = 0.0;
         for (i64 row = first; row < last; ++row) {
             double c = pull_coef(kind, cj, row, x_m, p_m, x_g, p_g);
@@ -95,7 +112,7 @@ extern "C" __global__ void pullback_partial(
 // chunk's sum of coef(a) coef(b) H_i[u(a), u(b)]; the lower triangle is
 // mirrored after the reduction. One thread per entry: no width ceiling.
 extern "C" __global__ void dense_partial(
-    i64 n, int rows_per_chunk, int r, int p_m, int p_g, int p_total,
+    i64 n, int rows_per_chunk, int r, int packed, int p_m, int p_g, int p_total,
     const int* __restrict__ col_kind, const int* __restrict__ col_j,
     const int* __restrict__ col_u, const double* __restrict__ hess,
     const double* __restrict__ x_m, const double* __restrict__ x_g,
@@ -111,11 +128,11 @@ extern "C" __global__ void dense_partial(
         const i64 first = chunk * rows_per_chunk;
         const i64 last = min(first + rows_per_chunk, n);
         const int ka = col_kind[a], ja = col_j[a], kb = col_kind[b], jb = col_j[b];
-        const i64 hoff = (i64)col_u[a] * r + col_u[b];
+        const i64 hoff = hidx(col_u[a], col_u[b], r, packed), hs = hstride(r, packed);
         for (i64 row = first; row < last; ++row) {
             const double ca = pull_coef(ka, ja, row, x_m, p_m, x_g, p_g);
             const double cb = pull_coef(kb, jb, row, x_m, p_m, x_g, p_g);
-            acc += ca * cb * hess[row * r * r + hoff];
+            acc += ca * cb * hess[row * hs + hoff];
         }
     }
     partial[chunk * entries + e] = acc;
@@ -129,14 +146,14 @@ extern "C" __global__ void dense_partial(
 // from memory once per tile instead of once per entry. Lower-triangle
 // partials are left as they are (zero); mirror_upper fills them after.
 extern "C" __global__ void dense_staged_partial(
-    i64 n, int rows_per_chunk, int stage, int r, int p_m, int p_g, int p_total,
+    i64 n, int rows_per_chunk, int stage, int r, int packed, int p_m, int p_g, int p_total,
     const int* __restrict__ col_kind, const int* __restrict__ col_j,
     const int* __restrict__ col_u, const double* __restrict__ hess,
     const double* __restrict__ x_m, const double* __restrict__ x_g,
     double* __restrict__ partial)
 {
     extern __shared__ double sh[];
-    const i64 rr = (i64)r * r;
+    const i64 rr = hstride(r, packed);
     double* sh_h = sh;
     double* sh_m = sh + stage * rr;
     double* sh_g = sh_m + stage * p_m;
@@ -150,7 +167,7 @@ extern "C" __global__ void dense_staged_partial(
         while (k >= p_total - a) { k -= p_total - a; ++a; }
         b = a + (int)k;
         ka = col_kind[a]; ja = col_j[a]; kb = col_kind[b]; jb = col_j[b];
-        hoff = (i64)col_u[a] * r + col_u[b];
+        hoff = hidx(col_u[a], col_u[b], r, packed);
     }
     const i64 first = (i64)blockIdx.y * rows_per_chunk;
     const i64 last = min(first + rows_per_chunk, n);
@@ -218,12 +235,12 @@ extern "C" __global__ void chunk_sum_partial(
 // sum over s >= 2 of H[s, u] dc[s]: the part of (H_i P_i v)_u that does not
 // depend on the row's design (dc[s] = v at primary coordinate s, dc[0] =
 // dc[1] = 0), so its loads can be issued before q and b are known.
-__device__ __forceinline__ double column_direct(const double* __restrict__ h, int r, int u,
+__device__ __forceinline__ double column_direct(const double* __restrict__ h, int r, int packed, int u,
                                                 const double* __restrict__ dc)
 {
     double t = 0.0;
 #pragma unroll 8
-    for (int s = 2; s < r; ++s) t += h[(i64)s * r + u] * dc[s];
+    for (int s = 2; s < r; ++s) t += h[hidx(s, u, r, packed)] * dc[s];
     return t;
 }
 
@@ -247,7 +264,7 @@ __device__ __forceinline__ void scatter_row(double* mine, int lane, int r, int p
 // u reading column u of H_i (coalesced). Shared memory: (W + 1) p + r
 // doubles + r ints, so very wide p uses the two-phase path instead.
 extern "C" __global__ void hvp_fused(
-    i64 n, int rows_per_block, int r, int p_m, int p_g, int p_total,
+    i64 n, int rows_per_block, int r, int packed, int p_m, int p_g, int p_total,
     const double* __restrict__ hess, const double* __restrict__ x_m,
     const double* __restrict__ x_g, const int* __restrict__ primary_to_beta,
     const double* __restrict__ v, double* __restrict__ partial)
@@ -274,25 +291,29 @@ extern "C" __global__ void hvp_fused(
         const i64 rb = has_b ? ra + 1 : ra;
         const double *xma = x_m + ra * p_m, *xga = x_g + ra * p_g;
         const double *xmb = x_m + rb * p_m, *xgb = x_g + rb * p_g;
-        const double *ha = hess + ra * r * r, *hb = hess + rb * r * r;
+        const i64 hs = hstride(r, packed);
+        const double *ha = hess + ra * hs, *hb = hess + rb * hs;
         double qa = 0.0, ba = 0.0, qb = 0.0, bb = 0.0;
         for (int c = lane; c < p_m; c += 32) { qa += xma[c] * vs[c]; qb += xmb[c] * vs[c]; }
         for (int c = lane; c < p_g; c += 32) { ba += xga[c] * vs[p_m + c]; bb += xgb[c] * vs[p_m + c]; }
         const int u = lane < r ? lane : 0;
-        double ta = column_direct(ha, r, u, dc), tb = column_direct(hb, r, u, dc);
+        double ta = column_direct(ha, r, packed, u, dc), tb = column_direct(hb, r, packed, u, dc);
         qa = warp_sum(qa); ba = warp_sum(ba); qb = warp_sum(qb); bb = warp_sum(bb);
-        ta += ha[u] * qa + ha[r + u] * ba;
-        tb += hb[u] * qb + hb[r + u] * bb;
+        const i64 h0 = hidx(0, u, r, packed), h1 = hidx(1, u, r, packed);
+        ta += ha[h0] * qa + ha[h1] * ba;
+        tb += hb[h0] * qb + hb[h1] * bb;
         const double ta0 = __shfl_sync(0xffffffffu, ta, 0), ta1 = __shfl_sync(0xffffffffu, ta, 1);
         const double tb0 = __shfl_sync(0xffffffffu, tb, 0), tb1 = __shfl_sync(0xffffffffu, tb, 1);
         scatter_row(mine, lane, r, p_m, p_g, xma, xga, p2b, ta, ta0, ta1);
         // Columns past the first 32 (r > 32).
         for (int uu = lane + 32; uu < r; uu += 32)
-            mine[p2b[uu]] += column_direct(ha, r, uu, dc) + ha[uu] * qa + ha[r + uu] * ba;
+            mine[p2b[uu]] += column_direct(ha, r, packed, uu, dc) + ha[hidx(0, uu, r, packed)] * qa +
+                             ha[hidx(1, uu, r, packed)] * ba;
         if (has_b) {
             scatter_row(mine, lane, r, p_m, p_g, xmb, xgb, p2b, tb, tb0, tb1);
             for (int uu = lane + 32; uu < r; uu += 32)
-                mine[p2b[uu]] += column_direct(hb, r, uu, dc) + hb[uu] * qb + hb[r + uu] * bb;
+                mine[p2b[uu]] += column_direct(hb, r, packed, uu, dc) + hb[hidx(0, uu, r, packed)] * qb +
+                                 hb[hidx(1, uu, r, packed)] * bb;
         }
     }
     __syncthreads();
@@ -301,4 +322,18 @@ extern "C" __global__ void hvp_fused(
         for (int k = 0; k < W; ++k) s += acc[k * p_total + a];
         partial[(i64)blockIdx.x * p_total + a] = s;
     }
+}
+
+// Packed copy of full row Hessians: out[row, k] = full[row, s, u] for the
+// k-th upper-triangle entry (s <= u) in row-major order.
+extern "C" __global__ void pack_upper_rows(i64 n, int r, const double* __restrict__ full, double* __restrict__ out)
+{
+    const i64 per = (i64)r * (r + 1) / 2;
+    const i64 e = (i64)blockIdx.x * blockDim.x + threadIdx.x;
+    if (e >= n * per) return;
+    const i64 row = e / per;
+    i64 k = e % per;
+    int s = 0;
+    while (k >= r - s) { k -= r - s; ++s; }
+    out[e] = full[row * r * r + (i64)s * r + (s + (int)k)];
 }

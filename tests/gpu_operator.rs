@@ -53,7 +53,18 @@ fn device_operations_match_cpu_operator() {
         // Repeated runs are bitwise equal.
         assert_eq!(common::device_operator_results(&dev, &v, k), got, "repeat r={r} p={p}");
         assert_eq!(dev.joint_gradient_host(&neglog, &grad).unwrap(), jg_gpu);
-        println!("r = {r}, p = {p}, n = {}: parity ok", op.n());
+        // Packed storage: every operation reads the upper triangle only.
+        let packed = dev.packed().unwrap();
+        assert!(packed.is_packed());
+        let got_packed = common::device_operator_results(&packed, &v, k);
+        for (label, (g, w)) in ["hvp", "hvp_multi", "diagonal", "dense"]
+            .iter()
+            .zip(got_packed.iter().zip(&want))
+        {
+            common::assert_close(&format!("packed {label} r={r} p={p}"), g, w, 1e-12);
+        }
+        common::assert_close("packed rows", &packed.hess_host().unwrap(), op.hess(), 1e-14);
+        println!("r = {r}, p = {p}, n = {}: parity ok (full and packed)", op.n());
     }
 }
 

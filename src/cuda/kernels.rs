@@ -37,12 +37,48 @@ pub(crate) struct RowArgs<'a> {
     pub p_g: usize,
     pub p_total: usize,
     pub hess: &'a CudaSlice<f64>,
+    /// Whether hess holds packed upper triangles (r (r + 1) / 2 a row).
+    pub packed: bool,
     pub x_m: &'a CudaSlice<f64>,
     pub x_g: &'a CudaSlice<f64>,
     pub col_kind: &'a CudaSlice<i32>,
     pub col_j: &'a CudaSlice<i32>,
     pub col_u: &'a CudaSlice<i32>,
     pub primary_to_beta: &'a CudaSlice<i32>,
+}
+
+impl RowArgs<'_> {
+    /// Values one row Hessian occupies in `hess`.
+    pub fn row_len(&self) -> usize {
+        if self.packed {
+            self.r * (self.r + 1) / 2
+        } else {
+            self.r * self.r
+        }
+    }
+}
+
+/// full[row] -> packed upper triangle of every row (`out` holds n r (r+1)/2).
+pub(crate) fn pack_upper_rows(
+    g: &Gpu,
+    n: usize,
+    r: usize,
+    full: &CudaSlice<f64>,
+    out: &mut CudaSlice<f64>,
+) -> Result<()> {
+    need("full", full.len(), n * r * r)?;
+    need("packed", out.len(), n * r * (r + 1) / 2)?;
+    let (n64, r32) = (n as i64, r as i32);
+    let cfg = LaunchConfig {
+        grid_dim: ((n * r * (r + 1) / 2).div_ceil(THREADS as usize) as u32, 1, 1),
+        block_dim: (THREADS, 1, 1),
+        shared_mem_bytes: 0,
+    };
+    let mut b = g.stream.launch_builder(&g.f.pack_upper_rows);
+    b.arg(&n64).arg(&r32).arg(full).arg(out);
+    // SAFETY: both lengths checked above; one thread per packed value.
+    unsafe { b.launch(cfg) }.map_err(|e| cuda_err("pack_upper_rows", e))?;
+    Ok(())
 }
 
 /// t[j, i, :] = H_i P_i v_j for k right-hand sides.
@@ -64,8 +100,9 @@ pub(crate) fn row_action(g: &Gpu, a: &RowArgs, k: usize, v: &CudaSlice<f64>, t: 
         block_dim: (THREADS, 1, 1),
         shared_mem_bytes: 0,
     };
+    let packed = a.packed as i32;
     let mut b = g.stream.launch_builder(&g.f.row_action);
-    b.arg(&n).arg(&r).arg(&p_m).arg(&p_g).arg(&p).arg(&k32);
+    b.arg(&n).arg(&r).arg(&packed).arg(&p_m).arg(&p_g).arg(&p).arg(&k32);
     b.arg(a.hess).arg(a.x_m).arg(a.x_g).arg(a.primary_to_beta).arg(v).arg(t);
     // SAFETY: hess holds n r^2, x_m n p_m, x_g n p_g values (checked when the
     // operator was built); v and t were checked above.
@@ -109,8 +146,9 @@ pub(crate) fn hvp_fused(
         a.p_g as i32,
         a.p_total as i32,
     );
+    let packed = a.packed as i32;
     let mut b = g.stream.launch_builder(&g.f.hvp_fused);
-    b.arg(&n).arg(&rpb).arg(&r).arg(&p_m).arg(&p_g).arg(&p);
+    b.arg(&n).arg(&rpb).arg(&r).arg(&packed).arg(&p_m).arg(&p_g).arg(&p);
     b.arg(a.hess)
         .arg(a.x_m)
         .arg(a.x_g)
@@ -135,6 +173,9 @@ pub(crate) struct PullSource<'a> {
     pub col: usize,
     /// 1: coef * t; 2: coef^2 * t.
     pub power: i32,
+    /// r when t is packed row Hessians read on their diagonal (row and col
+    /// then unused but row = the packed stride); 0 otherwise.
+    pub packed_r: usize,
 }
 
 /// partial[chunk, j, a] = sum over the chunk's rows of coef(a)^power t(row, u(a)).
@@ -148,7 +189,10 @@ pub(crate) fn pullback_partial(
 ) -> Result<()> {
     let chunks = a.n.div_ceil(rows_per_chunk);
     need("partial", partial.len(), chunks * k * a.p_total)?;
-    let last_row = (a.n - 1) * src.row + (a.r - 1) * src.col + (k - 1) * src.rhs_stride;
+    let last_row = match src.packed_r {
+        0 => (a.n - 1) * src.row + (a.r - 1) * src.col + (k - 1) * src.rhs_stride,
+        _ => a.n * src.row - 1 + (k - 1) * src.rhs_stride,
+    };
     need("pullback source", src.t.len(), last_row + 1)?;
     let cfg = LaunchConfig {
         grid_dim: (chunks as u32, k as u32, 1),
@@ -163,7 +207,12 @@ pub(crate) fn pullback_partial(
         a.p_total as i32,
         k as i32,
     );
-    let (stride, row, col) = (src.rhs_stride as i64, src.row as i32, src.col as i32);
+    let (stride, row, col, packed_r) = (
+        src.rhs_stride as i64,
+        src.row as i32,
+        src.col as i32,
+        src.packed_r as i32,
+    );
     let mut b = g.stream.launch_builder(&g.f.pullback_partial);
     b.arg(&n).arg(&rpc).arg(&p_m).arg(&p_g).arg(&p).arg(&k32);
     b.arg(a.col_kind).arg(a.col_j).arg(a.col_u).arg(a.x_m).arg(a.x_g);
@@ -172,6 +221,7 @@ pub(crate) fn pullback_partial(
         .arg(&row)
         .arg(&col)
         .arg(&src.power)
+        .arg(&packed_r)
         .arg(partial);
     // SAFETY: every index the kernel forms is bounded by the checks above and
     // by the column maps, which the operator built from a validated layout.
@@ -180,6 +230,17 @@ pub(crate) fn pullback_partial(
 }
 
 /// partial[chunk, a * p + b] of the dense joint Hessian's upper triangle.
+/// The column maps, row Hessians, designs and output of the dense kernels.
+fn push_dense_maps<'a>(b: &mut cudarc::driver::LaunchArgs<'a>, a: &'a RowArgs, partial: &'a mut CudaSlice<f64>) {
+    b.arg(a.col_kind)
+        .arg(a.col_j)
+        .arg(a.col_u)
+        .arg(a.hess)
+        .arg(a.x_m)
+        .arg(a.x_g)
+        .arg(partial);
+}
+
 pub(crate) fn dense_partial(g: &Gpu, a: &RowArgs, rows_per_chunk: usize, partial: &mut CudaSlice<f64>) -> Result<()> {
     let chunks = a.n.div_ceil(rows_per_chunk);
     let entries = a.p_total * a.p_total;
@@ -198,15 +259,10 @@ pub(crate) fn dense_partial(g: &Gpu, a: &RowArgs, rows_per_chunk: usize, partial
         a.p_g as i32,
         a.p_total as i32,
     );
+    let packed = a.packed as i32;
     let mut b = g.stream.launch_builder(&g.f.dense_partial);
-    b.arg(&n).arg(&rpc).arg(&r).arg(&p_m).arg(&p_g).arg(&p);
-    b.arg(a.col_kind)
-        .arg(a.col_j)
-        .arg(a.col_u)
-        .arg(a.hess)
-        .arg(a.x_m)
-        .arg(a.x_g)
-        .arg(partial);
+    b.arg(&n).arg(&rpc).arg(&r).arg(&packed).arg(&p_m).arg(&p_g).arg(&p);
+    push_dense_maps(&mut b, a, partial);
     // SAFETY: as for pullback_partial; partial was checked above.
     unsafe { b.launch(cfg) }.map_err(|e| cuda_err("dense_partial", e))?;
     Ok(())
@@ -220,8 +276,8 @@ const DENSE_STAGED_BYTES: usize = 40 << 10;
 
 /// Rows `dense_staged_partial` stages at a time (None: one row does not fit
 /// in its shared memory, so the caller uses `dense_partial`).
-pub(crate) fn dense_stage_rows(r: usize, p_m: usize, p_g: usize) -> Option<usize> {
-    let row_bytes = (r * r + p_m + p_g) * 8;
+pub(crate) fn dense_stage_rows(row_len: usize, p_m: usize, p_g: usize) -> Option<usize> {
+    let row_bytes = (row_len + p_m + p_g) * 8;
     let rows = (DENSE_STAGED_BYTES / row_bytes).min(16);
     (rows > 0).then_some(rows)
 }
@@ -238,7 +294,7 @@ pub(crate) fn dense_staged_partial(
     let chunks = a.n.div_ceil(rows_per_chunk);
     need("partial", partial.len(), chunks * a.p_total * a.p_total)?;
     let upper = a.p_total * (a.p_total + 1) / 2;
-    let shared = stage * (a.r * a.r + a.p_m + a.p_g) * 8;
+    let shared = stage * (a.row_len() + a.p_m + a.p_g) * 8;
     if shared > DENSE_STAGED_BYTES {
         return Err(Error::invalid(
             "dense stage bytes",
@@ -260,15 +316,17 @@ pub(crate) fn dense_staged_partial(
         a.p_g as i32,
         a.p_total as i32,
     );
+    let packed = a.packed as i32;
     let mut b = g.stream.launch_builder(&g.f.dense_staged_partial);
-    b.arg(&n).arg(&rpc).arg(&st).arg(&r).arg(&p_m).arg(&p_g).arg(&p);
-    b.arg(a.col_kind)
-        .arg(a.col_j)
-        .arg(a.col_u)
-        .arg(a.hess)
-        .arg(a.x_m)
-        .arg(a.x_g)
-        .arg(partial);
+    b.arg(&n)
+        .arg(&rpc)
+        .arg(&st)
+        .arg(&r)
+        .arg(&packed)
+        .arg(&p_m)
+        .arg(&p_g)
+        .arg(&p);
+    push_dense_maps(&mut b, a, partial);
     // SAFETY: as for dense_partial; the shared memory holds `stage` rows.
     unsafe { b.launch(cfg) }.map_err(|e| cuda_err("dense_staged_partial", e))?;
     Ok(())

@@ -102,6 +102,8 @@ pub struct DeviceRowHessian {
     layout: Layout,
     n: usize,
     hess: CudaSlice<f64>,
+    /// Whether `hess` holds packed upper triangles (see [`DeviceRowHessian::packed`]).
+    packed: bool,
     designs: Arc<DeviceDesigns>,
     col_kind: CudaSlice<i32>,
     col_j: CudaSlice<i32>,
@@ -198,6 +200,7 @@ impl DeviceRowHessian {
             col_u: gpu.upload(&u)?,
             primary_to_beta: gpu.upload(&to_beta)?,
             scratch: Mutex::new(scratch),
+            packed: false,
             designs,
             gpu,
             layout,
@@ -237,6 +240,7 @@ impl DeviceRowHessian {
             p_g: b.p_g,
             p_total: b.p_total,
             hess: &self.hess,
+            packed: self.packed,
             x_m: &self.designs.x_m,
             x_g: &self.designs.x_g,
             col_kind: &self.col_kind,
@@ -269,6 +273,7 @@ impl DeviceRowHessian {
             row: r,
             col: 1,
             power: 1,
+            packed_r: 0,
         };
         kernels::pullback_partial(&self.gpu, &self.args(), 1, ROW_CHUNK, &src, partial)?;
         kernels::reduce_partials(&self.gpu, n.div_ceil(ROW_CHUNK), p, partial, out)
@@ -308,6 +313,7 @@ impl DeviceRowHessian {
                 row: r,
                 col: 1,
                 power: 1,
+                packed_r: 0,
             };
             kernels::pullback_partial(&self.gpu, &self.args(), kb, ROW_CHUNK, &src, &mut partial)?;
             // Partials are laid out [chunk, j, a]: reduce over chunks for all kb * p entries.
@@ -327,9 +333,10 @@ impl DeviceRowHessian {
         let src = PullSource {
             t: &self.hess,
             rhs_stride: 0,
-            row: r * r,
+            row: self.args().row_len(),
             col: r + 1,
             power: 2,
+            packed_r: if self.packed { r } else { 0 },
         };
         kernels::pullback_partial(&self.gpu, &self.args(), 1, ROW_CHUNK, &src, &mut s.partial)?;
         kernels::reduce_partials(&self.gpu, self.n.div_ceil(ROW_CHUNK), p, &s.partial, out)
@@ -343,7 +350,7 @@ impl DeviceRowHessian {
         let chunks = self.n.div_ceil(rows_per_chunk);
         let mut partial = self.gpu.zeros::<f64>(chunks * p * p)?;
         let b = self.layout.block();
-        match kernels::dense_stage_rows(self.layout.r(), b.p_m, b.p_g) {
+        match kernels::dense_stage_rows(self.args().row_len(), b.p_m, b.p_g) {
             Some(stage) => kernels::dense_staged_partial(&self.gpu, &self.args(), rows_per_chunk, stage, &mut partial)?,
             None => kernels::dense_partial(&self.gpu, &self.args(), rows_per_chunk, &mut partial)?,
         }
@@ -389,6 +396,7 @@ impl DeviceRowHessian {
             row: r,
             col: 1,
             power: 1,
+            packed_r: 0,
         };
         kernels::pullback_partial(&self.gpu, &self.args(), 1, ROW_CHUNK, &src, &mut s.partial)?;
         kernels::reduce_partials(&self.gpu, chunks, p, &s.partial, out)?;
@@ -402,7 +410,46 @@ impl DeviceRowHessian {
 
     /// Host convenience: the per-row Hessians, row-major `n x r x r`.
     pub fn hess_host(&self) -> Result<Vec<f64>> {
-        self.gpu.download(&self.hess)
+        let stored = self.gpu.download(&self.hess)?;
+        if !self.packed {
+            return Ok(stored);
+        }
+        let r = self.layout.r();
+        let mut full = vec![0.0; self.n * r * r];
+        for (row, packed) in stored.chunks_exact(r * (r + 1) / 2).enumerate() {
+            let h = &mut full[row * r * r..(row + 1) * r * r];
+            let mut k = 0;
+            for s in 0..r {
+                for u in s..r {
+                    (h[s * r + u], h[u * r + s]) = (packed[k], packed[k]);
+                    k += 1;
+                }
+            }
+        }
+        Ok(full)
+    }
+
+    /// The same operator over packed storage: each row keeps only its upper
+    /// triangle (r (r + 1) / 2 values instead of r^2, about half the memory
+    /// and half the bytes an HVP reads). Every operation reads H[s][u] as
+    /// H[min][max]: the lower triangle is dropped, which is exact for rows
+    /// that are symmetric (the BMS kernel writes both halves from one value).
+    /// The full buffer is freed.
+    pub fn packed(mut self) -> Result<Self> {
+        if self.packed {
+            return Ok(self);
+        }
+        let r = self.layout.r();
+        let mut out = self.gpu.zeros::<f64>(self.n * r * (r + 1) / 2)?;
+        kernels::pack_upper_rows(&self.gpu, self.n, r, &self.hess, &mut out)?;
+        self.hess = out;
+        self.packed = true;
+        Ok(self)
+    }
+
+    /// Whether the rows are stored packed (see [`DeviceRowHessian::packed`]).
+    pub fn is_packed(&self) -> bool {
+        self.packed
     }
 
     /// Host convenience: H v.
