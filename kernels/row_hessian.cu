@@ -32,11 +32,17 @@ __device__ __forceinline__ double warp_sum(double v)
 // Where H_i[s][u] sits in a row's storage: full (r x r, row-major) or
 // packed (the upper triangle, row-major: row s holds columns s..r-1). A
 // packed row is half the bytes; by symmetry H[s][u] = H[min][max].
-__device__ __forceinline__ i64 hidx(int s, int u, int r, int packed)
+template <int PACKED>
+__device__ __forceinline__ i64 hidx_t(int s, int u, int r)
 {
-    if (!packed) return (i64)s * r + u;
+    if (!PACKED) return (i64)s * r + u;
     const int lo = min(s, u), hi = max(s, u);
     return (i64)lo * r - (i64)lo * (lo - 1) / 2 + (hi - lo);
+}
+
+__device__ __forceinline__ i64 hidx(int s, int u, int r, int packed)
+{
+    return packed ? hidx_t<1>(s, u, r) : hidx_t<0>(s, u, r);
 }
 
 // Values one row's storage holds.
@@ -235,13 +241,22 @@ extern "C" __global__ void chunk_sum_partial(
 // sum over s >= 2 of H[s, u] dc[s]: the part of (H_i P_i v)_u that does not
 // depend on the row's design (dc[s] = v at primary coordinate s, dc[0] =
 // dc[1] = 0), so its loads can be issued before q and b are known.
-__device__ __forceinline__ double column_direct(const double* __restrict__ h, int r, int packed, int u,
+template <int PACKED>
+__device__ __forceinline__ double column_direct(const double* __restrict__ h, int r, int u,
                                                 const double* __restrict__ dc)
 {
     double t = 0.0;
 #pragma unroll 8
-    for (int s = 2; s < r; ++s) t += h[hidx(s, u, r, packed)] * dc[s];
+    for (int s = 2; s < r; ++s) t += h[hidx_t<PACKED>(s, u, r)] * dc[s];
     return t;
+}
+
+// Column u of a row's H times (q, b, dc): the row's action at coordinate u.
+template <int PACKED>
+__device__ __forceinline__ double row_column(const double* __restrict__ h, int r, int u, const double* dc, double q,
+                                             double b)
+{
+    return column_direct<PACKED>(h, r, u, dc) + h[hidx_t<PACKED>(0, u, r)] * q + h[hidx_t<PACKED>(1, u, r)] * b;
 }
 
 // Scatter one row's action into a warp's accumulators: t_u for u >= 2 goes
@@ -263,19 +278,25 @@ __device__ __forceinline__ void scatter_row(double* mine, int lane, int r, int p
 // and writes one partial. Each row Hessian and design row is read once, lane
 // u reading column u of H_i (coalesced). Shared memory: (W + 1) p + r
 // doubles + r ints, so very wide p uses the two-phase path instead.
-extern "C" __global__ void hvp_fused(
-    i64 n, int rows_per_block, int r, int packed, int p_m, int p_g, int p_total,
+// MODE 0: full rows; 1: packed rows read in place; 2: packed rows first
+// copied into the warp's shared buffer (2 r (r + 1) / 2 doubles more per
+// warp) with contiguous loads, then read from there.
+template <int MODE>
+__device__ __forceinline__ void hvp_fused_body(
+    double* sh, i64 n, int rows_per_block, int r, int p_m, int p_g, int p_total,
     const double* __restrict__ hess, const double* __restrict__ x_m,
     const double* __restrict__ x_g, const int* __restrict__ primary_to_beta,
     const double* __restrict__ v, double* __restrict__ partial)
 {
-    extern __shared__ double sh[];
+    const int P = MODE == 0 ? 0 : 1;
     const int W = blockDim.x >> 5;
     const int lane = threadIdx.x & 31, w = threadIdx.x >> 5;
     double* vs = sh;
     double* acc = sh + p_total;
     double* dc = acc + W * p_total;
     int* p2b = (int*)(dc + r);
+    const i64 hs = hstride(r, P);
+    double* stg = dc + r + (r + 1) / 2 + (i64)w * 2 * hs;
     for (int a = threadIdx.x; a < p_total; a += blockDim.x) vs[a] = v[a];
     for (int a = threadIdx.x; a < W * p_total; a += blockDim.x) acc[a] = 0.0;
     for (int u = threadIdx.x; u < r; u += blockDim.x) {
@@ -291,29 +312,33 @@ extern "C" __global__ void hvp_fused(
         const i64 rb = has_b ? ra + 1 : ra;
         const double *xma = x_m + ra * p_m, *xga = x_g + ra * p_g;
         const double *xmb = x_m + rb * p_m, *xgb = x_g + rb * p_g;
-        const i64 hs = hstride(r, packed);
         const double *ha = hess + ra * hs, *hb = hess + rb * hs;
+        if (MODE == 2) {
+            // Both rows are adjacent in memory: one contiguous copy.
+            const i64 len = (has_b ? 2 : 1) * hs;
+            __syncwarp();
+            for (i64 k = lane; k < len; k += 32) stg[k] = ha[k];
+            __syncwarp();
+            ha = stg;
+            hb = has_b ? stg + hs : stg;
+        }
         double qa = 0.0, ba = 0.0, qb = 0.0, bb = 0.0;
         for (int c = lane; c < p_m; c += 32) { qa += xma[c] * vs[c]; qb += xmb[c] * vs[c]; }
         for (int c = lane; c < p_g; c += 32) { ba += xga[c] * vs[p_m + c]; bb += xgb[c] * vs[p_m + c]; }
         const int u = lane < r ? lane : 0;
-        double ta = column_direct(ha, r, packed, u, dc), tb = column_direct(hb, r, packed, u, dc);
+        double ta = column_direct<P>(ha, r, u, dc), tb = column_direct<P>(hb, r, u, dc);
         qa = warp_sum(qa); ba = warp_sum(ba); qb = warp_sum(qb); bb = warp_sum(bb);
-        const i64 h0 = hidx(0, u, r, packed), h1 = hidx(1, u, r, packed);
+        const i64 h0 = hidx_t<P>(0, u, r), h1 = hidx_t<P>(1, u, r);
         ta += ha[h0] * qa + ha[h1] * ba;
         tb += hb[h0] * qb + hb[h1] * bb;
         const double ta0 = __shfl_sync(0xffffffffu, ta, 0), ta1 = __shfl_sync(0xffffffffu, ta, 1);
         const double tb0 = __shfl_sync(0xffffffffu, tb, 0), tb1 = __shfl_sync(0xffffffffu, tb, 1);
         scatter_row(mine, lane, r, p_m, p_g, xma, xga, p2b, ta, ta0, ta1);
         // Columns past the first 32 (r > 32).
-        for (int uu = lane + 32; uu < r; uu += 32)
-            mine[p2b[uu]] += column_direct(ha, r, packed, uu, dc) + ha[hidx(0, uu, r, packed)] * qa +
-                             ha[hidx(1, uu, r, packed)] * ba;
+        for (int uu = lane + 32; uu < r; uu += 32) mine[p2b[uu]] += row_column<P>(ha, r, uu, dc, qa, ba);
         if (has_b) {
             scatter_row(mine, lane, r, p_m, p_g, xmb, xgb, p2b, tb, tb0, tb1);
-            for (int uu = lane + 32; uu < r; uu += 32)
-                mine[p2b[uu]] += column_direct(hb, r, packed, uu, dc) + hb[hidx(0, uu, r, packed)] * qb +
-                                 hb[hidx(1, uu, r, packed)] * bb;
+            for (int uu = lane + 32; uu < r; uu += 32) mine[p2b[uu]] += row_column<P>(hb, r, uu, dc, qb, bb);
         }
     }
     __syncthreads();
@@ -322,6 +347,21 @@ extern "C" __global__ void hvp_fused(
         for (int k = 0; k < W; ++k) s += acc[k * p_total + a];
         partial[(i64)blockIdx.x * p_total + a] = s;
     }
+}
+
+extern "C" __global__ void hvp_fused(
+    i64 n, int rows_per_block, int r, int mode, int p_m, int p_g, int p_total,
+    const double* __restrict__ hess, const double* __restrict__ x_m,
+    const double* __restrict__ x_g, const int* __restrict__ primary_to_beta,
+    const double* __restrict__ v, double* __restrict__ partial)
+{
+    extern __shared__ double sh[];
+    if (mode == 0)
+        hvp_fused_body<0>(sh, n, rows_per_block, r, p_m, p_g, p_total, hess, x_m, x_g, primary_to_beta, v, partial);
+    else if (mode == 1)
+        hvp_fused_body<1>(sh, n, rows_per_block, r, p_m, p_g, p_total, hess, x_m, x_g, primary_to_beta, v, partial);
+    else
+        hvp_fused_body<2>(sh, n, rows_per_block, r, p_m, p_g, p_total, hess, x_m, x_g, primary_to_beta, v, partial);
 }
 
 // Packed copy of full row Hessians: out[row, k] = full[row, s, u] for the

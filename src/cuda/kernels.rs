@@ -113,9 +113,23 @@ pub(crate) fn row_action(g: &Gpu, a: &RowArgs, k: usize, v: &CudaSlice<f64>, t: 
 /// Warps per block of the fused HVP.
 pub(crate) const FUSED_WARPS: usize = 8;
 
-/// Shared memory the fused HVP needs, in bytes.
-pub(crate) fn hvp_fused_shared_bytes(r: usize, p_total: usize) -> usize {
-    ((FUSED_WARPS + 1) * p_total + r) * 8 + r * 4
+/// Shared memory the fused HVP needs, in bytes: accumulators, dc and the
+/// primary map, plus (packed rows staged: `staged_row_len` > 0) two rows per warp.
+pub(crate) fn hvp_fused_shared_bytes(r: usize, p_total: usize, staged_row_len: usize) -> usize {
+    ((FUSED_WARPS + 1) * p_total + r + r.div_ceil(2) + FUSED_WARPS * 2 * staged_row_len) * 8
+}
+
+/// Largest shared memory a kernel launch may ask for without opting in.
+pub(crate) const SHARED_LIMIT: usize = 48 << 10;
+
+/// The fused HVP's storage mode for an operator: 0 full rows, 1 packed rows
+/// read in place, 2 packed rows staged through shared memory (when they fit).
+pub(crate) fn hvp_fused_mode(a: &RowArgs) -> i32 {
+    match a.packed {
+        false => 0,
+        true if hvp_fused_shared_bytes(a.r, a.p_total, a.row_len()) <= SHARED_LIMIT => 2,
+        true => 1,
+    }
 }
 
 /// partial[block, :] = sum over the block's rows of P_i^T H_i P_i v, one pass.
@@ -129,8 +143,10 @@ pub(crate) fn hvp_fused(
     let blocks = a.n.div_ceil(rows_per_block);
     need("v", v.len(), a.p_total)?;
     need("partial", partial.len(), blocks * a.p_total)?;
-    let shared = hvp_fused_shared_bytes(a.r, a.p_total);
-    if shared > 48 << 10 {
+    let mode = hvp_fused_mode(a);
+    let staged = if mode == 2 { a.row_len() } else { 0 };
+    let shared = hvp_fused_shared_bytes(a.r, a.p_total, staged);
+    if shared > SHARED_LIMIT {
         return Err(Error::invalid("hvp_fused shared bytes", shared, "must be <= 48 KiB"));
     }
     let cfg = LaunchConfig {
@@ -146,9 +162,8 @@ pub(crate) fn hvp_fused(
         a.p_g as i32,
         a.p_total as i32,
     );
-    let packed = a.packed as i32;
     let mut b = g.stream.launch_builder(&g.f.hvp_fused);
-    b.arg(&n).arg(&rpb).arg(&r).arg(&packed).arg(&p_m).arg(&p_g).arg(&p);
+    b.arg(&n).arg(&rpb).arg(&r).arg(&mode).arg(&p_m).arg(&p_g).arg(&p);
     b.arg(a.hess)
         .arg(a.x_m)
         .arg(a.x_g)
