@@ -21,8 +21,10 @@
 #define RECURRENCE_TOL 1e-12
 #define MAX_DEPTH 48
 #define MAX_PANELS 100000
-// A depth-first bisection holds at most MAX_DEPTH + 1 panels.
-#define STACK_CAP 52
+// A depth-first bisection holds at most MAX_DEPTH + 1 panels beyond the
+// initial panels (at most 8, see initial_panels).
+#define STACK_CAP 60
+#define MAX_INITIAL 8
 #define NEWTON_ITERS 200
 #define BRACKET_STEPS 64
 #define MOMENTS 10
@@ -199,6 +201,10 @@ __device__ void eta_and_a(const Pieces& p, double a, double b, double s_f, doubl
 // ---------------------------------------------------------------------------
 // Adaptive Gauss-Legendre (quadrature::adaptive): bisect until the 20- and
 // 10-point rules agree to QUAD_TOL times the largest panel |f| integral seen.
+// Unlike the CPU rule, a wide interval away from z = 0 starts as panels that
+// double in width away from its end nearest 0: every integrand here decays
+// at least like exp(-z^2 / 2), so its mass sits near that end, and plain
+// bisection of a tail such as [4, 40] would spend four levels reaching it.
 // Integrands (KIND): 0 the moments z^k exp(-(z^2 + eta^2)/2), k < N;
 // 1 Phi(+-eta) phi(z); 2 both, F's integrand then m_0..m_3.
 
@@ -231,6 +237,34 @@ __device__ void apply_rule(const double* x, const double* w, int nodes, double l
     }
 }
 
+// The initial panels of [a, b], pushed so the one nearest 0 is popped first;
+// returns how many.
+__device__ int initial_panels(double a, double b, double* lo, double* hi, int* depth)
+{
+    if (!(b - a > 2.0) || (a < 0.0 && b > 0.0)) {
+        lo[0] = a; hi[0] = b; depth[0] = 0;
+        return 1;
+    }
+    // Edges from the near end outwards: near, near +- 1, +- 3, +- 7, ...
+    const bool right = a >= 0.0;
+    const double near_end = right ? a : b, far_end = right ? b : a;
+    double edges[MAX_INITIAL + 1];
+    int k = 0;
+    edges[k++] = near_end;
+    for (double w = 1.0; k < MAX_INITIAL && w < fabs(far_end - near_end); w = 2.0 * w + 1.0)
+        edges[k++] = right ? near_end + w : near_end - w;
+    edges[k++] = far_end;
+    // Push from the far panel inwards.
+    int top = 0;
+    for (int j = k - 2; j >= 0; --j) {
+        lo[top] = right ? edges[j] : edges[j + 1];
+        hi[top] = right ? edges[j + 1] : edges[j];
+        depth[top] = 0;
+        ++top;
+    }
+    return top;
+}
+
 template <int N, int KIND>
 __device__ void adaptive(double a, double b, const double* eta, bool upper, const double* gl, double* out)
 {
@@ -239,7 +273,7 @@ __device__ void adaptive(double a, double b, const double* eta, bool upper, cons
     double st_lo[STACK_CAP], st_hi[STACK_CAP];
     int st_depth[STACK_CAP];
     int top = 0, panels = 0;
-    st_lo[0] = a; st_hi[0] = b; st_depth[0] = 0; top = 1;
+    top = initial_panels(a, b, st_lo, st_hi, st_depth);
     double scale[N];
     for (int k = 0; k < N; ++k) scale[k] = 0.0;
     while (top > 0) {
@@ -367,22 +401,38 @@ __device__ unsigned bracket(const Model& m, double q, double b, double a0, doubl
     return CAL_NO_BRACKET;
 }
 
-// Newton on a seeded by a0, bisecting whenever a step leaves the bracket.
+// Newton on a seeded by a0. Unlike the CPU, which brackets the root first,
+// the bracket is grown (from a0, exactly as on the CPU) only when a Newton
+// step is unusable: F_a <= 0, a step outside what the signs seen so far
+// allow, or, before any bracket, a step longer than the CPU's first bracket
+// step (F need not be monotone far from a0). From then on it is the CPU's
+// iteration: Newton inside the bracket, else bisection. A usable step below
+// QUADRATIC_STOP (relative) ends it without another evaluation: the new
+// iterate's error is about C step^2 with C = |F_aa / 2 F_a| of order one.
+#define QUADRATIC_STOP 1e-9
 __device__ unsigned solve_newton(const Model& m, double q, double b, double a0, double* out)
 {
     double a = a0, fa;
     double f = residual(m, q, b, a, &fa);
+    const double f0 = f, cap = 0.5 * (1.0 + fabs(a0));
     *out = a;
     if (!isfinite(f)) return CAL_NON_FINITE;
     if (f == 0.0) return CAL_OK;
-    double lo, hi;
-    const unsigned st = bracket(m, q, b, a0, f, &lo, &hi);
-    if (st != CAL_OK) return st;
+    double lo = f < 0.0 ? a : -INF_D, hi = f < 0.0 ? INF_D : a;
+    bool bracketed = false;
     for (int it = 0; it < NEWTON_ITERS; ++it) {
         const double newton = a - f / fa;
-        const double next = (fa > 0.0 && newton > lo && newton < hi) ? newton : 0.5 * (lo + hi);
+        bool usable = fa > 0.0 && newton > lo && newton < hi && (bracketed || fabs(newton - a0) <= cap);
+        if (!usable && !bracketed) {
+            const unsigned st = bracket(m, q, b, a0, f0, &lo, &hi);
+            if (st != CAL_OK) return st;
+            bracketed = true;
+            usable = fa > 0.0 && newton > lo && newton < hi;
+        }
+        const double next = usable ? newton : 0.5 * (lo + hi);
         const double tol = 4.0 * DBL_EPS * (1.0 + fabs(a));
-        const bool done = fabs(next - a) <= tol || hi - lo <= tol;
+        const bool done = fabs(next - a) <= tol || hi - lo <= tol ||
+                          (usable && fabs(next - a) <= QUADRATIC_STOP * (1.0 + fabs(a)));
         a = next;
         *out = a;
         if (done) return CAL_OK;

@@ -266,3 +266,50 @@ fn device_stage1_is_bitwise_repeatable() {
     let (first, second) = (run(), run());
     assert!(first == second, "two evaluations differ");
 }
+
+/// A link deviation of slope -2 outside its knots and b = 0: F rises only
+/// between the knots, so Newton from the rigid start can jump to where F
+/// falls. The device's lazy bracket must then bracket from the start as the
+/// CPU does: same intercepts where the CPU finds one, and the same rejection
+/// (no sign change) where it does not.
+#[test]
+fn device_stage1_brackets_non_monotone_calibrations_like_the_cpu() {
+    use matfree::bms::{solve_intercept, Bases, BmsData, BmsModel, CubicBasis};
+    use matfree::Designs;
+    use std::sync::Arc;
+    let Some(gpu) = gpu_for_test("device_stage1_brackets_non_monotone_calibrations_like_the_cpu") else {
+        return;
+    };
+    let link = CubicBasis::uniform(-2.0, 2.0, 2).unwrap();
+    let bw = [-2.0 / link.segment(0)[0][1], 0.0];
+    let bases = Bases::new(None, Some(link), 1.0).unwrap();
+    let model = BmsModel::new(bases.clone(), 1, 1).unwrap();
+    let beta = [1.0, 0.0, bw[0], bw[1]];
+    let data = |qs: &[f64]| {
+        let n = qs.len();
+        let designs = Designs::new(n, 1, 1, qs.to_vec(), vec![1.0; n]).unwrap();
+        BmsData::new(Arc::new(designs), vec![0.3; n], vec![1.0; n], vec![1.0; n]).unwrap()
+    };
+    // q in [-1, 1.9]: the CPU finds a root for each, several only after bracketing.
+    let qs: Vec<f64> = (0..30).map(|k| -1.0 + 0.1 * k as f64).collect();
+    let d = data(&qs);
+    let stage1 = DeviceStage1::new(gpu.clone(), &model, &d).unwrap();
+    stage1.evaluate(&beta).unwrap();
+    for (i, (got, q)) in stage1.intercepts().unwrap().iter().zip(&qs).enumerate() {
+        let want = solve_intercept(&bases, &[*q, 0.0, bw[0], bw[1]], i).unwrap().a;
+        assert!(
+            (got - want).abs() <= 1e-12 * (1.0 + want.abs()),
+            "q = {q}: a {got} vs {want}"
+        );
+    }
+    // q = -2: no sign change from the start on either side.
+    let d = data(&[0.5, -2.0]);
+    assert!(solve_intercept(&bases, &[-2.0, 0.0, bw[0], bw[1]], 1).is_err());
+    match DeviceStage1::new(gpu, &model, &d).unwrap().evaluate(&beta) {
+        Err(Error::RowRejected { row, reason }) => {
+            assert_eq!(row, 1);
+            assert!(reason.contains("bracketing"), "{reason}");
+        }
+        other => panic!("expected row 1 rejected, got {:?}", other.err()),
+    }
+}
