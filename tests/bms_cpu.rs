@@ -276,3 +276,36 @@ fn joint_gradient_and_hessian_match_finite_differences() {
         }
     }
 }
+
+#[test]
+fn a_row_range_of_the_data_is_a_data_set_with_the_same_rows() {
+    let g = generate(GeneratorConfig {
+        n: 40,
+        p_m: 3,
+        p_g: 2,
+        p_h: 2,
+        p_w: 2,
+        s_f: 1.0,
+        seed: 5,
+    })
+    .unwrap();
+    let part = g.data.rows(10..25).unwrap();
+    assert_eq!(part.n(), 15);
+    assert_eq!(part.z, g.data.z[10..25]);
+    assert_eq!(
+        (part.y.as_slice(), part.w.as_slice()),
+        (&g.data.y[10..25], &g.data.w[10..25])
+    );
+    assert_eq!(part.designs.x_m_row(0), g.data.designs.x_m_row(10));
+    assert_eq!(part.designs.x_g_row(14), g.data.designs.x_g_row(24));
+    // Evaluating the part equals the matching rows of the whole.
+    let whole = g.model.evaluate(&g.data, &g.beta).unwrap();
+    let sub = g.model.evaluate(&part, &g.beta).unwrap();
+    assert_eq!(sub.neglog, whole.neglog[10..25]);
+    for bad in [5..5, 30..41] {
+        match g.data.rows(bad.clone()) {
+            Err(Error::InvalidInput { field, .. }) => assert_eq!(field, "rows"),
+            other => panic!("{bad:?}: expected a rows error, got {:?}", other.map(|d| d.n())),
+        }
+    }
+}

@@ -64,6 +64,13 @@ impl BmsData {
     pub fn n(&self) -> usize {
         self.designs.n()
     }
+
+    /// The rows in `rows` as a data set of their own (a shard, a subsample).
+    pub fn rows(&self, rows: std::ops::Range<usize>) -> Result<Self> {
+        let designs = Arc::new(self.designs.rows(rows.clone())?);
+        let part = |x: &[f64]| x[rows.clone()].to_vec();
+        Self::new(designs, part(&self.z), part(&self.y), part(&self.w))
+    }
 }
 
 /// Per-row Stage-2 results for all rows.

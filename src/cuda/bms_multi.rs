@@ -6,7 +6,6 @@
 
 use std::ops::Range;
 use std::rc::Rc;
-use std::sync::Arc;
 
 use matfree_solvers::newton::{CostEstimate, Evaluation, Objective};
 use matfree_solvers::Result as SolverResult;
@@ -22,13 +21,6 @@ use crate::{Error, Result};
 struct Shard {
     rows: Range<usize>,
     stage1: DeviceStage1,
-}
-
-/// The rows in `rows` as a data set of their own.
-fn data_rows(data: &BmsData, rows: Range<usize>) -> Result<BmsData> {
-    let designs = Arc::new(data.designs.rows(rows.clone())?);
-    let part = |x: &[f64]| x[rows.clone()].to_vec();
-    BmsData::new(designs, part(&data.z), part(&data.y), part(&data.w))
 }
 
 /// A shard's rejected row, renumbered as a row of the whole data set.
@@ -58,7 +50,7 @@ impl<'a> BmsMultiObjective<'a> {
             .into_iter()
             .zip(group.gpus())
             .map(|(rows, gpu)| {
-                let data = data_rows(data, rows.clone())?;
+                let data = data.rows(rows.clone())?;
                 let designs = DeviceDesigns::upload(gpu.clone(), &data.designs)?;
                 let stage1 = DeviceStage1::with_designs(designs, model, &data)?;
                 Ok(Shard { rows, stage1 })
