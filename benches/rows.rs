@@ -11,16 +11,7 @@ use matfree::bms::generator::{generate, Generated, GeneratorConfig};
 use matfree::cuda::{gpu_for_test, DeviceStage1};
 
 fn seed_data(n: usize) -> Generated {
-    generate(GeneratorConfig {
-        n,
-        p_m: 14,
-        p_g: 12,
-        p_h: 10,
-        p_w: 8,
-        s_f: 1.0,
-        seed: 1,
-    })
-    .expect("generate")
+    generate(GeneratorConfig::seed_shape(n)).expect("generate")
 }
 
 fn benches(c: &mut Criterion) {

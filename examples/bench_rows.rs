@@ -18,15 +18,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         .map(|s| s.parse())
         .transpose()?
         .unwrap_or(195_000);
-    let cfg = GeneratorConfig {
-        n,
-        p_m: 14,
-        p_g: 12,
-        p_h: 10,
-        p_w: 8,
-        s_f: 1.0,
-        seed: 1,
-    };
+    let cfg = GeneratorConfig::seed_shape(n);
     let t = Instant::now();
     let g = generate(cfg)?;
     let generate_s = t.elapsed().as_secs_f64();

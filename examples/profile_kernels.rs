@@ -29,15 +29,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     for _ in 0..2 {
         packed.apply(&v, &mut y)?;
     }
-    let g = generate(GeneratorConfig {
-        n: 20_000,
-        p_m: 14,
-        p_g: 12,
-        p_h: 10,
-        p_w: 8,
-        s_f: 1.0,
-        seed: 1,
-    })?;
+    let g = generate(GeneratorConfig::seed_shape(20_000))?;
     let stage1 = DeviceStage1::new(gpu.clone(), &g.model, &g.data)?;
     for _ in 0..2 {
         stage1.evaluate(&g.beta)?;

@@ -34,6 +34,22 @@ pub struct GeneratorConfig {
     pub seed: u64,
 }
 
+impl GeneratorConfig {
+    /// The benchmarks' seed shape with n rows: p_m 14, p_g 12, p_h 10, p_w 8
+    /// (r = 20, p = 44), no frailty, seed 1.
+    pub fn seed_shape(n: usize) -> Self {
+        Self {
+            n,
+            p_m: 14,
+            p_g: 12,
+            p_h: 10,
+            p_w: 8,
+            s_f: 1.0,
+            seed: 1,
+        }
+    }
+}
+
 /// A generated data set with the model and the truth behind it.
 #[derive(Clone, Debug)]
 pub struct Generated {
