@@ -2,9 +2,11 @@
 //! `F(a; theta) = integral Phi(eta(z)) phi(z) dz - Phi(q) = 0`.
 //!
 //! Rigid rows (beta_h = beta_w = 0) use the closed form; flexible rows use
-//! Newton's method on a, safeguarded by a bracket and seeded by the rigid
-//! value. F comes from per-cell adaptive quadrature of Phi(eta) phi(z); F_a
-//! from the cell moments (F_a = sum over cells of D(A)).
+//! Newton's method on a, seeded by the rigid value and safeguarded by a
+//! bracket grown from it when a step is unusable. Each iterate takes one
+//! adaptive quadrature pass per cell for F (of Phi(eta) phi(z)) and F_a
+//! (= sum over cells of D(A), from m_0..m_3) together; the full moments are
+//! computed once, at the root.
 
 use std::f64::consts::PI;
 
@@ -109,35 +111,73 @@ fn bracket(bases: &Bases, theta: &[f64], a0: f64, f0: f64, row: usize) -> Result
     Err(reject(row, format!("no sign change of F found from a = {a0}")))
 }
 
-fn newton(bases: &Bases, theta: &[f64], a0: f64, row: usize) -> Result<f64> {
+/// A step below this (relative) ends Newton's iteration without another
+/// evaluation: the new iterate's error is about C step^2 with C = |F_aa / 2
+/// F_a| of order one, far below one ulp.
+const QUADRATIC_STOP: f64 = 1e-9;
+
+/// F(a) and F_a(a) in one adaptive pass per cell: the integrand carries
+/// Phi(+-eta) phi(z) and z^k exp(-(z^2 + eta^2)/2), k = 0..3.
+fn residual_and_slope(bases: &Bases, theta: &[f64], a: f64) -> (f64, f64) {
     let q = theta[0];
-    let mut a = a0;
-    let (cells, mut f_a) = cells_at(bases, theta, a);
-    let mut f = residual(q, &cells);
+    let upper = q > 0.0;
+    let (mut mass, mut slope) = (0.0, 0.0);
+    for c in bases.cells(theta, a) {
+        let f = |z: f64| {
+            let e = poly_eval(&c.eta, z);
+            let w = (-0.5 * (z * z + e * e)).exp();
+            let phi = if upper { norm_sf(e) } else { norm_cdf(e) } * norm_pdf(z);
+            [phi, w, w * z, w * z * z, w * z * z * z]
+        };
+        let v = adaptive(c.lo.max(-Z_CLIP), c.hi.min(Z_CLIP), 1e-14, &f);
+        mass += v[0];
+        slope += cell_d(&c.a, &v[1..]);
+    }
+    let f = if upper { norm_sf(q) - mass } else { mass - norm_cdf(q) };
+    (f, slope)
+}
+
+/// Newton on a seeded by a0. The bracket is grown (from a0) only when a
+/// step is unusable: F_a <= 0, a step outside what the signs seen so far
+/// allow, or, before any bracket, a step longer than the bracket's first
+/// step (F need not be monotone far from a0). From then on a Newton step
+/// that leaves the bracket is replaced by bisection.
+fn newton(bases: &Bases, theta: &[f64], a0: f64, row: usize) -> Result<f64> {
+    let (mut f, mut f_a) = residual_and_slope(bases, theta, a0);
     if !f.is_finite() {
-        return Err(reject(row, format!("F({a}) = {f}")));
+        return Err(reject(row, format!("F({a0}) = {f}")));
     }
     if f == 0.0 {
-        return Ok(a);
+        return Ok(a0);
     }
-    let (mut lo, mut hi) = bracket(bases, theta, a0, f, row)?;
+    let (f0, cap) = (f, 0.5 * (1.0 + a0.abs()));
+    let mut a = a0;
+    let (mut lo, mut hi) = if f < 0.0 {
+        (a, f64::INFINITY)
+    } else {
+        (f64::NEG_INFINITY, a)
+    };
+    let mut bracketed = false;
     for _ in 0..MAX_ITER {
         let newton = a - f / f_a;
-        // Bisect whenever Newton leaves the bracket or F_a is unusable.
-        let next = if f_a > 0.0 && newton > lo && newton < hi {
-            newton
-        } else {
-            0.5 * (lo + hi)
-        };
-        let done =
-            (next - a).abs() <= 4.0 * f64::EPSILON * (1.0 + a.abs()) || hi - lo <= 4.0 * f64::EPSILON * (1.0 + a.abs());
+        let inside = |lo: f64, hi: f64| f_a > 0.0 && newton > lo && newton < hi;
+        let mut usable = inside(lo, hi) && (bracketed || (newton - a0).abs() <= cap);
+        if !usable && !bracketed {
+            (lo, hi) = bracket(bases, theta, a0, f0, row)?;
+            bracketed = true;
+            usable = inside(lo, hi);
+        }
+        let next = if usable { newton } else { 0.5 * (lo + hi) };
+        let step = (next - a).abs();
+        let scale = 1.0 + a.abs();
+        let done = step <= 4.0 * f64::EPSILON * scale
+            || hi - lo <= 4.0 * f64::EPSILON * scale
+            || (usable && step <= QUADRATIC_STOP * scale);
         a = next;
         if done {
             return Ok(a);
         }
-        let (cells, fa) = cells_at(bases, theta, a);
-        f_a = fa;
-        f = residual(q, &cells);
+        (f, f_a) = residual_and_slope(bases, theta, a);
         if !f.is_finite() {
             return Err(reject(row, format!("F({a}) = {f}")));
         }

@@ -67,6 +67,32 @@ fn apply_rule<const N: usize>(
     (s, abs)
 }
 
+/// The first panels of [a, b]: the whole interval, or, when it is wider than
+/// 2 and away from 0, panels from the end nearest 0 outwards of widths 1, 2,
+/// 4, ... (the integrands of this crate decay at least like exp(-z^2/2), so
+/// their mass sits near that end and plain bisection of a tail such as
+/// [4, 40] spends four levels reaching it). The nearest panel is popped first.
+fn initial_panels(a: f64, b: f64) -> Vec<(f64, f64, u32)> {
+    // (a < b holds here: the caller returned early otherwise.)
+    if b - a <= 2.0 || (a < 0.0 && b > 0.0) {
+        return vec![(a, b, 0)];
+    }
+    let right = a >= 0.0;
+    let (near, far) = if right { (a, b) } else { (b, a) };
+    let mut edges = vec![near];
+    let mut w = 1.0;
+    while edges.len() < 8 && w < (far - near).abs() {
+        edges.push(if right { near + w } else { near - w });
+        w = 2.0 * w + 1.0;
+    }
+    edges.push(far);
+    edges
+        .windows(2)
+        .rev()
+        .map(|e| if right { (e[0], e[1], 0) } else { (e[1], e[0], 0) })
+        .collect()
+}
+
 /// The integral of a vector-valued f over the finite [a, b], by bisecting
 /// until, on every panel, the 20-point and the 10-point rules agree to
 /// `rel_tol` times the largest panel integral of |f| seen so far, in every
@@ -81,7 +107,7 @@ pub fn adaptive<const N: usize>(a: f64, b: f64, rel_tol: f64, f: &impl Fn(f64) -
     }
     let [fine, coarse] = rules();
     // An explicit stack of (lo, hi, depth) instead of recursion.
-    let mut stack = vec![(a, b, 0u32)];
+    let mut stack = initial_panels(a, b);
     let mut panels = 0usize;
     let mut scale = [0.0f64; N];
     while let Some((lo, hi, depth)) = stack.pop() {
