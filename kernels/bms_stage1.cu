@@ -557,7 +557,7 @@ __device__ void clear_cell(int p_h, int p_w, i64 c, const CellOut& o)
 extern "C" __global__ void bms_cells(
     int n, int slots, int p_h, int p_w, MODEL_PARAMS,
     const double* __restrict__ row_b, const double* __restrict__ row_a,
-    double* __restrict__ c0, double* __restrict__ c1, double* __restrict__ c2, double* __restrict__ c3,
+    const unsigned int* __restrict__ row_status, double* __restrict__ c0, double* __restrict__ c1, double* __restrict__ c2, double* __restrict__ c3,
     double* __restrict__ ca, double* __restrict__ caa, double* __restrict__ cr, double* __restrict__ car,
     double* __restrict__ csbb, double* __restrict__ csbh, double* __restrict__ csbw,
     double* __restrict__ cm)
@@ -570,7 +570,10 @@ extern "C" __global__ void bms_cells(
     const CellOut o = {c0, c1, c2, c3, ca, caa, cr, car, csbb, csbh, csbw, cm};
     const double a = row_a[row], b = row_b[row];
     double lo, hi;
-    if (!cell_bounds(m, a, b, slot, &lo, &hi)) {
+    // A row whose intercept failed is reported by its status; its cells
+    // (at a possibly non-finite a) would only cost quadrature that cannot
+    // converge.
+    if (row_status[row] != CAL_OK || !cell_bounds(m, a, b, slot, &lo, &hi)) {
         clear_cell(p_h, p_w, c, o);
         return;
     }

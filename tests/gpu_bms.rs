@@ -313,3 +313,25 @@ fn device_stage1_brackets_non_monotone_calibrations_like_the_cpu() {
         other => panic!("expected row 1 rejected, got {:?}", other.err()),
     }
 }
+
+#[test]
+fn device_stage1_rejects_designs_of_another_shape() {
+    let Some(gpu) = gpu_for_test("device_stage1_rejects_designs_of_another_shape") else {
+        return;
+    };
+    let g = fixture(50, 3, 3, 9);
+    let other = fixture(50, 3, 3, 9);
+    let wide = matfree::Designs::new(
+        50,
+        4,
+        2,
+        other.data.designs.x_m().iter().chain(&vec![0.5; 50]).copied().collect(),
+        other.data.designs.x_g().to_vec(),
+    )
+    .unwrap();
+    let designs = DeviceDesigns::upload(gpu, &wide).unwrap();
+    match DeviceStage1::with_designs(designs, &g.model, &g.data) {
+        Err(Error::InvalidInput { field, .. }) => assert_eq!(field, "device designs (n, p_m, p_g)"),
+        other => panic!("expected a shape error, got {:?}", other.err()),
+    }
+}

@@ -141,7 +141,10 @@ fn residual_and_slope(bases: &Bases, theta: &[f64], a: f64) -> (f64, f64) {
 /// step is unusable: F_a <= 0, a step outside what the signs seen so far
 /// allow, or, before any bracket, a step longer than the bracket's first
 /// step (F need not be monotone far from a0). From then on a Newton step
-/// that leaves the bracket is replaced by bisection.
+/// that leaves the bracket is replaced by bisection. Where F has several
+/// increasing roots within that first step of a0, Newton's (the one it
+/// reaches from a0) is the one returned; the device kernel
+/// (`kernels/bms_stage1.cu`) follows the same rule.
 fn newton(bases: &Bases, theta: &[f64], a0: f64, row: usize) -> Result<f64> {
     let (mut f, mut f_a) = residual_and_slope(bases, theta, a0);
     if !f.is_finite() {

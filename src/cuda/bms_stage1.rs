@@ -139,9 +139,16 @@ impl DeviceStage1 {
     /// As [`DeviceStage1::new`] over designs already on the device.
     pub fn with_designs(designs: Arc<DeviceDesigns>, model: &BmsModel, data: &BmsData) -> Result<Self> {
         crate::row_hessian::check_layout_designs(model.layout(), &data.designs)?;
-        if designs.n() != data.n() {
-            let rule = format!("must equal the data's n = {}", data.n());
-            return Err(Error::invalid("designs.n", designs.n(), rule));
+        let blk = model.layout().block();
+        if (designs.n(), designs.p_m(), designs.p_g()) != (data.n(), blk.p_m, blk.p_g) {
+            let rule = format!(
+                "must equal the data's n = {} and the model's (p_m, p_g) = ({}, {})",
+                data.n(),
+                blk.p_m,
+                blk.p_g
+            );
+            let got = format!("({}, {}, {})", designs.n(), designs.p_m(), designs.p_g());
+            return Err(Error::invalid("device designs (n, p_m, p_g)", got, rule));
         }
         let gpu = designs.gpu().clone();
         let bases = model.bases();
@@ -246,7 +253,8 @@ impl DeviceStage1 {
             (
                 "stage2",
                 timed(&mut || {
-                    let (_, status) = stage2(&self.designs, layout, (bases.p_h(), bases.p_w()), &work.bundle)?;
+                    let (_, mut status) = stage2(&self.designs, layout, (bases.p_h(), bases.p_w()), &work.bundle)?;
+                    self.merge_status(&work.status, &mut status)?;
                     check_status(&gpu, &status)
                 })?,
             ),
@@ -340,7 +348,7 @@ impl DeviceStage1 {
         let mut b = gpu.stream.launch_builder(&gpu.f.bms_cells);
         b.arg(&n).arg(&slots).arg(&p_h).arg(&p_w);
         self.push_model(&mut b, &s, parts);
-        b.arg(&work.b).arg(&work.a);
+        b.arg(&work.b).arg(&work.a).arg(&work.status);
         for c in work.bundle.cells.iter_mut() {
             b.arg(c);
         }

@@ -104,7 +104,7 @@ pub(crate) fn row_action(g: &Gpu, a: &RowArgs, k: usize, v: &CudaSlice<f64>, t: 
     let mut b = g.stream.launch_builder(&g.f.row_action);
     b.arg(&n).arg(&r).arg(&packed).arg(&p_m).arg(&p_g).arg(&p).arg(&k32);
     b.arg(a.hess).arg(a.x_m).arg(a.x_g).arg(a.primary_to_beta).arg(v).arg(t);
-    // SAFETY: hess holds n r^2, x_m n p_m, x_g n p_g values (checked when the
+    // SAFETY: hess holds n rows (r^2 or packed r (r + 1) / 2 values), x_m n p_m, x_g n p_g (checked when the
     // operator was built); v and t were checked above.
     unsafe { b.launch(cfg) }.map_err(|e| cuda_err("row_action", e))?;
     Ok(())
