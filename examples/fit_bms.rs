@@ -41,7 +41,7 @@ const CPU_DEFAULT_ROWS: usize = 1_500;
 #[derive(Parser, Debug)]
 #[command(about = "Fit the Bernoulli marginal-slope model (REML smoothing selection) on CPU or GPU")]
 struct Args {
-    /// Simulate this many rows (default 200,000 on a GPU, 2,000 on the CPU).
+    /// Simulate this many rows (default 200,000 on a GPU, 1,500 on the CPU).
     #[arg(long)]
     simulate: Option<usize>,
     /// Seed of the simulation.
