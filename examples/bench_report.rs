@@ -1,14 +1,19 @@
 //! Every performance figure of the toolkit in one process: device copy
-//! bandwidth, HVP time against its byte floor, fixed-iteration PCG
-//! throughput, and the dense Hessian + Cholesky log-determinant, at the
-//! small / seed / tall shapes, on the GPU (when there is one) and the CPU.
+//! bandwidth, HVP time against its byte floor (full and packed storage),
+//! fixed-iteration PCG throughput, and the dense Hessian + Cholesky
+//! log-determinant, at the small / seed / tall shapes, and the full BMS row
+//! evaluation (Stage 1 + Stage 2) at the seed shape, on the GPU (when there
+//! is one) and the CPU (row evaluation on 5,000 rows there).
 //! Prints a table and JSON (`--json FILE` also writes it).
 //!
 //!     cargo run --release --example bench_report [-- --json report.json] [--quick]
 
 use std::time::Instant;
 
-use matfree::cuda::{select_device, CudaBackend, Device, DeviceCholesky, DeviceRowHessian, Gpu, GpuPolicy};
+use matfree::bms::generator::{generate, GeneratorConfig};
+use matfree::cuda::{
+    select_device, CudaBackend, Device, DeviceCholesky, DeviceRowHessian, DeviceStage1, Gpu, GpuPolicy,
+};
 use matfree::fixture::{random_row_problem, Rng, Shape};
 use matfree::solvers::{cg, Backend, Cholesky, CpuBackend, Jacobi, LinearOperator, PcgOptions};
 use matfree::RowHessian;
@@ -177,6 +182,61 @@ fn cpu_rows(ctx: &mut Ctx, shape: (&str, Shape), op: &RowHessian, quick: bool) -
     Ok(())
 }
 
+/// Stage 1 + Stage 2 of the BMS model on seed-shape data: on the GPU all
+/// 195,000 rows (10,000 with --quick), both stages on the device, median of
+/// 5 after a warm-up; on the CPU the first 5,000 rows (1,000), median of 3.
+fn row_evaluation(ctx: &mut Ctx, gpu: Option<&std::sync::Arc<Gpu>>, quick: bool) -> AnyResult<()> {
+    let n = match (gpu.is_some(), quick) {
+        (true, false) => Shape::SEED.n,
+        (true, true) => 10_000,
+        (false, false) => 5_000,
+        (false, true) => 1_000,
+    };
+    let g = generate(GeneratorConfig::seed_shape(n))?;
+    if let Some(gpu) = gpu {
+        let stage1 = DeviceStage1::new(gpu.clone(), &g.model, &g.data)?;
+        stage1.evaluate(&g.beta)?;
+        let secs = median(5, || {
+            gpu.synchronize()?;
+            let t = Instant::now();
+            let rows = stage1.evaluate(&g.beta)?;
+            gpu.synchronize()?;
+            drop(rows);
+            Ok(t.elapsed().as_secs_f64())
+        })?;
+        ctx.push(
+            "gpu",
+            ("seed", Shape { n, ..Shape::SEED }),
+            "row_evaluation",
+            secs,
+            None,
+            None,
+        );
+    }
+    let cpu_n = n.min(if quick { 1_000 } else { 5_000 });
+    let data = g.data.rows(0..cpu_n)?;
+    let secs = median(3, || {
+        let t = Instant::now();
+        g.model.evaluate(&data, &g.beta)?;
+        Ok(t.elapsed().as_secs_f64())
+    })?;
+    ctx.push(
+        "cpu",
+        (
+            "seed",
+            Shape {
+                n: cpu_n,
+                ..Shape::SEED
+            },
+        ),
+        "row_evaluation",
+        secs,
+        None,
+        None,
+    );
+    Ok(())
+}
+
 fn table(ctx: &Ctx) -> String {
     let mut s = format!(
         "copy bandwidth (device to device, read + write): {}\n\n",
@@ -248,6 +308,7 @@ fn main() -> AnyResult<()> {
         }
         cpu_rows(&mut ctx, shape, &op, quick)?;
     }
+    row_evaluation(&mut ctx, gpu.as_ref(), quick)?;
     print!("{}", table(&ctx));
     let json = serde_json::to_string_pretty(&serde_json::json!({
         "device": device.describe(),
