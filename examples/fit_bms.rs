@@ -34,7 +34,7 @@ type AnyResult<T> = Result<T, Box<dyn Error>>;
 
 /// Rows simulated by default on the GPU, and on the CPU (Stage 1 runs on the
 /// CPU at about half a millisecond a row and core, so a 2-core machine fits
-/// the smaller set in about a minute).
+/// the smaller set in under a minute).
 const GPU_DEFAULT_ROWS: usize = 200_000;
 const CPU_DEFAULT_ROWS: usize = 1_500;
 

@@ -70,9 +70,16 @@ pub trait Objective<B: Backend> {
     /// driver then shrinks its step instead of failing.
     fn evaluate(&self, beta: &[f64]) -> Result<Option<Evaluation<'_, B>>>;
     /// The value alone, for line-search trials; override when it is cheaper
-    /// than a full evaluation.
+    /// than a full evaluation (and say so in [`Objective::cheap_value`]).
     fn value(&self, beta: &[f64]) -> Result<Option<f64>> {
         Ok(self.evaluate(beta)?.map(|e| e.value))
+    }
+    /// Whether [`Objective::value`] costs much less than
+    /// [`Objective::evaluate`]. When it does not (the default), line-search
+    /// trials are full evaluations and the accepted one is kept, so the next
+    /// iteration does not evaluate the same beta again.
+    fn cheap_value(&self) -> bool {
+        false
     }
     /// Cost estimates for the step-solver choice (default: dense `p x p`).
     fn cost(&self) -> CostEstimate {
@@ -577,8 +584,9 @@ fn iterate<'o, B: Backend>(
         non_finite_trials: search.non_finite,
         seconds: 0.0,
     };
-    let next = match search.beta {
-        Some(beta) => {
+    let next = match (search.point, search.beta) {
+        (Some(point), _) => Some(point),
+        (None, Some(beta)) => {
             run.evaluations += 1;
             let next = prob.point(beta)?;
             if next.is_none() {
@@ -590,7 +598,7 @@ fn iterate<'o, B: Backend>(
             }
             next
         }
-        None => {
+        (None, None) => {
             record.step_norm = 0.0;
             record.step_length = 0.0;
             None
@@ -753,8 +761,10 @@ fn pcg_step<B: Backend>(prob: &Problem<'_, '_, B>, op: &Penalised<'_, B>, grad: 
 }
 
 /// The outcome of a backtracking line search.
-struct Search {
+struct Search<'o, B: Backend> {
     beta: Option<Vec<f64>>,
+    /// The accepted trial's full evaluation, when trials were full.
+    point: Option<Point<'o, B>>,
     t: f64,
     halvings: usize,
     non_finite: usize,
@@ -762,11 +772,14 @@ struct Search {
 }
 
 /// Halve t from 1 until `f(beta + t delta) <= f + c t g^T delta`; a trial
-/// whose value is not finite is halved like any other failure.
-fn line_search<B: Backend>(prob: &Problem<'_, '_, B>, cur: &Point<'_, B>, delta: &[f64]) -> Result<Search> {
+/// whose value (or, for full trials, gradient) is not finite is halved like
+/// any other failure.
+fn line_search<'o, B: Backend>(prob: &Problem<'_, 'o, B>, cur: &Point<'o, B>, delta: &[f64]) -> Result<Search<'o, B>> {
     let slope = dot(&cur.grad, delta);
+    let full = !prob.objective.cheap_value();
     let mut s = Search {
         beta: None,
+        point: None,
         t: (prob.opts.max_step / inf_norm(delta)).min(1.0),
         halvings: 0,
         non_finite: 0,
@@ -775,10 +788,17 @@ fn line_search<B: Backend>(prob: &Problem<'_, '_, B>, cur: &Point<'_, B>, delta:
     loop {
         let trial: Vec<f64> = cur.beta.iter().zip(delta).map(|(b, d)| b + s.t * d).collect();
         s.evaluations += 1;
-        match prob.value(&trial)? {
+        let (value, point) = if full {
+            let point = prob.point(trial.clone())?;
+            (point.as_ref().map(|p| p.value), point)
+        } else {
+            (prob.value(&trial)?, None)
+        };
+        match value {
             // The slack lets a step through whose decrease f cannot resolve.
             Some(f) if f <= cur.value + prob.opts.armijo * s.t * slope + resolution(cur.value) => {
                 s.beta = Some(trial);
+                s.point = point;
                 return Ok(s);
             }
             Some(_) => {}

@@ -75,6 +75,34 @@ fn newton_reaches_reference_optimum_with_each_solver() {
     }
 }
 
+/// Without a cheap value, line-search trials are full evaluations and the
+/// accepted one is reused: the same iterates, one evaluation fewer per step.
+#[test]
+fn full_trials_reuse_the_accepted_evaluation() {
+    let d = data();
+    let (pen, be) = (penalty(&d), CpuBackend::new());
+    let cheap = Logistic::new(&d);
+    let full = Logistic {
+        cheap_value: false,
+        ..Logistic::new(&d)
+    };
+    for solver in [Solver::Dense, Solver::Pcg] {
+        let (c0, f0) = (cheap.evaluations.get(), full.evaluations.get());
+        let a = newton(&be, &cheap, &pen, &LAMBDA, &poor_start(d.p), &opts(solver)).unwrap();
+        let b = newton(&be, &full, &pen, &LAMBDA, &poor_start(d.p), &opts(solver)).unwrap();
+        assert_eq!(a.beta, b.beta, "{solver:?}: the iterates differ");
+        assert_eq!(a.report.iterations.len(), b.report.iterations.len());
+        let steps = a.report.iterations.iter().filter(|it| it.step_length > 0.0).count();
+        assert!(steps >= 3);
+        // The cheap objective makes full evaluations only at accepted points.
+        assert_eq!(cheap.evaluations.get() - c0, 1 + steps, "{solver:?}");
+        // Every trial of the other is a full evaluation, none repeated.
+        let trials: usize = b.report.iterations.iter().map(|it| it.halvings + 1).sum();
+        assert_eq!(full.evaluations.get() - f0, 1 + trials, "{solver:?}");
+        assert_eq!(b.report.evaluations, a.report.evaluations - steps, "{solver:?}");
+    }
+}
+
 #[test]
 fn pcg_newton_reads_device_scalars_only_inside_pcg() {
     let d = data();

@@ -118,6 +118,10 @@ pub struct Logistic<'d> {
     /// Give REML the exact dH along a direction instead of the default
     /// finite difference.
     pub exact_dh: bool,
+    /// Report `value` as cheap (the line search then tries values alone).
+    pub cheap_value: bool,
+    /// Full evaluations made so far.
+    pub evaluations: std::cell::Cell<usize>,
 }
 
 impl<'d> Logistic<'d> {
@@ -127,6 +131,8 @@ impl<'d> Logistic<'d> {
             domain: None,
             double_well: 0.0,
             exact_dh: false,
+            cheap_value: true,
+            evaluations: std::cell::Cell::new(0),
         }
     }
 
@@ -204,6 +210,7 @@ impl Objective<CpuBackend> for Logistic<'_> {
         self.data.p
     }
     fn evaluate(&self, beta: &[f64]) -> Result<Option<Evaluation<'_, CpuBackend>>> {
+        self.evaluations.set(self.evaluations.get() + 1);
         if !self.inside(beta) {
             return Ok(None);
         }
@@ -216,6 +223,9 @@ impl Objective<CpuBackend> for Logistic<'_> {
     }
     fn value(&self, beta: &[f64]) -> Result<Option<f64>> {
         Ok(self.inside(beta).then(|| self.neglog(beta)))
+    }
+    fn cheap_value(&self) -> bool {
+        self.cheap_value
     }
     fn hessian_derivative(&self, beta: &[f64], d: &[f64], rel_step: f64) -> Result<Vec<f64>> {
         if self.exact_dh {
