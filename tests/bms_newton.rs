@@ -3,7 +3,7 @@
 mod common;
 
 use matfree::bms::BmsObjective;
-use matfree::solvers::newton::{newton, NewtonOptions, Solver};
+use matfree::solvers::newton::{newton, Solver};
 use matfree::solvers::CpuBackend;
 
 #[test]
@@ -11,12 +11,7 @@ fn newton_on_bms_matches_dense_reference_from_a_poor_start() {
     let f = common::newton_fixture();
     let objective = BmsObjective::new(&f.g.model, &f.g.data);
     for solver in [Solver::Pcg, Solver::Dense] {
-        let opts = NewtonOptions {
-            solver,
-            grad_tol: 1e-11,
-            max_step: 2.0,
-            ..Default::default()
-        };
+        let opts = f.options(solver);
         let fit = newton(&CpuBackend::new(), &objective, &f.penalty, &f.lambda, &f.beta0, &opts).unwrap();
         let r = &fit.report;
         println!(

@@ -10,7 +10,7 @@ use matfree::cuda::{
     DeviceStage1, Gpu,
 };
 use matfree::fixture::Rng;
-use matfree::solvers::newton::{newton, NewtonOptions, Solver};
+use matfree::solvers::newton::{newton, Solver};
 use matfree::solvers::{CpuBackend, LinearOperator};
 use matfree::{Error, RowHessian};
 
@@ -156,12 +156,7 @@ fn newton_on_bms_on_device_matches_dense_reference() {
     let objective = BmsDeviceObjective::new(gpu.clone(), &f.g.model, &f.g.data).unwrap();
     let backend = CudaBackend::new(gpu).unwrap();
     for solver in [Solver::Pcg, Solver::Dense] {
-        let opts = NewtonOptions {
-            solver,
-            grad_tol: 1e-11,
-            max_step: 2.0,
-            ..Default::default()
-        };
+        let opts = f.options(solver);
         let fit = newton(&backend, &objective, &f.penalty, &f.lambda, &f.beta0, &opts).unwrap();
         let label = format!("{solver:?}");
         common::check_newton_fit(

@@ -90,6 +90,18 @@ pub struct NewtonFixture {
     pub want: Vec<f64>,
 }
 
+impl NewtonFixture {
+    /// The driver options every fit of this fixture uses, for one solver.
+    pub fn options(&self, solver: matfree::solvers::newton::Solver) -> matfree::solvers::newton::NewtonOptions {
+        matfree::solvers::newton::NewtonOptions {
+            solver,
+            grad_tol: 1e-11,
+            max_step: 2.0,
+            ..Default::default()
+        }
+    }
+}
+
 pub fn newton_fixture() -> NewtonFixture {
     use matfree::bms::generator::{generate, GeneratorConfig};
     let g = generate(GeneratorConfig {
