@@ -4,9 +4,10 @@
 //! log-determinant, at the small / seed / tall shapes, and the full BMS row
 //! evaluation (Stage 1 + Stage 2) at the seed shape, on the GPU (when there
 //! is one) and the CPU (row evaluation on 5,000 rows there).
-//! Prints a table and JSON (`--json FILE` also writes it).
+//! Prints a table and JSON (`--json FILE` also writes it). `--gpu-only`
+//! skips the CPU rows, `--operators-only` the row evaluation.
 //!
-//!     cargo run --release --example bench_report [-- --json report.json] [--quick]
+//!     cargo run --release --example bench_report [-- --json report.json] [--quick] [--gpu-only] [--operators-only]
 
 use std::time::Instant;
 
@@ -185,7 +186,7 @@ fn cpu_rows(ctx: &mut Ctx, shape: (&str, Shape), op: &RowHessian, quick: bool) -
 /// Stage 1 + Stage 2 of the BMS model on seed-shape data: on the GPU all
 /// 195,000 rows (10,000 with --quick), both stages on the device, median of
 /// 5 after a warm-up; on the CPU the first 5,000 rows (1,000), median of 3.
-fn row_evaluation(ctx: &mut Ctx, gpu: Option<&std::sync::Arc<Gpu>>, quick: bool) -> AnyResult<()> {
+fn row_evaluation(ctx: &mut Ctx, gpu: Option<&std::sync::Arc<Gpu>>, quick: bool, gpu_only: bool) -> AnyResult<()> {
     let n = match (gpu.is_some(), quick) {
         (true, false) => Shape::SEED.n,
         (true, true) => 10_000,
@@ -212,6 +213,9 @@ fn row_evaluation(ctx: &mut Ctx, gpu: Option<&std::sync::Arc<Gpu>>, quick: bool)
             None,
             None,
         );
+    }
+    if gpu_only {
+        return Ok(());
     }
     let cpu_n = n.min(if quick { 1_000 } else { 5_000 });
     let data = g.data.rows(0..cpu_n)?;
@@ -267,7 +271,8 @@ fn table(ctx: &Ctx) -> String {
 
 fn main() -> AnyResult<()> {
     let args: Vec<String> = std::env::args().collect();
-    let quick = args.iter().any(|a| a == "--quick");
+    let flag = |f: &str| args.iter().any(|a| a == f);
+    let (quick, gpu_only, operators_only) = (flag("--quick"), flag("--gpu-only"), flag("--operators-only"));
     let json_path = args
         .iter()
         .position(|a| a == "--json")
@@ -306,9 +311,13 @@ fn main() -> AnyResult<()> {
         if let Some(g) = &gpu {
             gpu_rows(&mut ctx, g, shape, &op)?;
         }
-        cpu_rows(&mut ctx, shape, &op, quick)?;
+        if !gpu_only {
+            cpu_rows(&mut ctx, shape, &op, quick)?;
+        }
     }
-    row_evaluation(&mut ctx, gpu.as_ref(), quick)?;
+    if !operators_only {
+        row_evaluation(&mut ctx, gpu.as_ref(), quick, gpu_only)?;
+    }
     print!("{}", table(&ctx));
     let json = serde_json::to_string_pretty(&serde_json::json!({
         "device": device.describe(),

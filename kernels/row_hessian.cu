@@ -54,9 +54,11 @@ __device__ __forceinline__ i64 hstride(int r, int packed)
 // Phase 1 of H V for k right-hand sides: t[j, i, :] = H_i (P_i v_j).
 // One warp per (row, rhs) pair; lanes stride over the designs for q and b,
 // then over the output coordinates u (reading column u of H_i, which by
-// symmetry is row u, with coalesced loads).
-extern "C" __global__ void row_action(
-    i64 n, int r, int packed, int p_m, int p_g, int p_total, int k,
+// symmetry is row u, with coalesced loads). The storage is a template
+// parameter so the inner loop's index has no run-time branch.
+template <int P>
+__device__ __forceinline__ void row_action_body(
+    i64 n, int r, int p_m, int p_g, int p_total, int k,
     const double* __restrict__ hess, const double* __restrict__ x_m,
     const double* __restrict__ x_g, const int* __restrict__ primary_to_beta,
     const double* __restrict__ v, double* __restrict__ t)
@@ -73,13 +75,25 @@ extern "C" __global__ void row_action(
         for (int c = lane; c < p_g; c += 32) b += x_g[row * p_g + c] * vj[p_m + c];
         q = warp_sum(q);
         b = warp_sum(b);
-        const double* h = hess + row * hstride(r, packed);
+        const double* h = hess + row * hstride(r, P);
         for (int u = lane; u < r; u += 32) {
-            double acc = h[hidx(0, u, r, packed)] * q + h[hidx(1, u, r, packed)] * b;
-            for (int s = 2; s < r; ++s) acc += h[hidx(s, u, r, packed)] * vj[primary_to_beta[s]];
+            double acc = h[hidx_t<P>(0, u, r)] * q + h[hidx_t<P>(1, u, r)] * b;
+            for (int s = 2; s < r; ++s) acc += h[hidx_t<P>(s, u, r)] * vj[primary_to_beta[s]];
             t[((i64)j * n + row) * r + u] = acc;
         }
     }
+}
+
+extern "C" __global__ void row_action(
+    i64 n, int r, int packed, int p_m, int p_g, int p_total, int k,
+    const double* __restrict__ hess, const double* __restrict__ x_m,
+    const double* __restrict__ x_g, const int* __restrict__ primary_to_beta,
+    const double* __restrict__ v, double* __restrict__ t)
+{
+    if (packed)
+        row_action_body<1>(n, r, p_m, p_g, p_total, k, hess, x_m, x_g, primary_to_beta, v, t);
+    else
+        row_action_body<0>(n, r, p_m, p_g, p_total, k, hess, x_m, x_g, primary_to_beta, v, t);
 }
 
 // Phase 2: partial[chunk, j, a] = sum over the chunk's rows of
@@ -246,9 +260,34 @@ __device__ __forceinline__ double column_direct(const double* __restrict__ h, in
                                                 const double* __restrict__ dc)
 {
     double t = 0.0;
+    if (!PACKED) {
 #pragma unroll 8
-    for (int s = 2; s < r; ++s) t += h[hidx_t<PACKED>(s, u, r)] * dc[s];
+        for (int s = 2; s < r; ++s) t += h[(i64)s * r + u] * dc[s];
+        return t;
+    }
+    // Packed: row s starts at off_s = s r - s (s - 1) / 2, so H[s][u] sits
+    // at off_s + u - s for s <= u and at off_u + s - u for s > u. Stepping s
+    // moves that index by r - s - 1 while s < u and by 1 after, so it is
+    // carried in 32-bit arithmetic (the general index costs a 64-bit
+    // multiply, a division and min/max per term, which bound the kernel).
+    int k = u >= 2 ? 2 * r + u - 3 : (u == 0 ? 2 : r + 1);
+    int step = r - 3;
+#pragma unroll 4
+    for (int s = 2; s < r; ++s) {
+        t += h[k] * dc[s];
+        k += s < u ? step : 1;
+        --step;
+    }
     return t;
+}
+
+// H[0][u] and H[1][u] of a row, full or packed (H[1][0] = H[0][1] at 1).
+template <int PACKED>
+__device__ __forceinline__ int first_rows_index(int s, int u, int r)
+{
+    if (!PACKED) return s * r + u;
+    if (s == 0) return u;
+    return u >= 1 ? r + u - 1 : 1;
 }
 
 // Column u of a row's H times (q, b, dc): the row's action at coordinate u.
@@ -256,7 +295,8 @@ template <int PACKED>
 __device__ __forceinline__ double row_column(const double* __restrict__ h, int r, int u, const double* dc, double q,
                                              double b)
 {
-    return column_direct<PACKED>(h, r, u, dc) + h[hidx_t<PACKED>(0, u, r)] * q + h[hidx_t<PACKED>(1, u, r)] * b;
+    return column_direct<PACKED>(h, r, u, dc) + h[first_rows_index<PACKED>(0, u, r)] * q +
+           h[first_rows_index<PACKED>(1, u, r)] * b;
 }
 
 // Scatter one row's action into a warp's accumulators: t_u for u >= 2 goes
@@ -328,7 +368,7 @@ __device__ __forceinline__ void hvp_fused_body(
         const int u = lane < r ? lane : 0;
         double ta = column_direct<P>(ha, r, u, dc), tb = column_direct<P>(hb, r, u, dc);
         qa = warp_sum(qa); ba = warp_sum(ba); qb = warp_sum(qb); bb = warp_sum(bb);
-        const i64 h0 = hidx_t<P>(0, u, r), h1 = hidx_t<P>(1, u, r);
+        const int h0 = first_rows_index<P>(0, u, r), h1 = first_rows_index<P>(1, u, r);
         ta += ha[h0] * qa + ha[h1] * ba;
         tb += hb[h0] * qb + hb[h1] * bb;
         const double ta0 = __shfl_sync(0xffffffffu, ta, 0), ta1 = __shfl_sync(0xffffffffu, ta, 1);
@@ -377,3 +417,170 @@ extern "C" __global__ void pack_upper_rows(i64 n, int r, const double* __restric
     while (k >= r - s) { k -= r - s; ++s; }
     out[e] = full[row * r * r + (i64)s * r + (s + (int)k)];
 }
+
+// ---------------------------------------------------------------------------
+// Staged HVP: rows stream through shared memory in a ring of RING buffers
+// filled by asynchronous copies (cp.async on sm_80+), so each block keeps
+// RING - 1 stages of rows in flight while its warps compute on the oldest.
+// The fused kernel above loads H_i straight into registers and stalls on
+// those loads (25% occupancy, L1TEX waits); here the loads bypass registers
+// and the bytes in flight per SM no longer depend on occupancy. RING is a
+// template parameter because cp.async.wait_group takes an immediate.
+
+__device__ __forceinline__ void copy_async8(double* dst, const double* src)
+{
+#if __CUDA_ARCH__ >= 800
+    const unsigned d = (unsigned)__cvta_generic_to_shared(dst);
+    asm volatile("cp.async.ca.shared.global [%0], [%1], 8;\n" ::"r"(d), "l"(src) : "memory");
+#else
+    *dst = *src;
+#endif
+}
+
+__device__ __forceinline__ void copy_async16(double* dst, const double* src)
+{
+#if __CUDA_ARCH__ >= 800
+    const unsigned d = (unsigned)__cvta_generic_to_shared(dst);
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(d), "l"(src) : "memory");
+#else
+    dst[0] = src[0];
+    dst[1] = src[1];
+#endif
+}
+
+__device__ __forceinline__ void copy_async_commit()
+{
+#if __CUDA_ARCH__ >= 800
+    asm volatile("cp.async.commit_group;\n" ::: "memory");
+#endif
+}
+
+// Wait until at most PENDING of this thread's copy groups are pending.
+template <int PENDING>
+__device__ __forceinline__ void copy_async_wait()
+{
+#if __CUDA_ARCH__ >= 800
+    asm volatile("cp.async.wait_group %0;\n" ::"n"(PENDING) : "memory");
+#endif
+}
+
+// Block-wide asynchronous copy of len doubles: 16-byte pieces when both
+// ends are 16-byte aligned, else 8-byte ones.
+// A stage fits shared memory, so len and the offsets are 32-bit.
+__device__ __forceinline__ void stage_region(double* dst, const double* __restrict__ src, int len)
+{
+    if ((((unsigned long long)dst | (unsigned long long)src) & 15) == 0) {
+        for (int k = 2 * threadIdx.x; k + 1 < len; k += 2 * blockDim.x) copy_async16(dst + k, src + k);
+        if ((len & 1) && threadIdx.x == 0) copy_async8(dst + len - 1, src + len - 1);
+    } else {
+        for (int k = threadIdx.x; k < len; k += blockDim.x) copy_async8(dst + k, src + k);
+    }
+}
+
+// One row's contribution, read from shared memory, added to the warp's
+// accumulators: t = H_i (q, b, dc) with lane u owning coordinate u (and
+// u + 32, ...), then the pullback through the row's design values.
+template <int P>
+__device__ __forceinline__ void staged_row(double* mine, int lane, int r, int p_m, int p_g,
+                                           const double* h, const double* xm, const double* xg,
+                                           const double* vs, const double* dc, const int* p2b)
+{
+    double q = 0.0, b = 0.0;
+    for (int c = lane; c < p_m; c += 32) q += xm[c] * vs[c];
+    for (int c = lane; c < p_g; c += 32) b += xg[c] * vs[p_m + c];
+    q = warp_sum(q);
+    b = warp_sum(b);
+    const double t = lane < r ? row_column<P>(h, r, lane, dc, q, b) : 0.0;
+    const double t0 = __shfl_sync(0xffffffffu, t, 0), t1 = __shfl_sync(0xffffffffu, t, 1);
+    scatter_row(mine, lane, r, p_m, p_g, xm, xg, p2b, t, t0, t1);
+    for (int u = lane + 32; u < r; u += 32) mine[p2b[u]] += row_column<P>(h, r, u, dc, q, b);
+}
+
+// Shared memory: RING buffers of `stage` rows (their H_i, then their x_m
+// rows, then their x_g rows; `stage` is even so every region stays 16-byte
+// aligned), then v, W accumulators, dc and the primary map. Block b owns
+// rows [b * rows_per_block, ...), a multiple of `stage`; within a stage warp
+// w takes rows w, w + W, ...: a fixed order, so results are bitwise
+// repeatable.
+template <int P, int RING>
+__device__ __forceinline__ void hvp_staged_body(
+    double* sh, i64 n, int rows_per_block, int stage, int r, int p_m, int p_g, int p_total,
+    const double* __restrict__ hess, const double* __restrict__ x_m,
+    const double* __restrict__ x_g, const int* __restrict__ primary_to_beta,
+    const double* __restrict__ v, double* __restrict__ partial)
+{
+    const int W = blockDim.x >> 5;
+    const int lane = threadIdx.x & 31, w = threadIdx.x >> 5;
+    const i64 hs = hstride(r, P);
+    const i64 buf_len = (i64)stage * (hs + p_m + p_g);
+    double* vs = sh + RING * buf_len;
+    double* acc = vs + p_total;
+    double* dc = acc + W * p_total;
+    int* p2b = (int*)(dc + r);
+    const i64 first = (i64)blockIdx.x * rows_per_block;
+    const i64 last = min(first + rows_per_block, n);
+    const int stages = (int)((last - first + stage - 1) / stage);
+    // Stage k's rows [first + k stage, ...) into buffer k % RING.
+    auto issue = [&](int k) {
+        const i64 r0 = first + (i64)k * stage;
+        const i64 rows = min((i64)stage, last - r0);
+        double* buf = sh + (k % RING) * buf_len;
+        stage_region(buf, hess + r0 * hs, (int)(rows * hs));
+        stage_region(buf + stage * hs, x_m + r0 * p_m, (int)rows * p_m);
+        stage_region(buf + stage * (hs + p_m), x_g + r0 * p_g, (int)rows * p_g);
+    };
+    for (int k = 0; k < RING - 1; ++k) {
+        if (k < stages) issue(k);
+        copy_async_commit();
+    }
+    for (int a = threadIdx.x; a < p_total; a += blockDim.x) vs[a] = v[a];
+    for (int a = threadIdx.x; a < W * p_total; a += blockDim.x) acc[a] = 0.0;
+    for (int u = threadIdx.x; u < r; u += blockDim.x) {
+        p2b[u] = primary_to_beta[u];
+        dc[u] = u >= 2 ? v[primary_to_beta[u]] : 0.0;
+    }
+    double* mine = acc + w * p_total;
+    for (int k = 0; k < stages; ++k) {
+        // Buffer (k + RING - 1) % RING was read in step k - 1, which the
+        // barrier closing that step has finished. One group is committed
+        // per step, so with RING - 1 left pending this step's has landed.
+        if (k + RING - 1 < stages) issue(k + RING - 1);
+        copy_async_commit();
+        copy_async_wait<RING - 1>();
+        __syncthreads();
+        const double* buf = sh + (k % RING) * buf_len;
+        const int rows = (int)min((i64)stage, last - (first + (i64)k * stage));
+        for (int i = w; i < rows; i += W)
+            staged_row<P>(mine, lane, r, p_m, p_g, buf + i * hs, buf + stage * hs + i * p_m,
+                          buf + stage * (hs + p_m) + i * p_g, vs, dc, p2b);
+        __syncthreads();
+    }
+    __syncthreads();
+    for (int a = threadIdx.x; a < p_total; a += blockDim.x) {
+        double s = 0.0;
+        for (int k = 0; k < W; ++k) s += acc[k * p_total + a];
+        partial[(i64)blockIdx.x * p_total + a] = s;
+    }
+}
+
+#define HVP_STAGED_ARGS sh_staged, n, rows_per_block, stage, r, p_m, p_g, p_total, hess, x_m, x_g, primary_to_beta, v, partial
+
+#define HVP_STAGED_PARAMS                                                                              \
+    i64 n, int rows_per_block, int stage, int ring, int r, int packed, int p_m, int p_g, int p_total, \
+        const double *__restrict__ hess, const double *__restrict__ x_m, const double *__restrict__ x_g, \
+        const int *__restrict__ primary_to_beta, const double *__restrict__ v, double *__restrict__ partial
+
+#define HVP_STAGED_DISPATCH                                          \
+    extern __shared__ __align__(16) double sh_staged[];              \
+    if (packed) {                                                    \
+        if (ring == 2) hvp_staged_body<1, 2>(HVP_STAGED_ARGS);       \
+        else if (ring == 3) hvp_staged_body<1, 3>(HVP_STAGED_ARGS);  \
+        else hvp_staged_body<1, 4>(HVP_STAGED_ARGS);                 \
+    } else {                                                         \
+        if (ring == 2) hvp_staged_body<0, 2>(HVP_STAGED_ARGS);       \
+        else if (ring == 3) hvp_staged_body<0, 3>(HVP_STAGED_ARGS);  \
+        else hvp_staged_body<0, 4>(HVP_STAGED_ARGS);                 \
+    }
+
+// ring: 2, 3 or 4 buffers (the host's plan picks one).
+extern "C" __global__ void hvp_staged(HVP_STAGED_PARAMS) { HVP_STAGED_DISPATCH }

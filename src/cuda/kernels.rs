@@ -164,16 +164,153 @@ pub(crate) fn hvp_fused(
     );
     let mut b = g.stream.launch_builder(&g.f.hvp_fused);
     b.arg(&n).arg(&rpb).arg(&r).arg(&mode).arg(&p_m).arg(&p_g).arg(&p);
+    push_hvp_buffers(&mut b, a, v, partial);
+    // SAFETY: operator arrays were validated at construction; v and partial
+    // checked above; the dynamic shared memory matches the kernel's carve-up.
+    unsafe { b.launch(cfg) }.map_err(|e| cuda_err("hvp_fused", e))?;
+    Ok(())
+}
+
+/// The staged HVP's shape per storage, measured on an H200 at the seed and
+/// tall shapes (benches/RESULTS.md): full rows are byte-bound and do best
+/// with small blocks (4 warps) and two buffers of 32 KiB; packed rows carry
+/// more index arithmetic per byte and do best with 4 warps a block and
+/// two buffers of 16 KiB, so that more blocks (warps) share an SM.
+struct StagedShape {
+    warps: usize,
+    ring: usize,
+    bytes: usize,
+}
+
+const STAGED_FULL: StagedShape = StagedShape {
+    warps: 4,
+    ring: 2,
+    bytes: 64 << 10,
+};
+
+const STAGED_PACKED: StagedShape = StagedShape {
+    warps: 4,
+    ring: 2,
+    bytes: 32 << 10,
+};
+
+/// Most rows a stage holds.
+const STAGED_MAX_ROWS: usize = 16;
+
+/// How the staged HVP cuts the rows: `stage` rows per buffer (even), `ring`
+/// buffers, each block a run of `rows_per_block` rows (a multiple of `stage`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct StagedPlan {
+    pub stage: usize,
+    pub ring: usize,
+    pub warps: usize,
+    pub rows_per_block: usize,
+    pub shared_bytes: usize,
+}
+
+impl StagedPlan {
+    /// The plan for an operator on a device: one wave of resident blocks
+    /// (the device's SMs times the blocks an SM holds), so every block
+    /// streams rows from start to end with no tail wave. `None` when not
+    /// even two rows per buffer fit the device (the fused kernel serves
+    /// those).
+    pub(crate) fn new(g: &Gpu, a: &RowArgs) -> Result<Option<Self>> {
+        let preset = if a.packed { STAGED_PACKED } else { STAGED_FULL };
+        let StagedShape { warps, ring, bytes } = preset;
+        let row = (a.row_len() + a.p_m + a.p_g) * 8;
+        let fixed = ((warps + 1) * a.p_total + a.r + a.r.div_ceil(2)) * 8;
+        let budget = bytes.max(ring * 2 * row);
+        let stage = (budget / (ring * row)).min(STAGED_MAX_ROWS) & !1;
+        let shared_bytes = ring * stage * row + fixed;
+        if stage < 2 || shared_bytes > g.shared_optin {
+            return Ok(None);
+        }
+        let per_sm =
+            g.f.hvp_staged
+                .occupancy_max_active_blocks_per_multiprocessor(warps as u32 * 32, shared_bytes, None)
+                .map_err(|e| cuda_err("hvp_staged occupancy", e))? as usize;
+        let blocks = (g.sm_count * per_sm.max(1)).max(1);
+        let rows_per_block = a.n.div_ceil(blocks).max(stage).next_multiple_of(stage);
+        Ok(Some(Self {
+            stage,
+            ring,
+            warps,
+            rows_per_block,
+            shared_bytes,
+        }))
+    }
+
+    pub(crate) fn blocks(&self, n: usize) -> usize {
+        n.div_ceil(self.rows_per_block)
+    }
+}
+
+/// partial[block, :] = sum over the block's rows of P_i^T H_i P_i v, with
+/// rows streamed through shared memory by asynchronous copies.
+pub(crate) fn hvp_staged(
+    g: &Gpu,
+    a: &RowArgs,
+    plan: &StagedPlan,
+    v: &CudaSlice<f64>,
+    partial: &mut CudaSlice<f64>,
+) -> Result<()> {
+    let blocks = plan.blocks(a.n);
+    need("v", v.len(), a.p_total)?;
+    need("partial", partial.len(), blocks * a.p_total)?;
+    if plan.shared_bytes > g.shared_optin {
+        let rule = format!("must be <= the device's {} bytes", g.shared_optin);
+        return Err(Error::invalid("hvp_staged shared bytes", plan.shared_bytes, rule));
+    }
+    let cfg = LaunchConfig {
+        grid_dim: (blocks as u32, 1, 1),
+        block_dim: (plan.warps as u32 * 32, 1, 1),
+        shared_mem_bytes: plan.shared_bytes as u32,
+    };
+    let (n, rpb, stage, ring) = (
+        a.n as i64,
+        plan.rows_per_block as i32,
+        plan.stage as i32,
+        plan.ring as i32,
+    );
+    let (r, packed, p_m, p_g, p) = (
+        a.r as i32,
+        a.packed as i32,
+        a.p_m as i32,
+        a.p_g as i32,
+        a.p_total as i32,
+    );
+    let mut b = g.stream.launch_builder(&g.f.hvp_staged);
+    b.arg(&n)
+        .arg(&rpb)
+        .arg(&stage)
+        .arg(&ring)
+        .arg(&r)
+        .arg(&packed)
+        .arg(&p_m)
+        .arg(&p_g)
+        .arg(&p);
+    push_hvp_buffers(&mut b, a, v, partial);
+    // SAFETY: operator arrays were validated at construction; v and partial
+    // checked above; the shared memory matches the plan the kernel carves
+    // up (`ring` buffers of `stage` rows, then the accumulators), and
+    // the function was opted in to the device's limit at start-up.
+    unsafe { b.launch(cfg) }.map_err(|e| cuda_err("hvp_staged", e))?;
+    Ok(())
+}
+
+/// The trailing arguments of both single-vector HVP kernels.
+fn push_hvp_buffers<'a>(
+    b: &mut cudarc::driver::LaunchArgs<'a>,
+    a: &'a RowArgs,
+    v: &'a CudaSlice<f64>,
+    partial: &'a mut CudaSlice<f64>,
+) {
     b.arg(a.hess)
         .arg(a.x_m)
         .arg(a.x_g)
         .arg(a.primary_to_beta)
         .arg(v)
         .arg(partial);
-    // SAFETY: operator arrays were validated at construction; v and partial
-    // checked above; the dynamic shared memory matches the kernel's carve-up.
-    unsafe { b.launch(cfg) }.map_err(|e| cuda_err("hvp_fused", e))?;
-    Ok(())
 }
 
 /// Which per-row quantity a pullback reduces.

@@ -111,6 +111,8 @@ pub struct DeviceRowHessian {
     col_u: CudaSlice<i32>,
     primary_to_beta: CudaSlice<i32>,
     scratch: Mutex<Scratch>,
+    /// How the staged HVP cuts the rows (`None`: rows too wide for it).
+    staged: Option<kernels::StagedPlan>,
 }
 
 /// The kernels index with 32-bit sizes and grid dimensions: check them.
@@ -194,19 +196,35 @@ impl DeviceRowHessian {
             t: gpu.zeros(n * r)?,
             partial: gpu.zeros(n.div_ceil(ROW_CHUNK).max(FUSED_BLOCKS) * layout.p_total())?,
         };
-        Ok(Self {
+        let mut op = Self {
             hess,
             col_kind: gpu.upload(&kind)?,
             col_j: gpu.upload(&col)?,
             col_u: gpu.upload(&u)?,
             primary_to_beta: gpu.upload(&to_beta)?,
             scratch: Mutex::new(scratch),
+            staged: None,
             packed: false,
             designs,
             gpu,
             layout,
             n,
-        })
+        };
+        op.plan_staged()?;
+        Ok(op)
+    }
+
+    /// Choose the staged HVP's plan for the current storage, growing the
+    /// partials scratch to its block count.
+    fn plan_staged(&mut self) -> Result<()> {
+        self.staged = kernels::StagedPlan::new(&self.gpu, &self.args())?;
+        let p = self.layout.p_total();
+        let want = self.staged.map_or(0, |plan| plan.blocks(self.n) * p);
+        let mut s = self.lock()?;
+        if s.partial.len() < want {
+            s.partial = self.gpu.zeros(want)?;
+        }
+        Ok(())
     }
 
     /// Upload a CPU operator.
@@ -263,6 +281,10 @@ impl DeviceRowHessian {
         let (p, r, n) = (self.layout.p_total(), self.layout.r(), self.n);
         let mut s = self.lock()?;
         let Scratch { t, partial } = &mut *s;
+        if let Some(plan) = &self.staged {
+            kernels::hvp_staged(&self.gpu, &self.args(), plan, v, partial)?;
+            return kernels::reduce_partials(&self.gpu, plan.blocks(n), p, partial, out);
+        }
         if let Some(rows) = fused_rows_per_block(n, r, p) {
             kernels::hvp_fused(&self.gpu, &self.args(), rows, v, partial)?;
             return kernels::reduce_partials(&self.gpu, n.div_ceil(rows), p, partial, out);
@@ -445,6 +467,7 @@ impl DeviceRowHessian {
         kernels::pack_upper_rows(&self.gpu, self.n, r, &self.hess, &mut out)?;
         self.hess = out;
         self.packed = true;
+        self.plan_staged()?;
         Ok(self)
     }
 

@@ -100,6 +100,7 @@ pub fn gpu_for_test(test: &str) -> Option<Arc<Gpu>> {
 pub(crate) struct Functions {
     pub row_action: CudaFunction,
     pub hvp_fused: CudaFunction,
+    pub hvp_staged: CudaFunction,
     pub pullback_partial: CudaFunction,
     pub dense_partial: CudaFunction,
     pub dense_staged_partial: CudaFunction,
@@ -134,6 +135,10 @@ pub struct Gpu {
     _blas_workspace: CudaSlice<u8>,
     name: String,
     compute_capability: (i32, i32),
+    /// Dynamic shared memory a block may use once a kernel opts in.
+    pub(crate) shared_optin: usize,
+    /// Streaming multiprocessors.
+    pub(crate) sm_count: usize,
     syncs: AtomicUsize,
     graph_launches: AtomicUsize,
 }
@@ -203,6 +208,11 @@ impl Gpu {
             .map_err(|e| cuda_err("compute capability", e))?;
         let name = ctx.name().map_err(|e| cuda_err("device name", e))?;
         let f = compile(&ctx, compute_capability)?;
+        let shared_optin = shared_optin(&ctx, &f)?;
+        let sm_count = ctx
+            .attribute(cudarc::driver::sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT)
+            .map_err(|e| cuda_err("multiprocessor count", e))?
+            .max(1) as usize;
         let blas = CudaBlas::new(stream.clone()).map_err(|e| cuda_err("creating cuBLAS", e))?;
         let solver = cudarc::cusolver::DnHandle::new(stream.clone()).map_err(|e| cuda_err("creating cuSOLVER", e))?;
         let workspace = stream
@@ -221,6 +231,8 @@ impl Gpu {
             _blas_workspace: workspace,
             name,
             compute_capability,
+            shared_optin,
+            sm_count,
             syncs: AtomicUsize::new(0),
             graph_launches: AtomicUsize::new(0),
         })
@@ -280,6 +292,22 @@ impl Gpu {
     }
 }
 
+/// The device's opt-in shared-memory limit per block, granted to the kernels
+/// that stage rows through shared memory (the default limit is 48 KiB).
+fn shared_optin(ctx: &CudaContext, f: &Functions) -> Result<usize> {
+    use cudarc::driver::sys::{CUdevice_attribute, CUfunction_attribute};
+    let optin = ctx
+        .attribute(CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN)
+        .map_err(|e| cuda_err("shared-memory opt-in limit", e))?;
+    f.hvp_staged
+        .set_attribute(
+            CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
+            optin,
+        )
+        .map_err(|e| cuda_err("hvp_staged shared-memory opt-in", e))?;
+    Ok(optin.max(0) as usize)
+}
+
 fn set_blas_workspace(blas: &CudaBlas, stream: &CudaStream, ws: &CudaSlice<u8>) -> Result<()> {
     use cudarc::driver::DevicePtr;
     let (ptr, _guard) = ws.device_ptr(stream);
@@ -316,6 +344,7 @@ fn compile(ctx: &Arc<CudaContext>, (major, minor): (i32, i32)) -> Result<Functio
     Ok(Functions {
         row_action: get(0, "row_action")?,
         hvp_fused: get(0, "hvp_fused")?,
+        hvp_staged: get(0, "hvp_staged")?,
         pullback_partial: get(0, "pullback_partial")?,
         dense_partial: get(0, "dense_partial")?,
         dense_staged_partial: get(0, "dense_staged_partial")?,
