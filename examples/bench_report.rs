@@ -61,17 +61,43 @@ fn copy_bandwidth(gpu: &Gpu) -> AnyResult<f64> {
     Ok(2.0 * (n * 8) as f64 / secs)
 }
 
-/// Iterations per second of a fixed-iteration Jacobi PCG solve.
+/// Iterations per second of a fixed-iteration Jacobi PCG solve: the whole
+/// solve (set-up, graph capture, final residual) over its iterations.
 fn pcg_rate<B: Backend>(be: &B, op: &dyn LinearOperator<B>, b: &B::Vector, its: usize) -> AnyResult<f64> {
+    let jac = jacobi(be, op)?;
+    Ok(its as f64 / pcg_seconds(be, op, &jac, b, its)?)
+}
+
+/// Steady-state iterations per second: the extra iterations of a 240- over
+/// a 40-iteration solve over the extra time, so the per-solve set-up drops out.
+fn pcg_marginal_rate<B: Backend>(be: &B, op: &dyn LinearOperator<B>, b: &B::Vector) -> AnyResult<f64> {
+    let jac = jacobi(be, op)?;
+    let (short, long) = (pcg_seconds(be, op, &jac, b, 40)?, pcg_seconds(be, op, &jac, b, 240)?);
+    Ok(200.0 / (long - short))
+}
+
+fn jacobi<'b, B: Backend>(be: &'b B, op: &dyn LinearOperator<B>) -> AnyResult<Jacobi<'b, B>> {
     let mut diag = be.zeros(op.dim())?;
     op.diagonal(&mut diag)?;
-    let jac = Jacobi::new(be, &diag, None, 0.0)?;
-    let secs = median(5, || {
+    Ok(Jacobi::new(be, &diag, None, 0.0)?)
+}
+
+/// Median seconds of a solve of exactly `its` iterations.
+fn pcg_seconds<B: Backend>(
+    be: &B,
+    op: &dyn LinearOperator<B>,
+    jac: &Jacobi<'_, B>,
+    b: &B::Vector,
+    its: usize,
+) -> AnyResult<f64> {
+    median(5, || {
         let t = Instant::now();
-        let info = cg(be, op, &jac, b, None, &PcgOptions::fixed_iterations(its))?.info;
-        Ok(t.elapsed().as_secs_f64() / info.iterations.max(1) as f64)
-    })?;
-    Ok(1.0 / secs)
+        let info = cg(be, op, jac, b, None, &PcgOptions::fixed_iterations(its))?.info;
+        if info.iterations != its {
+            return Err(format!("fixed-iteration solve stopped after {} of {its}", info.iterations).into());
+        }
+        Ok(t.elapsed().as_secs_f64())
+    })
 }
 
 struct Ctx {
@@ -105,6 +131,8 @@ fn gpu_rows(ctx: &mut Ctx, gpu: &std::sync::Arc<Gpu>, shape: (&str, Shape), op: 
     ctx.push("gpu", shape, "hvp", hvp, Some(hvp_bytes(&shape.1)), None);
     let rate = pcg_rate(&be, &dev, &v, 40)?;
     ctx.push("gpu", shape, "pcg_fixed_40", 1.0 / rate, None, Some(rate));
+    let rate = pcg_marginal_rate(&be, &dev, &v)?;
+    ctx.push("gpu", shape, "pcg_marginal_40_240", 1.0 / rate, None, Some(rate));
     let eye: Vec<f64> = (0..p * p).map(|e| if e / p == e % p { 1.0 } else { 0.0 }).collect();
     let dense = median(5, || {
         let t = Instant::now();
@@ -156,6 +184,8 @@ fn packed_rows(
     ctx.push("gpu", shape, "hvp_packed", hvp, Some(packed_hvp_bytes(&shape.1)), None);
     let rate = pcg_rate(be, &packed, v, 40)?;
     ctx.push("gpu", shape, "pcg_fixed_40_packed", 1.0 / rate, None, Some(rate));
+    let rate = pcg_marginal_rate(be, &packed, v)?;
+    ctx.push("gpu", shape, "pcg_marginal_packed", 1.0 / rate, None, Some(rate));
     Ok(())
 }
 

@@ -477,98 +477,218 @@ __device__ __forceinline__ void stage_region(double* dst, const double* __restri
     }
 }
 
-// One row's contribution, read from shared memory, added to the warp's
-// accumulators: t = H_i (q, b, dc) with lane u owning coordinate u (and
-// u + 32, ...), then the pullback through the row's design values.
-template <int P>
-__device__ __forceinline__ void staged_row(double* mine, int lane, int r, int p_m, int p_g,
-                                           const double* h, const double* xm, const double* xg,
-                                           const double* vs, const double* dc, const int* p2b)
+// Bulk copies (sm_90): one thread moves a whole contiguous region into
+// shared memory with the copy engine (TMA) and an mbarrier counts the bytes
+// in, so issuing a stage costs a few instructions instead of one per 16
+// bytes per thread. Elsewhere the per-thread cp.async path above is used.
+#if __CUDA_ARCH__ >= 900
+#define HAVE_BULK 1
+#else
+#define HAVE_BULK 0
+#endif
+
+__device__ __forceinline__ void bar_init(unsigned long long* bar)
 {
-    double q = 0.0, b = 0.0;
-    for (int c = lane; c < p_m; c += 32) q += xm[c] * vs[c];
-    for (int c = lane; c < p_g; c += 32) b += xg[c] * vs[p_m + c];
-    q = warp_sum(q);
-    b = warp_sum(b);
-    const double t = lane < r ? row_column<P>(h, r, lane, dc, q, b) : 0.0;
-    const double t0 = __shfl_sync(0xffffffffu, t, 0), t1 = __shfl_sync(0xffffffffu, t, 1);
-    scatter_row(mine, lane, r, p_m, p_g, xm, xg, p2b, t, t0, t1);
-    for (int u = lane + 32; u < r; u += 32) mine[p2b[u]] += row_column<P>(h, r, u, dc, q, b);
+#if HAVE_BULK
+    asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;\n" ::"r"((unsigned)__cvta_generic_to_shared(bar)) : "memory");
+    asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+#endif
 }
 
-// Shared memory: RING buffers of `stage` rows (their H_i, then their x_m
-// rows, then their x_g rows; `stage` is even so every region stays 16-byte
-// aligned), then v, W accumulators, dc and the primary map. Block b owns
-// rows [b * rows_per_block, ...), a multiple of `stage`; within a stage warp
-// w takes rows w, w + W, ...: a fixed order, so results are bitwise
-// repeatable.
+// Arrive on bar expecting `bytes` more to land from bulk copies.
+__device__ __forceinline__ void bar_expect(unsigned long long* bar, unsigned bytes)
+{
+#if HAVE_BULK
+    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(
+                     (unsigned)__cvta_generic_to_shared(bar)),
+                 "r"(bytes)
+                 : "memory");
+#endif
+}
+
+__device__ __forceinline__ void bulk_copy(double* dst, const double* src, unsigned bytes, unsigned long long* bar)
+{
+#if HAVE_BULK
+    asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];\n" ::"r"(
+                     (unsigned)__cvta_generic_to_shared(dst)),
+                 "l"(src), "r"(bytes), "r"((unsigned)__cvta_generic_to_shared(bar))
+                 : "memory");
+#endif
+}
+
+// Wait until bar completes the phase with this parity.
+__device__ __forceinline__ void bar_wait(unsigned long long* bar, unsigned parity)
+{
+#if HAVE_BULK
+    unsigned done = 0;
+    while (!done) {
+        asm volatile("{\n .reg .pred p;\n mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n selp.u32 %0, 1, 0, p;\n}\n"
+                     : "=r"(done)
+                     : "r"((unsigned)__cvta_generic_to_shared(bar)), "r"(parity)
+                     : "memory");
+    }
+#endif
+}
+
+// Thread 0 bulk-copies len doubles (16-byte aligned ends): the 16-byte
+// multiple through the copy engine, an odd last double by hand (visible to
+// the block after the barrier that follows the wait). Returns the bytes the
+// barrier must expect.
+__device__ __forceinline__ unsigned bulk_region(double* dst, const double* src, int len, unsigned long long* bar)
+{
+    const unsigned bytes = (unsigned)len * 8u & ~15u;
+    if (bytes) bulk_copy(dst, src, bytes, bar);
+    if (len & 1) dst[len - 1] = src[len - 1];
+    return bytes;
+}
+
+// One stage of rows, already in shared memory, added to the block's
+// accumulators in three block-wide phases (every phase spreads its work over
+// all threads, whatever r is, so no lane idles on rows narrower than a warp):
+//   A. q_i = x_m,i . v_m and b_i = x_g,i . v_g, a thread per (row, design);
+//   B. t_i = H_i (q_i, b_i, dc), a thread per (row, coordinate), starting at
+//      (i0, u0) and stepping by the block size without a division;
+//   C. acc[a] += coef_i(a) t_i[u(a)] over the stage's rows in order, a
+//      thread per beta column a (it owns acc[a]: no two threads write it);
+//      coef_i(a) is read at buf + coff[a] + i cstride[a] (a design column)
+//      or is the constant 1 (stride 0).
+template <int P>
+__device__ __forceinline__ void staged_stage(const double* buf, int stage, int rows, int r, int p_m, int p_g,
+                                             int p_total, const double* vs, const double* dc, double* qb,
+                                             double* tb, double* acc, const double* one, const int* coff,
+                                             const int* cstride, const int* cu, int i0, int u0)
+{
+    const int hs = (int)hstride(r, P);
+    const double* xm = buf + stage * hs;
+    const double* xg = xm + stage * p_m;
+    for (int e = threadIdx.x; e < 2 * rows; e += blockDim.x) {
+        const int i = e >> 1;
+        double d = 0.0;
+        if (e & 1)
+            for (int c = 0; c < p_g; ++c) d += xg[i * p_g + c] * vs[p_m + c];
+        else
+            for (int c = 0; c < p_m; ++c) d += xm[i * p_m + c] * vs[c];
+        qb[e] = d;
+    }
+    __syncthreads();
+    const int di = (int)blockDim.x / r, du = (int)blockDim.x - di * r;
+    for (int i = i0, u = u0; i < rows;) {
+        tb[i * r + u] = row_column<P>(buf + i * hs, r, u, dc, qb[2 * i], qb[2 * i + 1]);
+        i += di;
+        u += du;
+        if (u >= r) {
+            u -= r;
+            ++i;
+        }
+    }
+    __syncthreads();
+    for (int a = threadIdx.x; a < p_total; a += blockDim.x) {
+        const int cs = cstride[a];
+        const double* c = cs ? buf + coff[a] : one;
+        const double* t = tb + cu[a];
+        double s = acc[a];
+        for (int i = 0; i < rows; ++i, c += cs, t += r) s += *c * *t;
+        acc[a] = s;
+    }
+}
+
+// Shared memory: RING mbarriers (4 slots), RING buffers of `stage` rows
+// (their H_i, then their x_m rows, then their x_g rows; `stage` is even so
+// every region stays 16-byte aligned), then v, the accumulators, dc,
+// (q, b) and t for a stage's rows, the constant 1, and the column maps.
+// Block b owns rows [b * rows_per_block, ...), a multiple of `stage`, taken
+// in order: results are bitwise repeatable.
 template <int P, int RING>
 __device__ __forceinline__ void hvp_staged_body(
     double* sh, i64 n, int rows_per_block, int stage, int r, int p_m, int p_g, int p_total,
-    const double* __restrict__ hess, const double* __restrict__ x_m,
-    const double* __restrict__ x_g, const int* __restrict__ primary_to_beta,
-    const double* __restrict__ v, double* __restrict__ partial)
+    const double* __restrict__ hess, const double* __restrict__ x_m, const double* __restrict__ x_g,
+    const int* __restrict__ primary_to_beta, const int* __restrict__ col_kind, const int* __restrict__ col_j,
+    const int* __restrict__ col_u, const double* __restrict__ v, double* __restrict__ partial)
 {
-    const int W = blockDim.x >> 5;
-    const int lane = threadIdx.x & 31, w = threadIdx.x >> 5;
     const i64 hs = hstride(r, P);
     const i64 buf_len = (i64)stage * (hs + p_m + p_g);
-    double* vs = sh + RING * buf_len;
+    unsigned long long* bars = (unsigned long long*)sh;
+    double* bufs = sh + 4;
+    double* vs = bufs + RING * buf_len;
     double* acc = vs + p_total;
-    double* dc = acc + W * p_total;
-    int* p2b = (int*)(dc + r);
+    double* dc = acc + p_total;
+    double* qb = dc + r;
+    double* tb = qb + 2 * stage;
+    double* one = tb + stage * r;
+    int* coff = (int*)(one + 1);
+    int* cstride = coff + p_total;
+    int* cu = cstride + p_total;
     const i64 first = (i64)blockIdx.x * rows_per_block;
     const i64 last = min(first + rows_per_block, n);
     const int stages = (int)((last - first + stage - 1) / stage);
+    const bool bulk = HAVE_BULK && ((((unsigned long long)hess | (unsigned long long)x_m |
+                                      (unsigned long long)x_g) & 15) == 0);
+    if (bulk && threadIdx.x == 0)
+        for (int k = 0; k < RING; ++k) bar_init(bars + k);
+    __syncthreads();
     // Stage k's rows [first + k stage, ...) into buffer k % RING.
     auto issue = [&](int k) {
         const i64 r0 = first + (i64)k * stage;
-        const i64 rows = min((i64)stage, last - r0);
-        double* buf = sh + (k % RING) * buf_len;
-        stage_region(buf, hess + r0 * hs, (int)(rows * hs));
-        stage_region(buf + stage * hs, x_m + r0 * p_m, (int)rows * p_m);
-        stage_region(buf + stage * (hs + p_m), x_g + r0 * p_g, (int)rows * p_g);
+        const int rows = (int)min((i64)stage, last - r0);
+        double* buf = bufs + (k % RING) * buf_len;
+        if (!bulk) {
+            stage_region(buf, hess + r0 * hs, rows * (int)hs);
+            stage_region(buf + stage * hs, x_m + r0 * p_m, rows * p_m);
+            stage_region(buf + stage * (hs + p_m), x_g + r0 * p_g, rows * p_g);
+        } else if (threadIdx.x == 0) {
+            unsigned long long* bar = bars + k % RING;
+            unsigned bytes = bulk_region(buf, hess + r0 * hs, rows * (int)hs, bar);
+            bytes += bulk_region(buf + stage * hs, x_m + r0 * p_m, rows * p_m, bar);
+            bytes += bulk_region(buf + stage * (hs + p_m), x_g + r0 * p_g, rows * p_g, bar);
+            bar_expect(bar, bytes);
+        }
     };
     for (int k = 0; k < RING - 1; ++k) {
         if (k < stages) issue(k);
         copy_async_commit();
     }
-    for (int a = threadIdx.x; a < p_total; a += blockDim.x) vs[a] = v[a];
-    for (int a = threadIdx.x; a < W * p_total; a += blockDim.x) acc[a] = 0.0;
-    for (int u = threadIdx.x; u < r; u += blockDim.x) {
-        p2b[u] = primary_to_beta[u];
-        dc[u] = u >= 2 ? v[primary_to_beta[u]] : 0.0;
+    for (int a = threadIdx.x; a < p_total; a += blockDim.x) {
+        vs[a] = v[a];
+        acc[a] = 0.0;
+        const int kind = col_kind[a], j = col_j[a];
+        coff[a] = kind == KIND_MARGINAL ? stage * (int)hs + j : kind == KIND_SLOPE ? stage * ((int)hs + p_m) + j : 0;
+        cstride[a] = kind == KIND_MARGINAL ? p_m : kind == KIND_SLOPE ? p_g : 0;
+        cu[a] = col_u[a];
     }
-    double* mine = acc + w * p_total;
+    for (int u = threadIdx.x; u < r; u += blockDim.x) dc[u] = u >= 2 ? v[primary_to_beta[u]] : 0.0;
+    if (threadIdx.x == 0) *one = 1.0;
+    const int i0 = (int)threadIdx.x / r, u0 = (int)threadIdx.x - i0 * r;
     for (int k = 0; k < stages; ++k) {
         // Buffer (k + RING - 1) % RING was read in step k - 1, which the
-        // barrier closing that step has finished. One group is committed
-        // per step, so with RING - 1 left pending this step's has landed.
+        // barrier closing that step has finished. Bulk: each buffer's
+        // barrier completes one phase per use. Per thread: one group is
+        // committed per step, so with RING - 1 left pending this step's has
+        // landed.
         if (k + RING - 1 < stages) issue(k + RING - 1);
         copy_async_commit();
-        copy_async_wait<RING - 1>();
+        if (bulk)
+            bar_wait(bars + k % RING, (unsigned)(k / RING) & 1u);
+        else
+            copy_async_wait<RING - 1>();
         __syncthreads();
-        const double* buf = sh + (k % RING) * buf_len;
         const int rows = (int)min((i64)stage, last - (first + (i64)k * stage));
-        for (int i = w; i < rows; i += W)
-            staged_row<P>(mine, lane, r, p_m, p_g, buf + i * hs, buf + stage * hs + i * p_m,
-                          buf + stage * (hs + p_m) + i * p_g, vs, dc, p2b);
+        const double* buf = bufs + (k % RING) * buf_len;
+        staged_stage<P>(buf, stage, rows, r, p_m, p_g, p_total, vs, dc, qb, tb, acc, one, coff, cstride, cu, i0, u0);
         __syncthreads();
     }
-    __syncthreads();
-    for (int a = threadIdx.x; a < p_total; a += blockDim.x) {
-        double s = 0.0;
-        for (int k = 0; k < W; ++k) s += acc[k * p_total + a];
-        partial[(i64)blockIdx.x * p_total + a] = s;
-    }
+    for (int a = threadIdx.x; a < p_total; a += blockDim.x) partial[(i64)blockIdx.x * p_total + a] = acc[a];
 }
 
-#define HVP_STAGED_ARGS sh_staged, n, rows_per_block, stage, r, p_m, p_g, p_total, hess, x_m, x_g, primary_to_beta, v, partial
+#define HVP_STAGED_ARGS                                                                                      \
+    sh_staged, n, rows_per_block, stage, r, p_m, p_g, p_total, hess, x_m, x_g, primary_to_beta, col_kind, col_j, \
+        col_u, v, partial
 
-#define HVP_STAGED_PARAMS                                                                              \
-    i64 n, int rows_per_block, int stage, int ring, int r, int packed, int p_m, int p_g, int p_total, \
-        const double *__restrict__ hess, const double *__restrict__ x_m, const double *__restrict__ x_g, \
-        const int *__restrict__ primary_to_beta, const double *__restrict__ v, double *__restrict__ partial
+#define HVP_STAGED_PARAMS                                                                                     \
+    i64 n, int rows_per_block, int stage, int ring, int r, int packed, int p_m, int p_g, int p_total,         \
+        const double *__restrict__ hess, const double *__restrict__ x_m, const double *__restrict__ x_g,      \
+        const int *__restrict__ primary_to_beta, const int *__restrict__ col_kind,                            \
+        const int *__restrict__ col_j, const int *__restrict__ col_u, const double *__restrict__ v,           \
+        double *__restrict__ partial
 
 #define HVP_STAGED_DISPATCH                                          \
     extern __shared__ __align__(16) double sh_staged[];              \

@@ -164,18 +164,23 @@ pub(crate) fn hvp_fused(
     );
     let mut b = g.stream.launch_builder(&g.f.hvp_fused);
     b.arg(&n).arg(&rpb).arg(&r).arg(&mode).arg(&p_m).arg(&p_g).arg(&p);
-    push_hvp_buffers(&mut b, a, v, partial);
+    b.arg(a.hess)
+        .arg(a.x_m)
+        .arg(a.x_g)
+        .arg(a.primary_to_beta)
+        .arg(v)
+        .arg(partial);
     // SAFETY: operator arrays were validated at construction; v and partial
     // checked above; the dynamic shared memory matches the kernel's carve-up.
     unsafe { b.launch(cfg) }.map_err(|e| cuda_err("hvp_fused", e))?;
     Ok(())
 }
 
-/// The staged HVP's shape per storage, measured on an H200 at the seed and
-/// tall shapes (benches/RESULTS.md): full rows are byte-bound and do best
-/// with small blocks (4 warps) and two buffers of 32 KiB; packed rows carry
-/// more index arithmetic per byte and do best with 4 warps a block and
-/// two buffers of 16 KiB, so that more blocks (warps) share an SM.
+/// The staged HVP's shape per storage, chosen by a sweep on an H200 at the
+/// small, seed and tall shapes (warps 2-8, 2-4 buffers of 16-128 KiB;
+/// benches/RESULTS.md): two buffers (one stage in flight while the other is
+/// computed on) of 32 KiB for full rows and 16 KiB for packed rows, whose
+/// smaller stages let more blocks share an SM; 4 warps a block.
 struct StagedShape {
     warps: usize,
     ring: usize,
@@ -218,9 +223,11 @@ impl StagedPlan {
         let preset = if a.packed { STAGED_PACKED } else { STAGED_FULL };
         let StagedShape { warps, ring, bytes } = preset;
         let row = (a.row_len() + a.p_m + a.p_g) * 8;
-        let fixed = ((warps + 1) * a.p_total + a.r + a.r.div_ceil(2)) * 8;
         let budget = bytes.max(ring * 2 * row);
         let stage = (budget / (ring * row)).min(STAGED_MAX_ROWS) & !1;
+        // Four mbarriers; v, the accumulators, dc, (q, b) and t for a stage,
+        // the constant 1; the column maps.
+        let fixed = (4 + 2 * a.p_total + a.r + 2 * stage + stage * a.r + 1) * 8 + 3 * a.p_total * 4;
         let shared_bytes = ring * stage * row + fixed;
         if stage < 2 || shared_bytes > g.shared_optin {
             return Ok(None);
@@ -289,28 +296,14 @@ pub(crate) fn hvp_staged(
         .arg(&p_m)
         .arg(&p_g)
         .arg(&p);
-    push_hvp_buffers(&mut b, a, v, partial);
+    b.arg(a.hess).arg(a.x_m).arg(a.x_g).arg(a.primary_to_beta);
+    b.arg(a.col_kind).arg(a.col_j).arg(a.col_u).arg(v).arg(partial);
     // SAFETY: operator arrays were validated at construction; v and partial
     // checked above; the shared memory matches the plan the kernel carves
     // up (`ring` buffers of `stage` rows, then the accumulators), and
     // the function was opted in to the device's limit at start-up.
     unsafe { b.launch(cfg) }.map_err(|e| cuda_err("hvp_staged", e))?;
     Ok(())
-}
-
-/// The trailing arguments of both single-vector HVP kernels.
-fn push_hvp_buffers<'a>(
-    b: &mut cudarc::driver::LaunchArgs<'a>,
-    a: &'a RowArgs,
-    v: &'a CudaSlice<f64>,
-    partial: &'a mut CudaSlice<f64>,
-) {
-    b.arg(a.hess)
-        .arg(a.x_m)
-        .arg(a.x_g)
-        .arg(a.primary_to_beta)
-        .arg(v)
-        .arg(partial);
 }
 
 /// Which per-row quantity a pullback reduces.
