@@ -4,7 +4,10 @@
 //! over the CPU's Stage-1 bundle (with its upload). Prints the phases as JSON
 //! with the device bytes the bundle costs.
 //!
-//!     cargo run --release --example bench_rows [N_ROWS]     (default: seed shape, 195,000)
+//!     cargo run --release --example bench_rows [N_ROWS] [--gpu-only]     (default: seed shape, 195,000)
+//!
+//! `--gpu-only` times only both stages on the device (no CPU evaluation to
+//! compare with).
 
 use std::time::Instant;
 
@@ -13,8 +16,11 @@ use matfree::bms::row_kernel::evaluate_rows;
 use matfree::cuda::{evaluate_rows_device, select_device, Device, DeviceDesigns, DeviceStage1, GpuPolicy};
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
-    let n = std::env::args()
-        .nth(1)
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let gpu_only = args.iter().any(|a| a == "--gpu-only");
+    let n = args
+        .iter()
+        .find(|a| !a.starts_with("--"))
         .map(|s| s.parse())
         .transpose()?
         .unwrap_or(195_000);
@@ -22,6 +28,17 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let t = Instant::now();
     let g = generate(cfg)?;
     let generate_s = t.elapsed().as_secs_f64();
+    if gpu_only {
+        let Device::Gpu(gpu) = select_device(GpuPolicy::from_env()?)? else {
+            return Err("--gpu-only needs a GPU".into());
+        };
+        let device = device_stages(&gpu, &g, f64::NAN)?;
+        println!(
+            "{}",
+            serde_json::to_string_pretty(&serde_json::json!({ "n": n, "device_stage1_and_stage2": device }))?
+        );
+        return Ok(());
+    }
     let t = Instant::now();
     let (inputs, _) = g.model.stage1(&g.data, &g.beta)?;
     let stage1_s = t.elapsed().as_secs_f64();

@@ -9,6 +9,39 @@ const NODES: usize = 20;
 /// Most panels one [`adaptive`] call examines.
 const MAX_PANELS: usize = 100_000;
 
+/// The 21-point Gauss-Kronrod rule on [-1, 1] and its embedded 10-point
+/// Gauss rule (QUADPACK's qk21 table): (node, Kronrod weight, Gauss weight,
+/// zero where the node is not a Gauss node) for the nodes x >= 0; the rule
+/// is symmetric. Exact for polynomials of degree 31 (Kronrod) and 19
+/// (Gauss). The device quadrature integrates with the Kronrod rule and
+/// judges it by the Gauss rule, reusing 10 of its 21 values, where the CPU's
+/// 20-point rule checked against a separate 10-point rule costs 30.
+const KRONROD_21: [[f64; 3]; 11] = [
+    [0.0, 0.1494455540029169, 0.0],
+    [0.14887433898163122, 0.14773910490133849, 0.29552422471475287],
+    [0.2943928627014602, 0.14277593857706009, 0.0],
+    [0.4333953941292472, 0.13470921731147334, 0.26926671930999635],
+    [0.5627571346686047, 0.12349197626206584, 0.0],
+    [0.6794095682990244, 0.10938715880229764, 0.21908636251598204],
+    [0.7808177265864169, 0.0931254545836976, 0.0],
+    [0.8650633666889845, 0.07503967481091996, 0.1494513491505806],
+    [0.9301574913557082, 0.054755896574351995, 0.0],
+    [0.9739065285171717, 0.032558162307964725, 0.06667134430868814],
+    [0.9956571630258081, 0.011694638867371874, 0.0],
+];
+
+/// Nodes, Kronrod weights and embedded Gauss weights of the 21-point
+/// Gauss-Kronrod rule, ascending over [-1, 1].
+pub fn gauss_kronrod_21() -> (Vec<f64>, Vec<f64>, Vec<f64>) {
+    let mirrored = KRONROD_21.iter().rev().map(|[x, k, g]| [-x, *k, *g]);
+    let all: Vec<[f64; 3]> = mirrored.chain(KRONROD_21.iter().skip(1).copied()).collect();
+    (
+        all.iter().map(|e| e[0]).collect(),
+        all.iter().map(|e| e[1]).collect(),
+        all.iter().map(|e| e[2]).collect(),
+    )
+}
+
 /// Gauss-Legendre nodes and weights on [-1, 1] for `n` points, by Newton's
 /// method on the Legendre polynomial P_n.
 pub fn gauss_legendre(n: usize) -> (Vec<f64>, Vec<f64>) {
@@ -147,6 +180,31 @@ mod tests {
         for k in [2usize, 10, 38] {
             let s: f64 = x.iter().zip(&w).map(|(x, w)| w * x.powi(k as i32)).sum();
             assert!((s - 2.0 / (k as f64 + 1.0)).abs() < 1e-14, "x^{k}: {s}");
+        }
+    }
+
+    #[test]
+    fn kronrod_rule_is_exact_and_embeds_the_10_point_gauss_rule() {
+        let (x, wk, wg) = gauss_kronrod_21();
+        assert_eq!(x.len(), 21);
+        assert!(x.windows(2).all(|p| p[0] < p[1]), "ascending");
+        // Exact for x^k up to degree 31, against the closed form.
+        for k in 0..=31 {
+            let s: f64 = x.iter().zip(&wk).map(|(x, w)| w * x.powi(k)).sum();
+            let want = if k % 2 == 1 { 0.0 } else { 2.0 / (k as f64 + 1.0) };
+            assert!((s - want).abs() < 2e-15, "x^{k}: {s} vs {want}");
+        }
+        // The Gauss weights sit on exactly the 10-point Gauss nodes.
+        let (gx, gw) = gauss_legendre(10);
+        let embedded: Vec<(f64, f64)> = x
+            .iter()
+            .zip(&wg)
+            .filter(|(_, w)| **w != 0.0)
+            .map(|(x, w)| (*x, *w))
+            .collect();
+        assert_eq!(embedded.len(), 10);
+        for ((x, w), (gx, gw)) in embedded.iter().zip(gx.iter().zip(&gw)) {
+            assert!((x - gx).abs() < 1e-15 && (w - gw).abs() < 1e-15, "{x} {w} vs {gx} {gw}");
         }
     }
 

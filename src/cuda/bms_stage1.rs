@@ -18,7 +18,7 @@ use cudarc::driver::{CudaSlice, LaunchArgs, LaunchConfig, PushKernelArg};
 use super::bms::{check_status, stage2, DeviceBundle, DeviceRowEvaluation};
 use super::row_hessian::DeviceDesigns;
 use super::runtime::{cuda_err, Gpu};
-use crate::bms::quadrature::gauss_legendre;
+use crate::bms::quadrature::gauss_kronrod_21;
 use crate::bms::{BmsData, BmsModel, CubicBasis};
 use crate::designs::check_matrix;
 use crate::{Error, Result};
@@ -162,9 +162,8 @@ impl DeviceStage1 {
             let rule = format!("n and n * {slots} cell slots must fit the kernels' 32-bit indices");
             return Err(Error::invalid("n", n, rule));
         }
-        let (x20, w20) = gauss_legendre(20);
-        let (x10, w10) = gauss_legendre(10);
-        let gl = gpu.upload(&[x20, w20, x10, w10].concat())?;
+        let (x, wk, wg) = gauss_kronrod_21();
+        let gl = gpu.upload(&[x, wk, wg].concat())?;
         let work = Work::allocate(&gpu, model, data, slots)?;
         Ok(Self {
             model: model.clone(),
