@@ -81,23 +81,49 @@ __device__ __forceinline__ double explicit_second(const Cells& k, i64 c, int u, 
     return d_of(k.sbw + (c * p_w + (v - 2 - p_h)) * 4, m);
 }
 
-extern "C" __global__ void bms_row(
+// Stage 2 can take its cells' coefficient arrays from a bundle in global
+// memory (CPU Stage 1, uploaded), or build them tile by tile in shared memory
+// from the bases (device Stage 1, which then stores only each cell slot's
+// edges and moments): write_cell and clear_cell of bms_stage1.cu, with which
+// this file is compiled, fill the tile from the inputs a bundle's writer
+// would have. Each tile's sums are added to the row's totals, so the tile
+// size (fixed per model) sets the grouping of the sums; with 32 cells a tile
+// both sources give bitwise the same rows from the same cells.
+struct BasesSource {
+    Model m;
+    int p_h, p_w, tile;
+    const double *row_a, *row_b, *bounds;
+};
+
+// Doubles of one tile cell's arrays in shared memory (bases source).
+__device__ __forceinline__ int tile_cell_doubles(int r, int p_h, int p_w)
+{
+    return 4 + 4 + 4 + 8 * (r - 1) + 4 + 4 * p_h + 4 * p_w + 10;
+}
+
+// The tile's arrays, carved out of dynamic shared memory.
+__device__ CellOut tile_arrays(double* sh, int tile, int r, int p_h, int p_w)
+{
+    CellOut o;
+    o.c0 = sh; o.c1 = o.c0 + tile; o.c2 = o.c1 + tile; o.c3 = o.c2 + tile;
+    o.a = o.c3 + tile; o.aa = o.a + 4 * tile; o.r = o.aa + 4 * tile; o.ar = o.r + 4 * (r - 1) * tile;
+    o.sbb = o.ar + 4 * (r - 1) * tile; o.sbh = o.sbb + 4 * tile; o.sbw = o.sbh + 4 * p_h * tile;
+    o.m = o.sbw + 4 * p_w * tile;
+    return o;
+}
+
+template <int BASES>
+__device__ void bms_row_body(
     int n_rows, int r, int p_h, int p_w,
     const double* __restrict__ row_mu1, const double* __restrict__ row_mu2,
     const double* __restrict__ row_y, const double* __restrict__ row_w,
-    const unsigned int* __restrict__ cell_offsets,
-    const double* __restrict__ cell_c0, const double* __restrict__ cell_c1,
-    const double* __restrict__ cell_c2, const double* __restrict__ cell_c3,
-    const double* __restrict__ cell_a, const double* __restrict__ cell_aa,
-    const double* __restrict__ cell_r, const double* __restrict__ cell_ar,
-    const double* __restrict__ cell_sbb, const double* __restrict__ cell_sbh,
-    const double* __restrict__ cell_sbw, const double* __restrict__ cell_moments,
+    const unsigned int* __restrict__ cell_offsets, const Cells& k, const BasesSource& src,
     const double* __restrict__ row_chi, const double* __restrict__ row_xi,
     const double* __restrict__ row_rho, const double* __restrict__ row_tau,
     const double* __restrict__ row_ruv, const double* __restrict__ row_e_obs,
     double* __restrict__ f_au_buf, double* __restrict__ out_neglog,
     double* __restrict__ out_grad, double* __restrict__ out_hess,
-    unsigned int* __restrict__ out_status)
+    unsigned int* __restrict__ out_status, double* dyn)
 {
     const int row = blockIdx.x;
     if (row >= n_rows) return;
@@ -110,8 +136,13 @@ extern "C" __global__ void bms_row(
     __shared__ double m_sh[CELL_TILE][10];
     __shared__ double F_a_sh, F_aa_sh;
     __shared__ unsigned int bad;
-    const Cells k = {cell_c0, cell_c1, cell_c2, cell_c3, cell_a, cell_aa, cell_r, cell_ar,
-                     cell_sbb, cell_sbh, cell_sbw, cell_moments};
+    const int tile = BASES ? src.tile : CELL_TILE;
+    // The arrays the loops read: the bundle at cell t0 + j, or the tile at j.
+    Cells kk = k;
+    if (BASES) {
+        const CellOut o = tile_arrays(dyn, tile, r, p_h, p_w);
+        kk = {o.c0, o.c1, o.c2, o.c3, o.a, o.aa, o.r, o.ar, o.sbb, o.sbh, o.sbw, k.m};
+    }
 
     for (i64 e = tid; e < rr; e += nt) F_uv[e] = 0.0;
     for (int u = tid; u < r; u += nt) { F_u[u] = 0.0; F_au[u] = 0.0; }
@@ -119,13 +150,29 @@ extern "C" __global__ void bms_row(
     __syncthreads();
 
     const i64 lo = cell_offsets[row], hi = cell_offsets[row + 1];
-    for (i64 t0 = lo; t0 < hi; t0 += CELL_TILE) {
-        const int nc = (int)min((i64)CELL_TILE, hi - t0);
+    for (i64 t0 = lo; t0 < hi; t0 += tile) {
+        const int nc = (int)min((i64)tile, hi - t0);
+        const i64 cb = BASES ? 0 : t0;
+        if (BASES) {
+            const CellOut o = tile_arrays(dyn, tile, r, p_h, p_w);
+            const double a = src.row_a[row], b = src.row_b[row];
+            for (int j = tid; j < nc; j += nt) {
+                const double z_lo = src.bounds[2 * (t0 + j)], z_hi = src.bounds[2 * (t0 + j) + 1];
+                if (isnan(z_lo)) {
+                    clear_cell(p_h, p_w, j, o);
+                } else {
+                    Pieces p;
+                    cell_pieces(src.m, a, b, z_lo, z_hi, p);
+                    write_cell(src.m, p, a, b, p_h, p_w, j, o);
+                }
+            }
+            __syncthreads();
+        }
         // Stage the tile's moments and T_n = kappa sum_e C_e m_{e+n}.
         for (int j = tid; j < nc; j += nt) {
-            const i64 c = t0 + j;
-            const double C[4] = {k.c0[c], k.c1[c], k.c2[c], k.c3[c]};
-            for (int q = 0; q < 10; ++q) m_sh[j][q] = k.m[c * 10 + q];
+            const i64 c = cb + j;
+            const double C[4] = {kk.c0[c], kk.c1[c], kk.c2[c], kk.c3[c]};
+            for (int q = 0; q < 10; ++q) m_sh[j][q] = k.m[(t0 + j) * 10 + q];
             for (int n = 0; n < 7; ++n) {
                 double acc = 0.0;
                 for (int e = 0; e < 4; ++e) acc = fma(C[e], m_sh[j][e + n], acc);
@@ -137,9 +184,9 @@ extern "C" __global__ void bms_row(
         if (tid == 0) {
             double fa = 0.0, faa = 0.0;
             for (int j = 0; j < nc; ++j) {
-                const double* A = k.a + (t0 + j) * 4;
+                const double* A = kk.a + (cb + j) * 4;
                 fa += d_of(A, m_sh[j]);
-                faa += d_of(k.aa + (t0 + j) * 4, m_sh[j]) - q_of(A, A, T_sh[j]);
+                faa += d_of(kk.aa + (cb + j) * 4, m_sh[j]) - q_of(A, A, T_sh[j]);
             }
             F_a_sh += fa;
             F_aa_sh += faa;
@@ -148,10 +195,10 @@ extern "C" __global__ void bms_row(
         for (int u = 1 + tid; u < r; u += nt) {
             double fu = 0.0, fau = 0.0;
             for (int j = 0; j < nc; ++j) {
-                const i64 c = t0 + j;
-                const double* R = k.r + (c * (r - 1) + (u - 1)) * 4;
+                const i64 c = cb + j;
+                const double* R = kk.r + (c * (r - 1) + (u - 1)) * 4;
                 fu += d_of(R, m_sh[j]);
-                fau += d_of(k.ar + (c * (r - 1) + (u - 1)) * 4, m_sh[j]) - q_of(k.a + c * 4, R, T_sh[j]);
+                fau += d_of(kk.ar + (c * (r - 1) + (u - 1)) * 4, m_sh[j]) - q_of(kk.a + c * 4, R, T_sh[j]);
             }
             F_u[u] += fu;
             F_au[u] += fau;
@@ -162,10 +209,10 @@ extern "C" __global__ void bms_row(
             if (u < 1 || v < u) continue;
             double f = 0.0;
             for (int j = 0; j < nc; ++j) {
-                const i64 c = t0 + j;
-                const double* Ru = k.r + (c * (r - 1) + (u - 1)) * 4;
-                const double* Rv = k.r + (c * (r - 1) + (v - 1)) * 4;
-                f += explicit_second(k, c, u, v, r, p_h, p_w, m_sh[j]) - q_of(Ru, Rv, T_sh[j]);
+                const i64 c = cb + j;
+                const double* Ru = kk.r + (c * (r - 1) + (u - 1)) * 4;
+                const double* Rv = kk.r + (c * (r - 1) + (v - 1)) * 4;
+                f += explicit_second(kk, c, u, v, r, p_h, p_w, m_sh[j]) - q_of(Ru, Rv, T_sh[j]);
             }
             F_uv[e] += f;
         }
@@ -228,4 +275,51 @@ extern "C" __global__ void bms_row(
         out_neglog[row] = nl;
         out_status[row] = (bad || !isfinite(nl)) ? ROW_NON_FINITE : ROW_OK;
     }
+}
+
+#define ROW_COMMON_PARAMS                                                                              \
+    int n_rows, int r, int p_h, int p_w, const double *__restrict__ row_mu1,                           \
+        const double *__restrict__ row_mu2, const double *__restrict__ row_y,                          \
+        const double *__restrict__ row_w, const unsigned int *__restrict__ cell_offsets
+#define ROW_TAIL_PARAMS                                                                                \
+    const double *__restrict__ row_chi, const double *__restrict__ row_xi,                             \
+        const double *__restrict__ row_rho, const double *__restrict__ row_tau,                        \
+        const double *__restrict__ row_ruv, const double *__restrict__ row_e_obs,                      \
+        double *__restrict__ f_au_buf, double *__restrict__ out_neglog, double *__restrict__ out_grad, \
+        double *__restrict__ out_hess, unsigned int *__restrict__ out_status
+#define ROW_TAIL_ARGS                                                                                   \
+    row_chi, row_xi, row_rho, row_tau, row_ruv, row_e_obs, f_au_buf, out_neglog, out_grad, out_hess, \
+        out_status
+
+// Stage 2 over a bundle of per-cell arrays in global memory.
+extern "C" __global__ void bms_row(
+    ROW_COMMON_PARAMS,
+    const double* __restrict__ cell_c0, const double* __restrict__ cell_c1,
+    const double* __restrict__ cell_c2, const double* __restrict__ cell_c3,
+    const double* __restrict__ cell_a, const double* __restrict__ cell_aa,
+    const double* __restrict__ cell_r, const double* __restrict__ cell_ar,
+    const double* __restrict__ cell_sbb, const double* __restrict__ cell_sbh,
+    const double* __restrict__ cell_sbw, const double* __restrict__ cell_moments, ROW_TAIL_PARAMS)
+{
+    const Cells k = {cell_c0, cell_c1, cell_c2, cell_c3, cell_a, cell_aa, cell_r, cell_ar,
+                     cell_sbb, cell_sbh, cell_sbw, cell_moments};
+    const BasesSource none = {};
+    bms_row_body<0>(n_rows, r, p_h, p_w, row_mu1, row_mu2, row_y, row_w, cell_offsets, k, none, ROW_TAIL_ARGS, 0);
+}
+
+// Stage 2 over cell slots described by their edges and moments, building
+// the arrays from the bases in shared memory, `tile` cells at a time.
+extern "C" __global__ void bms_row_bases(
+    ROW_COMMON_PARAMS, MODEL_PARAMS, int tile, const double* __restrict__ row_a_in,
+    const double* __restrict__ row_b_in, const double* __restrict__ bounds,
+    const double* __restrict__ cell_moments, ROW_TAIL_PARAMS)
+{
+    extern __shared__ double tile_sh[];
+    const Cells k = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, cell_moments};
+    BasesSource src;
+    src.m = make_model(MODEL_ARGS);
+    src.p_h = p_h; src.p_w = p_w; src.tile = tile;
+    src.row_a = row_a_in; src.row_b = row_b_in; src.bounds = bounds;
+    bms_row_body<1>(n_rows, r, p_h, p_w, row_mu1, row_mu2, row_y, row_w, cell_offsets, k, src, ROW_TAIL_ARGS,
+                    tile_sh);
 }

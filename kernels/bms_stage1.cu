@@ -6,11 +6,13 @@
 //   bms_calibrate  one thread per row: q, b from the design rows, then the
 //                  intercept a (closed form for rigid rows, else Newton on
 //                  F(a) safeguarded by a bracket, as on the CPU).
-//   bms_cells      one thread per (row, cell slot): the cell's edges, every
-//                  coefficient array of the Stage-2 bundle and its moments.
-//                  Every row owns `slots` = kh + kw + 1 slots; a row with
-//                  fewer cells (b = 0, or coinciding edges) zero-fills the
-//                  rest, which adds exact zeros in Stage 2.
+//   bms_cell_moments  one thread per (row, cell slot): the cell's edges and
+//                  moments. Every row owns `slots` = kh + kw + 1 slots; a row
+//                  with fewer cells (b = 0, or coinciding edges) marks the
+//                  rest empty, which adds exact zeros in Stage 2. The cells'
+//                  coefficient arrays are built by Stage 2 itself
+//                  (bms_row_bases in bms_row.cu, compiled with this file)
+//                  from the edges and the bases: write_cell below.
 //   bms_observed   one thread per row: the observed-point jets and mu_1, mu_2.
 // Each thread works sequentially in a fixed order: no atomics, bitwise
 // repeatable. Quadrature is adaptive, with an explicit stack per thread:
@@ -566,35 +568,37 @@ __device__ void clear_cell(int p_h, int p_w, i64 c, const CellOut& o)
     for (int k = 0; k < MOMENTS; ++k) o.m[c * MOMENTS + k] = 0.0;
 }
 
-extern "C" __global__ void bms_cells(
-    int n, int slots, int p_h, int p_w, MODEL_PARAMS,
-    const double* __restrict__ row_b, const double* __restrict__ row_a,
-    const unsigned int* __restrict__ row_status, double* __restrict__ c0, double* __restrict__ c1, double* __restrict__ c2, double* __restrict__ c3,
-    double* __restrict__ ca, double* __restrict__ caa, double* __restrict__ cr, double* __restrict__ car,
-    double* __restrict__ csbb, double* __restrict__ csbh, double* __restrict__ csbw,
-    double* __restrict__ cm)
+// Per cell slot (one thread each): the cell's edges and its moments. An
+// empty slot (fewer cells, or a row whose intercept failed: its cells at a
+// possibly non-finite a would only cost quadrature that cannot converge)
+// gets NaN edges and zero moments; Stage 2 (bms_row_bases) builds the
+// cell's coefficient arrays from the edges and adds exact zeros for it.
+extern "C" __global__ void bms_cell_moments(
+    int n, int slots, MODEL_PARAMS, const double* __restrict__ row_b, const double* __restrict__ row_a,
+    const unsigned int* __restrict__ row_status, double* __restrict__ bounds, double* __restrict__ cm)
 {
     const i64 c = (i64)blockIdx.x * blockDim.x + threadIdx.x;
     if (c >= (i64)n * slots) return;
     const i64 row = c / slots;
     const int slot = (int)(c % slots);
     const Model m = make_model(MODEL_ARGS);
-    const CellOut o = {c0, c1, c2, c3, ca, caa, cr, car, csbb, csbh, csbw, cm};
     const double a = row_a[row], b = row_b[row];
     double lo, hi;
-    // A row whose intercept failed is reported by its status; its cells
-    // (at a possibly non-finite a) would only cost quadrature that cannot
-    // converge.
     if (row_status[row] != CAL_OK || !cell_bounds(m, a, b, slot, &lo, &hi)) {
-        clear_cell(p_h, p_w, c, o);
+        const double nan = __longlong_as_double(0x7ff8000000000000LL);
+        bounds[2 * c] = nan;
+        bounds[2 * c + 1] = nan;
+        for (int k = 0; k < MOMENTS; ++k) cm[c * MOMENTS + k] = 0.0;
         return;
     }
     Pieces p;
     cell_pieces(m, a, b, lo, hi, p);
-    write_cell(m, p, a, b, p_h, p_w, c, o);
-    const double eta[4] = {c0[c], c1[c], c2[c], c3[c]};
+    double eta[4], A[4];
+    eta_and_a(p, a, b, m.s_f, eta, A);
     double mom[MOMENTS];
     cell_moments(eta, lo, hi, gl, mom);
+    bounds[2 * c] = lo;
+    bounds[2 * c + 1] = hi;
     for (int k = 0; k < MOMENTS; ++k) cm[c * MOMENTS + k] = mom[k];
 }
 

@@ -6,7 +6,7 @@
 
 use std::sync::Arc;
 
-use cudarc::driver::{CudaSlice, LaunchConfig, PushKernelArg};
+use cudarc::driver::{CudaSlice, LaunchArgs, LaunchConfig, PushKernelArg};
 
 use super::bms_stage1::DeviceStage1;
 use super::row_hessian::{DeviceDesigns, DeviceRowHessian};
@@ -111,6 +111,65 @@ pub fn evaluate_rows_device(
     Ok(rows)
 }
 
+/// Stage 2's outputs: per-row neglog, gradient, Hessian (also its scratch),
+/// F_au scratch and status.
+pub(crate) struct RowOutputs {
+    pub neglog: CudaSlice<f64>,
+    pub grad: CudaSlice<f64>,
+    pub hess: CudaSlice<f64>,
+    pub f_au: CudaSlice<f64>,
+    pub status: CudaSlice<u32>,
+}
+
+impl RowOutputs {
+    /// Fresh outputs for n rows of width r.
+    pub(crate) fn allocate(gpu: &Gpu, n: usize, r: usize) -> Result<Self> {
+        if n > i32::MAX as usize {
+            return Err(Error::invalid("n_rows", n, "must be < 2^31 for the row kernel's grid"));
+        }
+        Ok(Self {
+            neglog: gpu.zeros(n)?,
+            grad: gpu.zeros(n * r)?,
+            hess: gpu.zeros(n * r * r)?,
+            f_au: gpu.zeros(n * r)?,
+            status: gpu.zeros(n)?,
+        })
+    }
+
+    /// The trailing arguments of both row kernels (after the observed jets).
+    pub(crate) fn push<'a>(&'a mut self, b: &mut LaunchArgs<'a>) {
+        b.arg(&mut self.f_au)
+            .arg(&mut self.neglog)
+            .arg(&mut self.grad)
+            .arg(&mut self.hess)
+            .arg(&mut self.status);
+    }
+
+    /// The rows as an evaluation over the designs, and the status to check.
+    pub(crate) fn finish(
+        self,
+        designs: &Arc<DeviceDesigns>,
+        layout: &Layout,
+    ) -> Result<(DeviceRowEvaluation, CudaSlice<u32>)> {
+        let hessian = DeviceRowHessian::from_device(layout.clone(), designs.clone(), self.hess)?;
+        let rows = DeviceRowEvaluation {
+            neglog: self.neglog,
+            grad: self.grad,
+            hessian,
+        };
+        Ok((rows, self.status))
+    }
+}
+
+/// One block per row.
+pub(crate) fn row_grid(n: usize, shared_bytes: usize) -> LaunchConfig {
+    LaunchConfig {
+        grid_dim: (n as u32, 1, 1),
+        block_dim: (ROW_THREADS, 1, 1),
+        shared_mem_bytes: shared_bytes as u32,
+    }
+}
+
 /// Launch the row kernel over a bundle on the device; the caller checks the
 /// returned per-row status before handing the rows to anyone.
 pub(crate) fn stage2(
@@ -120,15 +179,8 @@ pub(crate) fn stage2(
     bundle: &DeviceBundle,
 ) -> Result<(DeviceRowEvaluation, CudaSlice<u32>)> {
     let (n, r) = (designs.n(), layout.r());
-    if n > i32::MAX as usize {
-        return Err(Error::invalid("n_rows", n, "must be < 2^31 for the row kernel's grid"));
-    }
     let gpu = designs.gpu().clone();
-    let mut neglog = gpu.zeros::<f64>(n)?;
-    let mut grad = gpu.zeros::<f64>(n * r)?;
-    let mut hess = gpu.zeros::<f64>(n * r * r)?;
-    let mut f_au = gpu.zeros::<f64>(n * r)?;
-    let mut status = gpu.zeros::<u32>(n)?;
+    let mut out = RowOutputs::allocate(&gpu, n, r)?;
     let (n32, r32, ph, pw) = (n as i32, r as i32, p_h as i32, p_w as i32);
     let mut b = gpu.stream.launch_builder(&gpu.f.bms_row);
     b.arg(&n32).arg(&r32).arg(&ph).arg(&pw);
@@ -139,22 +191,13 @@ pub(crate) fn stage2(
     for a in bundle.cells.iter().chain(&bundle.observed) {
         b.arg(a);
     }
-    b.arg(&mut f_au)
-        .arg(&mut neglog)
-        .arg(&mut grad)
-        .arg(&mut hess)
-        .arg(&mut status);
-    let cfg = LaunchConfig {
-        grid_dim: (n as u32, 1, 1),
-        block_dim: (ROW_THREADS, 1, 1),
-        shared_mem_bytes: 0,
-    };
+    out.push(&mut b);
     // SAFETY: every bundle array holds its n, r, p_h, p_w and cell-count
-    // length (validated on upload, or allocated so by the device Stage 1);
-    // outputs are sized n, n r, n r^2; one block per row.
-    unsafe { b.launch(cfg) }.map_err(|e| cuda_err("bms_row", e))?;
-    let hessian = DeviceRowHessian::from_device(layout.clone(), designs.clone(), hess)?;
-    Ok((DeviceRowEvaluation { neglog, grad, hessian }, status))
+    // length (validated on upload); outputs are sized n, n r, n r^2; one
+    // block per row.
+    unsafe { b.launch(row_grid(n, 0)) }.map_err(|e| cuda_err("bms_row", e))?;
+    drop(b);
+    out.finish(designs, layout)
 }
 
 /// The status verdict: the first rejected row, if any (one counted download).

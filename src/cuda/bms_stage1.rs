@@ -1,21 +1,24 @@
 //! Stage 1 of the BMS model on the device (`kernels/bms_stage1.cu`): q and b
-//! from the resident designs, the intercept a per row, every cell's
-//! coefficient arrays and moments, and the observed-point jets, written
-//! straight into the Stage-2 bundle on the device. Per evaluation the host
-//! uploads only beta and the bases' per-segment combinations (a few KB) and
-//! reads back the status verdict.
+//! from the resident designs, the intercept a per row, every cell's edges
+//! and moments, and the observed-point jets; then Stage 2 (`bms_row_bases`),
+//! which builds each cell's coefficient arrays from the bases in shared
+//! memory instead of reading a bundle of them (about 2 KB a cell, 10.5 GB
+//! at the seed shape, written and read once per evaluation before). Per
+//! evaluation the host uploads only beta and the bases' per-segment
+//! combinations (a few KB) and reads back the status verdict.
 //!
 //! Every row owns `slots = k_h + k_w + 1` cell slots (the most cells a row
 //! can have: one more than the score and link knots together); a row with
-//! fewer cells (b = 0, or coinciding edges) zero-fills the rest, which
+//! fewer cells (b = 0, or coinciding edges) marks the rest empty, which
 //! Stage 2 sums as exact zeros. The CPU Stage 1 (`bms::cells`,
-//! `bms::calibration`) is the oracle: same cells, same adaptive rule.
+//! `bms::calibration`) is the oracle: same cells; its adaptive rule's
+//! acceptance test (the device integrates with the 21-point Kronrod rule).
 
 use std::sync::{Arc, Mutex};
 
 use cudarc::driver::{CudaSlice, LaunchArgs, LaunchConfig, PushKernelArg};
 
-use super::bms::{check_status, stage2, DeviceBundle, DeviceRowEvaluation};
+use super::bms::{check_status, row_grid, DeviceRowEvaluation, RowOutputs};
 use super::row_hessian::DeviceDesigns;
 use super::runtime::{cuda_err, Gpu};
 use crate::bms::quadrature::gauss_kronrod_21;
@@ -86,14 +89,28 @@ impl PendingRows {
     }
 }
 
-/// Per-row buffers written by Stage 1 and read by Stage 2.
+/// Per-row and per-cell-slot buffers written by Stage 1 and read by Stage 2.
 struct Work {
     q: CudaSlice<f64>,
     b: CudaSlice<f64>,
     a: CudaSlice<f64>,
     status: CudaSlice<u32>,
-    bundle: DeviceBundle,
+    /// mu_1, mu_2 (written per evaluation), y, w (uploaded once).
+    rows: [CudaSlice<f64>; 4],
+    /// Row i's cell slots are [offsets[i], offsets[i + 1]) = [i slots, ...).
+    offsets: CudaSlice<u32>,
+    /// Each slot's edges (NaN: empty) and moments: `[n slots, 2]`, `[n slots, 10]`.
+    bounds: CudaSlice<f64>,
+    moments: CudaSlice<f64>,
+    /// chi, xi, rho, tau, r_uv, e_obs at the observed points.
+    observed: [CudaSlice<f64>; 6],
 }
+
+/// Most cells Stage 2 builds in shared memory at a time, and the bytes it
+/// aims its tile at (below the 48 KiB a launch gets without opting in, with
+/// room for the kernel's static arrays).
+const STAGE2_TILE: usize = 32;
+const STAGE2_TILE_BYTES: usize = 40 << 10;
 
 /// Stage 1 and Stage 2 of the BMS model on one GPU for a fixed data set:
 /// everything per row is uploaded (or allocated) once, here.
@@ -103,6 +120,8 @@ pub struct DeviceStage1 {
     score: DeviceBasis,
     link: DeviceBasis,
     slots: usize,
+    /// Cells a Stage-2 tile holds, and its shared-memory bytes.
+    tile: (usize, usize),
     gl: CudaSlice<f64>,
     z: CudaSlice<f64>,
     work: Mutex<Work>,
@@ -130,7 +149,8 @@ struct BetaParts {
 
 impl DeviceStage1 {
     /// Upload the data set (designs, scores, labels, weights), the bases and
-    /// the quadrature rules, and allocate the bundle: `slots` cells per row.
+    /// the quadrature rules, and allocate the per-row and per-cell-slot
+    /// buffers: `slots` cells per row.
     pub fn new(gpu: Arc<Gpu>, model: &BmsModel, data: &BmsData) -> Result<Self> {
         let designs = DeviceDesigns::upload(gpu, &data.designs)?;
         Self::with_designs(designs, model, data)
@@ -165,12 +185,14 @@ impl DeviceStage1 {
         let (x, wk, wg) = gauss_kronrod_21();
         let gl = gpu.upload(&[x, wk, wg].concat())?;
         let work = Work::allocate(&gpu, model, data, slots)?;
+        let tile = stage2_tile(&gpu, bases.r(), bases.p_h(), bases.p_w())?;
         Ok(Self {
             model: model.clone(),
             designs,
             score,
             link,
             slots,
+            tile,
             gl,
             z: gpu.upload(&data.z)?,
             work: Mutex::new(work),
@@ -199,15 +221,13 @@ impl DeviceStage1 {
 
     /// Queue both stages at beta without waiting: several devices' shards
     /// then run at once, and [`PendingRows::finish`] reads each verdict.
-    /// The stream orders the next launch's reuse of the bundle after this one.
+    /// The stream orders the next launch's reuse of the buffers after this one.
     pub fn launch(&self, beta: &[f64]) -> Result<PendingRows> {
-        let layout = self.model.layout();
         let (parts, mut work) = self.prepare(beta)?;
         self.calibrate(&parts, &mut work)?;
         self.cells(&parts, &mut work)?;
         self.observed(&parts, &mut work)?;
-        let bases = self.model.bases();
-        let (rows, mut status) = stage2(&self.designs, layout, (bases.p_h(), bases.p_w()), &work.bundle)?;
+        let (rows, mut status) = self.stage2(&parts, &work)?;
         self.merge_status(&work.status, &mut status)?;
         Ok(PendingRows {
             gpu: self.gpu().clone(),
@@ -234,7 +254,6 @@ impl DeviceStage1 {
     /// jets, Stage 2 with its verdict), each followed by a synchronisation:
     /// where the time of [`DeviceStage1::evaluate`] goes.
     pub fn profile(&self, beta: &[f64]) -> Result<Vec<(&'static str, f64)>> {
-        let layout = self.model.layout();
         let (parts, mut work) = self.prepare(beta)?;
         let gpu = self.gpu().clone();
         let timed = |f: &mut dyn FnMut() -> Result<()>| -> Result<f64> {
@@ -244,7 +263,6 @@ impl DeviceStage1 {
             gpu.synchronize()?;
             Ok(t.elapsed().as_secs_f64())
         };
-        let bases = self.model.bases();
         Ok(vec![
             ("calibrate", timed(&mut || self.calibrate(&parts, &mut work))?),
             ("cells", timed(&mut || self.cells(&parts, &mut work))?),
@@ -252,7 +270,7 @@ impl DeviceStage1 {
             (
                 "stage2",
                 timed(&mut || {
-                    let (_, mut status) = stage2(&self.designs, layout, (bases.p_h(), bases.p_w()), &work.bundle)?;
+                    let (_, mut status) = self.stage2(&parts, &work)?;
                     self.merge_status(&work.status, &mut status)?;
                     check_status(&gpu, &status)
                 })?,
@@ -270,7 +288,7 @@ impl DeviceStage1 {
     /// The cell moments of the last evaluation, `[n, slots, 10]`.
     pub fn cell_moments(&self) -> Result<Vec<f64>> {
         let work = self.lock_work()?;
-        self.gpu().download(&work.bundle.cells[11])
+        self.gpu().download(&work.moments)
     }
 
     fn beta_parts(&self, beta: &[f64]) -> Result<BetaParts> {
@@ -340,21 +358,51 @@ impl DeviceStage1 {
 
     fn cells(&self, parts: &BetaParts, work: &mut Work) -> Result<()> {
         let gpu = self.gpu();
-        let bases = self.model.bases();
         let (n, slots) = (self.designs.n() as i32, self.slots as i32);
-        let (p_h, p_w) = (bases.p_h() as i32, bases.p_w() as i32);
         let s = self.scalars();
-        let mut b = gpu.stream.launch_builder(&gpu.f.bms_cells);
-        b.arg(&n).arg(&slots).arg(&p_h).arg(&p_w);
+        let mut b = gpu.stream.launch_builder(&gpu.f.bms_cell_moments);
+        b.arg(&n).arg(&slots);
         self.push_model(&mut b, &s, parts);
         b.arg(&work.b).arg(&work.a).arg(&work.status);
-        for c in work.bundle.cells.iter_mut() {
-            b.arg(c);
-        }
-        // SAFETY: every cell array holds n * slots cells of its width
-        // (Work::allocate); one thread per cell slot.
-        unsafe { b.launch(grid(self.designs.n() * self.slots)) }.map_err(|e| cuda_err("bms_cells", e))?;
+        b.arg(&mut work.bounds).arg(&mut work.moments);
+        // SAFETY: bounds holds 2 and moments 10 values per cell slot, n *
+        // slots slots (Work::allocate); one thread per cell slot.
+        unsafe { b.launch(grid(self.designs.n() * self.slots)) }.map_err(|e| cuda_err("bms_cell_moments", e))?;
         Ok(())
+    }
+
+    /// Stage 2 from the slots' edges and moments: each row's cells' arrays
+    /// are built from the bases in shared memory, a tile at a time.
+    fn stage2(&self, parts: &BetaParts, work: &Work) -> Result<(DeviceRowEvaluation, CudaSlice<u32>)> {
+        let (gpu, layout, bases) = (self.gpu(), self.model.layout(), self.model.bases());
+        let n = self.designs.n();
+        let mut out = RowOutputs::allocate(gpu, n, layout.r())?;
+        let (n32, r32) = (n as i32, layout.r() as i32);
+        let (ph, pw, tile) = (bases.p_h() as i32, bases.p_w() as i32, self.tile.0 as i32);
+        let s = self.scalars();
+        let mut b = gpu.stream.launch_builder(&gpu.f.bms_row_bases);
+        b.arg(&n32).arg(&r32).arg(&ph).arg(&pw);
+        for a in &work.rows {
+            b.arg(a);
+        }
+        b.arg(&work.offsets);
+        self.push_model(&mut b, &s, parts);
+        b.arg(&tile)
+            .arg(&work.a)
+            .arg(&work.b)
+            .arg(&work.bounds)
+            .arg(&work.moments);
+        for a in &work.observed {
+            b.arg(a);
+        }
+        out.push(&mut b);
+        // SAFETY: row arrays hold n values, offsets n + 1, bounds and
+        // moments 2 and 10 per slot, the observed jets n, n r, n r^2; the
+        // dynamic shared memory is the tile stage2_tile sized (the kernel
+        // carves `tile` cells of tile_cell_doubles); one block per row.
+        unsafe { b.launch(row_grid(n, self.tile.1)) }.map_err(|e| cuda_err("bms_row_bases", e))?;
+        drop(b);
+        out.finish(&self.designs, layout)
     }
 
     fn observed(&self, parts: &BetaParts, work: &mut Work) -> Result<()> {
@@ -363,12 +411,17 @@ impl DeviceStage1 {
         let (n, p_h, p_w) = (self.designs.n() as i32, bases.p_h() as i32, bases.p_w() as i32);
         let s = self.scalars();
         let Work {
-            q, b: row_b, a, bundle, ..
+            q,
+            b: row_b,
+            a,
+            rows,
+            observed,
+            ..
         } = work;
-        let [chi, xi, rho, tau, ruv, e_obs] = &mut bundle.observed;
+        let [chi, xi, rho, tau, ruv, e_obs] = observed;
         // Only the non-zero entries of r_uv are written by the kernel.
         gpu.stream.memset_zeros(ruv).map_err(|e| cuda_err("r_uv zero", e))?;
-        let [mu_1, mu_2, _, _] = &mut bundle.rows;
+        let [mu_1, mu_2, _, _] = rows;
         let mut b = gpu.stream.launch_builder(&gpu.f.bms_observed);
         b.arg(&n).arg(&p_h).arg(&p_w);
         self.push_model(&mut b, &s, parts);
@@ -402,39 +455,37 @@ impl DeviceStage1 {
     }
 }
 
+/// Cells a Stage-2 tile holds (as many as fit STAGE2_TILE_BYTES, at most
+/// STAGE2_TILE) and the tile's bytes: the kernel's tile_cell_doubles per cell.
+fn stage2_tile(gpu: &Gpu, r: usize, p_h: usize, p_w: usize) -> Result<(usize, usize)> {
+    let cell = (4 + 4 + 4 + 8 * (r - 1) + 4 + 4 * p_h + 4 * p_w + 10) * 8;
+    let tile = (STAGE2_TILE_BYTES / cell).clamp(1, STAGE2_TILE);
+    // The kernel's static arrays (T and the moments of 32 cells) come on top.
+    let bytes = tile * cell;
+    if bytes + (STAGE2_TILE * 17 + 4) * 8 > gpu.shared_optin {
+        let rule = format!("one cell's Stage-2 arrays ({cell} bytes) must fit the device's shared memory");
+        return Err(Error::invalid("r", r, rule));
+    }
+    Ok((tile, bytes))
+}
+
 impl Work {
     fn allocate(gpu: &Gpu, model: &BmsModel, data: &BmsData, slots: usize) -> Result<Self> {
         let n = data.n();
-        let bases = model.bases();
-        let (r, p_h, p_w) = (bases.r(), bases.p_h(), bases.p_w());
+        let r = model.bases().r();
         let c = n * slots;
         let z = |len: usize| gpu.zeros::<f64>(len);
         let offsets: Vec<u32> = (0..=n).map(|i| (i * slots) as u32).collect();
-        let bundle = DeviceBundle {
-            rows: [z(n)?, z(n)?, gpu.upload(&data.y)?, gpu.upload(&data.w)?],
-            offsets: gpu.upload(&offsets)?,
-            cells: [
-                z(c)?,
-                z(c)?,
-                z(c)?,
-                z(c)?,
-                z(4 * c)?,
-                z(4 * c)?,
-                z(4 * (r - 1) * c)?,
-                z(4 * (r - 1) * c)?,
-                z(4 * c)?,
-                z(4 * p_h * c)?,
-                z(4 * p_w * c)?,
-                z(10 * c)?,
-            ],
-            observed: [z(n)?, z(n)?, z(n * r)?, z(n * r)?, z(n * r * r)?, z(n)?],
-        };
         Ok(Self {
             q: z(n)?,
             b: z(n)?,
             a: z(n)?,
             status: gpu.zeros(n)?,
-            bundle,
+            rows: [z(n)?, z(n)?, gpu.upload(&data.y)?, gpu.upload(&data.w)?],
+            offsets: gpu.upload(&offsets)?,
+            bounds: z(2 * c)?,
+            moments: z(10 * c)?,
+            observed: [z(n)?, z(n)?, z(n * r)?, z(n * r)?, z(n * r * r)?, z(n)?],
         })
     }
 }

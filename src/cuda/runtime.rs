@@ -118,8 +118,9 @@ pub(crate) struct Functions {
     pub log_diag_sum: CudaFunction,
     pub add_into: CudaFunction,
     pub bms_row: CudaFunction,
+    pub bms_row_bases: CudaFunction,
     pub bms_calibrate: CudaFunction,
-    pub bms_cells: CudaFunction,
+    pub bms_cell_moments: CudaFunction,
     pub bms_observed: CudaFunction,
     pub merge_status: CudaFunction,
 }
@@ -156,12 +157,19 @@ pub(crate) fn cuda_err(what: &str, e: impl std::fmt::Debug) -> Error {
 pub(crate) const PINNED_SLOTS: usize = 64;
 
 /// The kernel sources, embedded at build time.
-const SOURCES: [(&str, &str); 5] = [
+const SOURCES: [(&str, &str); 4] = [
     ("row_hessian.cu", include_str!("../../kernels/row_hessian.cu")),
     ("pcg.cu", include_str!("../../kernels/pcg.cu")),
     ("dense.cu", include_str!("../../kernels/dense.cu")),
-    ("bms_row.cu", include_str!("../../kernels/bms_row.cu")),
-    ("bms_stage1.cu", include_str!("../../kernels/bms_stage1.cu")),
+    // One module: Stage 2 builds cells' arrays with Stage 1's functions.
+    (
+        "bms_stage1.cu + bms_row.cu",
+        concat!(
+            include_str!("../../kernels/bms_stage1.cu"),
+            "\n",
+            include_str!("../../kernels/bms_row.cu")
+        ),
+    ),
 ];
 
 pub(super) fn check_libraries() -> Result<()> {
@@ -362,9 +370,10 @@ fn compile(ctx: &Arc<CudaContext>, (major, minor): (i32, i32)) -> Result<Functio
         log_diag_sum: get(2, "log_diag_sum")?,
         add_into: get(2, "add_into")?,
         bms_row: get(3, "bms_row")?,
-        bms_calibrate: get(4, "bms_calibrate")?,
-        bms_cells: get(4, "bms_cells")?,
-        bms_observed: get(4, "bms_observed")?,
-        merge_status: get(4, "merge_status")?,
+        bms_row_bases: get(3, "bms_row_bases")?,
+        bms_calibrate: get(3, "bms_calibrate")?,
+        bms_cell_moments: get(3, "bms_cell_moments")?,
+        bms_observed: get(3, "bms_observed")?,
+        merge_status: get(3, "merge_status")?,
     })
 }
