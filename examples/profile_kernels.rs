@@ -1,7 +1,7 @@
 //! Runs each hot kernel a few times at the seed shape and nothing else, for
 //! an external profiler (Nsight Compute), e.g.
 //!
-//!     ncu --kernel-name regex:'hvp_staged|bms_calibrate|bms_cells' --launch-count 6 \
+//!     ncu --kernel-name regex:'hvp_staged|bms_calibrate|bms_cell_moments|bms_row_bases' --launch-count 6 \
 //!         --section SpeedOfLight --section Occupancy --section WarpStateStats \
 //!         target/release/examples/profile_kernels
 //!

@@ -62,7 +62,7 @@ struct Basis {
 struct Model {
     Basis h, w;
     double s_f;
-    const double* gl;  // 20-point nodes, weights, 10-point nodes, weights on [-1, 1]
+    const double* gl;  // 21-point Gauss-Kronrod nodes, Kronrod weights, Gauss weights (0 off Gauss nodes) on [-1, 1]
 };
 
 __device__ __forceinline__ double horner(const double* p, double x)

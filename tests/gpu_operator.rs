@@ -10,7 +10,11 @@ use matfree::solvers::LinearOperator;
 use matfree::Error;
 
 /// (r, p_total) = (4, 44), (20, 44), (33, 44), (64, 300), (20, 300), (33, 300), (6, 700),
-/// and (82, 89), whose rows are too big for the staged dense kernel.
+/// (82, 89), whose rows are too big for the staged dense kernel, and r = 130
+/// with p = 139 and 700, whose rows are too big to stage for the HVP on any
+/// current GPU (two 135 KB rows a buffer): the fused warp-per-row HVP serves
+/// the first, the two-phase HVP the second (p too wide for the fused
+/// kernel's accumulators). Every HVP path is checked.
 fn shapes() -> Vec<Shape> {
     let s = |n, p_m, p_g, p_h, p_w| Shape { n, p_m, p_g, p_h, p_w };
     vec![
@@ -23,6 +27,8 @@ fn shapes() -> Vec<Shape> {
         // p = 700: too wide for the fused HVP's shared memory (two-phase path).
         s(150, 400, 296, 2, 2),
         s(200, 5, 4, 40, 40),
+        s(61, 6, 5, 64, 64),
+        s(37, 300, 272, 64, 64),
     ]
 }
 
@@ -31,9 +37,11 @@ fn device_operations_match_cpu_operator() {
     let Some(gpu) = gpu_for_test("device_operations_match_cpu_operator") else {
         return;
     };
+    let mut paths = std::collections::BTreeSet::new();
     for (s, shape) in shapes().into_iter().enumerate() {
         let op = random_row_problem(shape, 1.0, 100 + s as u64).unwrap();
         let dev = DeviceRowHessian::from_cpu(gpu.clone(), &op).unwrap();
+        paths.insert(dev.hvp_path());
         let (p, r, k) = (op.dim(), op.layout().r(), 3 + s);
         let v = Rng::new(7 + s as u64).normals(p * k);
         let want = common::cpu_operator_results(&op, &v, k);
@@ -64,8 +72,15 @@ fn device_operations_match_cpu_operator() {
             common::assert_close(&format!("packed {label} r={r} p={p}"), g, w, 1e-12);
         }
         common::assert_close("packed rows", &packed.hess_host().unwrap(), op.hess(), 1e-14);
-        println!("r = {r}, p = {p}, n = {}: parity ok (full and packed)", op.n());
+        println!(
+            "r = {r}, p = {p}, n = {}: parity ok (full and packed), HVP {}",
+            op.n(),
+            packed.hvp_path()
+        );
+        paths.insert(packed.hvp_path());
     }
+    let want: std::collections::BTreeSet<_> = ["fused", "staged", "two-phase"].into();
+    assert_eq!(paths, want, "every HVP path exercised");
 }
 
 #[test]

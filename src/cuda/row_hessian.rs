@@ -275,6 +275,21 @@ impl DeviceRowHessian {
             .map_err(|_| Error::Cuda("row-Hessian scratch lock poisoned".into()))
     }
 
+    /// Which kernels serve [`DeviceRowHessian::hvp_into`]: `"staged"` (rows
+    /// streamed through shared memory), `"fused"` (a warp per row, for rows
+    /// too wide to stage on this device) or `"two-phase"` (p too wide for
+    /// the fused kernel's shared accumulators).
+    pub fn hvp_path(&self) -> &'static str {
+        match (
+            &self.staged,
+            fused_rows_per_block(self.n, self.layout.r(), self.layout.p_total()),
+        ) {
+            (Some(_), _) => "staged",
+            (None, Some(_)) => "fused",
+            (None, None) => "two-phase",
+        }
+    }
+
     /// out = H v, queued on the stream (no host sync): one fused pass when p
     /// fits the fused kernel's shared memory, else the two-phase path.
     pub fn hvp_into(&self, v: &CudaSlice<f64>, out: &mut CudaSlice<f64>) -> Result<()> {

@@ -301,18 +301,24 @@ impl Gpu {
 }
 
 /// The device's opt-in shared-memory limit per block, granted to the kernels
-/// that stage rows through shared memory (the default limit is 48 KiB).
+/// that stage rows or cells through shared memory (the default limit is
+/// 48 KiB): each may take that limit less its own static shared memory.
 fn shared_optin(ctx: &CudaContext, f: &Functions) -> Result<usize> {
     use cudarc::driver::sys::{CUdevice_attribute, CUfunction_attribute};
     let optin = ctx
         .attribute(CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN)
         .map_err(|e| cuda_err("shared-memory opt-in limit", e))?;
-    f.hvp_staged
-        .set_attribute(
+    for (name, k) in [("hvp_staged", &f.hvp_staged), ("bms_row_bases", &f.bms_row_bases)] {
+        let err = |e| cuda_err(&format!("{name} shared-memory opt-in"), e);
+        let fixed = k
+            .get_attribute(CUfunction_attribute::CU_FUNC_ATTRIBUTE_SHARED_SIZE_BYTES)
+            .map_err(err)?;
+        k.set_attribute(
             CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
-            optin,
+            (optin - fixed).max(0),
         )
-        .map_err(|e| cuda_err("hvp_staged shared-memory opt-in", e))?;
+        .map_err(err)?;
+    }
     Ok(optin.max(0) as usize)
 }
 
