@@ -13,7 +13,7 @@ use std::f64::consts::PI;
 use super::basis::poly_eval;
 use super::cells::{Bases, Cell, Z_CLIP};
 use super::probit::{norm_cdf, norm_pdf, norm_sf};
-use super::quadrature::adaptive;
+use super::quadrature::{adaptive, adaptive_with};
 use crate::{Error, Result};
 
 /// Newton iterations allowed (bisection steps included).
@@ -116,6 +116,11 @@ fn bracket(bases: &Bases, theta: &[f64], a0: f64, f0: f64, row: usize) -> Result
 /// F_a| of order one, far below one ulp.
 const QUADRATIC_STOP: f64 = 1e-9;
 
+/// Tolerance of F_a's integrals: F_a only steers Newton (a relative error e
+/// in it moves the next iterate by e times the step, and the iteration
+/// stops once a step is below QUADRATIC_STOP), so it needs far less than F.
+const SLOPE_TOL: f64 = 1e-9;
+
 /// F(a) and F_a(a) in one adaptive pass per cell: the integrand carries
 /// Phi(+-eta) phi(z) and z^k exp(-(z^2 + eta^2)/2), k = 0..3.
 fn residual_and_slope(bases: &Bases, theta: &[f64], a: f64) -> (f64, f64) {
@@ -129,7 +134,8 @@ fn residual_and_slope(bases: &Bases, theta: &[f64], a: f64) -> (f64, f64) {
             let phi = if upper { norm_sf(e) } else { norm_cdf(e) } * norm_pdf(z);
             [phi, w, w * z, w * z * z, w * z * z * z]
         };
-        let v = adaptive(c.lo.max(-Z_CLIP), c.hi.min(Z_CLIP), 1e-14, &f);
+        let tol = [1e-14, SLOPE_TOL, SLOPE_TOL, SLOPE_TOL, SLOPE_TOL];
+        let v = adaptive_with(c.lo.max(-Z_CLIP), c.hi.min(Z_CLIP), tol, &f);
         mass += v[0];
         slope += cell_d(&c.a, &v[1..]);
     }
