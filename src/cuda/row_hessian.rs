@@ -290,8 +290,10 @@ impl DeviceRowHessian {
         }
     }
 
-    /// out = H v, queued on the stream (no host sync): one fused pass when p
-    /// fits the fused kernel's shared memory, else the two-phase path.
+    /// out = H v, queued on the stream (no host sync): the staged pass when
+    /// rows fit its shared-memory buffers, else the fused warp-per-row pass
+    /// when p fits its accumulators, else the two-phase path (see
+    /// [`DeviceRowHessian::hvp_path`]).
     pub fn hvp_into(&self, v: &CudaSlice<f64>, out: &mut CudaSlice<f64>) -> Result<()> {
         let (p, r, n) = (self.layout.p_total(), self.layout.r(), self.n);
         let mut s = self.lock()?;
