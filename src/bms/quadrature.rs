@@ -208,6 +208,22 @@ mod tests {
     }
 
     #[test]
+    fn per_component_tolerances_keep_the_tight_component_exact() {
+        // Component 0, a narrow peak, at 1e-14; component 1, smooth, at
+        // 1e-6: the loose one never limits how far the tight one is refined.
+        let s = 0.01;
+        let f = |x: f64| [(-0.5 * (x - 0.3) * (x - 0.3) / (s * s)).exp(), (-0.5 * x * x).exp()];
+        let got = adaptive_with(-1.0, 3.0, [1e-14, 1e-6], &f);
+        // Both closed forms through the probit module's erfc.
+        let phi = crate::bms::probit::norm_cdf;
+        let root = (2.0 * std::f64::consts::PI).sqrt();
+        let want0 = s * root * (1.0 - phi(-2.7 / s) - phi(-1.3 / s));
+        let want1 = root * (1.0 - phi(-3.0) - phi(-1.0));
+        assert!((got[0] - want0).abs() < 1e-14 * want0, "{} vs {want0}", got[0]);
+        assert!((got[1] - want1).abs() < 1e-6 * want1, "{} vs {want1}", got[1]);
+    }
+
+    #[test]
     fn adaptive_handles_peaks_and_kinks() {
         // A narrow Gaussian, exp(-x^2/(2 s^2)) on [-1, 3], and |x - 0.3| on [0, 1].
         let s = 1e-3;
