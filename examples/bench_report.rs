@@ -68,14 +68,39 @@ fn pcg_rate<B: Backend>(be: &B, op: &dyn LinearOperator<B>, b: &B::Vector, its: 
     Ok(its as f64 / pcg_seconds(be, op, &jac, b, its)?)
 }
 
-/// Steady-state iterations per second: the extra iterations of a 40- over a
-/// 10-iteration solve over the extra time, so the per-solve set-up drops out
+/// GPU PCG rows from one 10- and one 40-iteration solve (one Jacobi set-up):
+/// the whole 40-iteration solve over 40, and the steady-state rate, 30 over
+/// the extra time of the longer solve, so the per-solve set-up drops out
 /// (longer solves of these p = 44 problems end in a breakdown once the
-/// residual underflows).
-fn pcg_marginal_rate<B: Backend>(be: &B, op: &dyn LinearOperator<B>, b: &B::Vector) -> AnyResult<f64> {
+/// residual underflows). `suffix` names the storage ("" or "_packed").
+fn gpu_pcg_rows(
+    ctx: &mut Ctx,
+    shape: (&str, Shape),
+    be: &CudaBackend,
+    op: &DeviceRowHessian,
+    b: &<CudaBackend as Backend>::Vector,
+    suffix: &str,
+) -> AnyResult<()> {
     let jac = jacobi(be, op)?;
     let (short, long) = (pcg_seconds(be, op, &jac, b, 10)?, pcg_seconds(be, op, &jac, b, 40)?);
-    Ok(30.0 / (long - short))
+    let (whole, steady) = (40.0 / long, 30.0 / (long - short));
+    ctx.push(
+        "gpu",
+        shape,
+        &format!("pcg_fixed_40{suffix}"),
+        1.0 / whole,
+        None,
+        Some(whole),
+    );
+    ctx.push(
+        "gpu",
+        shape,
+        &format!("pcg_marginal_10_40{suffix}"),
+        1.0 / steady,
+        None,
+        Some(steady),
+    );
+    Ok(())
 }
 
 fn jacobi<'b, B: Backend>(be: &'b B, op: &dyn LinearOperator<B>) -> AnyResult<Jacobi<'b, B>> {
@@ -131,10 +156,7 @@ fn gpu_rows(ctx: &mut Ctx, gpu: &std::sync::Arc<Gpu>, shape: (&str, Shape), op: 
     let v = be.upload(&Rng::new(1).normals(p))?;
     let hvp = hvp_time(gpu, &dev, &be, &v)?;
     ctx.push("gpu", shape, "hvp", hvp, Some(hvp_bytes(&shape.1)), None);
-    let rate = pcg_rate(&be, &dev, &v, 40)?;
-    ctx.push("gpu", shape, "pcg_fixed_40", 1.0 / rate, None, Some(rate));
-    let rate = pcg_marginal_rate(&be, &dev, &v)?;
-    ctx.push("gpu", shape, "pcg_marginal_10_40", 1.0 / rate, None, Some(rate));
+    gpu_pcg_rows(ctx, shape, &be, &dev, &v, "")?;
     let eye: Vec<f64> = (0..p * p).map(|e| if e / p == e % p { 1.0 } else { 0.0 }).collect();
     let dense = median(5, || {
         let t = Instant::now();
@@ -184,10 +206,7 @@ fn packed_rows(
     let packed = dev.packed()?;
     let hvp = hvp_time(gpu, &packed, be, v)?;
     ctx.push("gpu", shape, "hvp_packed", hvp, Some(packed_hvp_bytes(&shape.1)), None);
-    let rate = pcg_rate(be, &packed, v, 40)?;
-    ctx.push("gpu", shape, "pcg_fixed_40_packed", 1.0 / rate, None, Some(rate));
-    let rate = pcg_marginal_rate(be, &packed, v)?;
-    ctx.push("gpu", shape, "pcg_marginal_10_40_packed", 1.0 / rate, None, Some(rate));
+    gpu_pcg_rows(ctx, shape, be, &packed, v, "_packed")?;
     Ok(())
 }
 
