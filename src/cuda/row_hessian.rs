@@ -46,6 +46,14 @@ fn fused_rows_per_block(n: usize, r: usize, p_total: usize) -> Option<usize> {
         .then(|| n.div_ceil(FUSED_BLOCKS).max(FUSED_MIN_ROWS))
 }
 
+/// The kernels serving one single-vector HVP: the staged pass with its plan,
+/// the fused pass with its rows per block, or the two-phase path.
+enum SingleHvp<'a> {
+    Staged(&'a kernels::StagedPlan),
+    Fused(usize),
+    TwoPhase,
+}
+
 /// The two designs on the device, uploaded once and shared by every row
 /// Hessian built over them (one per Newton iteration).
 pub struct DeviceDesigns {
@@ -280,13 +288,22 @@ impl DeviceRowHessian {
     /// too wide to stage on this device) or `"two-phase"` (p too wide for
     /// the fused kernel's shared accumulators).
     pub fn hvp_path(&self) -> &'static str {
+        match self.single_hvp() {
+            SingleHvp::Staged(_) => "staged",
+            SingleHvp::Fused(_) => "fused",
+            SingleHvp::TwoPhase => "two-phase",
+        }
+    }
+
+    /// The single-vector HVP's path, in order of preference.
+    fn single_hvp(&self) -> SingleHvp<'_> {
         match (
             &self.staged,
             fused_rows_per_block(self.n, self.layout.r(), self.layout.p_total()),
         ) {
-            (Some(_), _) => "staged",
-            (None, Some(_)) => "fused",
-            (None, None) => "two-phase",
+            (Some(plan), _) => SingleHvp::Staged(plan),
+            (None, Some(rows)) => SingleHvp::Fused(rows),
+            (None, None) => SingleHvp::TwoPhase,
         }
     }
 
@@ -298,13 +315,16 @@ impl DeviceRowHessian {
         let (p, r, n) = (self.layout.p_total(), self.layout.r(), self.n);
         let mut s = self.lock()?;
         let Scratch { t, partial } = &mut *s;
-        if let Some(plan) = &self.staged {
-            kernels::hvp_staged(&self.gpu, &self.args(), plan, v, partial)?;
-            return kernels::reduce_partials(&self.gpu, plan.blocks(n), p, partial, out);
-        }
-        if let Some(rows) = fused_rows_per_block(n, r, p) {
-            kernels::hvp_fused(&self.gpu, &self.args(), rows, v, partial)?;
-            return kernels::reduce_partials(&self.gpu, n.div_ceil(rows), p, partial, out);
+        match self.single_hvp() {
+            SingleHvp::Staged(plan) => {
+                kernels::hvp_staged(&self.gpu, &self.args(), plan, v, partial)?;
+                return kernels::reduce_partials(&self.gpu, plan.blocks(n), p, partial, out);
+            }
+            SingleHvp::Fused(rows) => {
+                kernels::hvp_fused(&self.gpu, &self.args(), rows, v, partial)?;
+                return kernels::reduce_partials(&self.gpu, n.div_ceil(rows), p, partial, out);
+            }
+            SingleHvp::TwoPhase => {}
         }
         kernels::row_action(&self.gpu, &self.args(), 1, v, t)?;
         let src = PullSource {
