@@ -41,8 +41,8 @@ fn groups_for_test(test: &str) -> Option<Vec<Rc<GpuGroup>>> {
     })
 }
 
-/// (r, p_total) = (20, 44), (33, 44), (64, 300), (6, 700; the two-phase
-/// HVP), and 3 rows with r = 4 (a shard of one row).
+/// (r, p_total) = (20, 44), (33, 44), (64, 300), (6, 700), and 3 rows with
+/// r = 4 (a shard of one row).
 fn shapes() -> Vec<Shape> {
     let s = |n, p_m, p_g, p_h, p_w| Shape { n, p_m, p_g, p_h, p_w };
     vec![

@@ -24,7 +24,7 @@ fn shapes() -> Vec<Shape> {
         s(1200, 130, 108, 40, 22),
         s(777, 150, 132, 10, 8),
         s(640, 140, 127, 16, 15),
-        // p = 700: too wide for the fused HVP's shared memory (two-phase path).
+        // p = 700: too wide for the fused HVP's accumulators, staged on an H200.
         s(150, 400, 296, 2, 2),
         s(200, 5, 4, 40, 40),
         s(61, 6, 5, 64, 64),
