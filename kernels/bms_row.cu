@@ -84,7 +84,7 @@ __device__ __forceinline__ double explicit_second(const Cells& k, i64 c, int u, 
 // Stage 2 can take its cells' coefficient arrays from a bundle in global
 // memory (CPU Stage 1, uploaded), or build them tile by tile in shared memory
 // from the bases (device Stage 1, which then stores only each cell slot's
-// edges and moments): write_cell and clear_cell of bms_stage1.cu, with which
+// edges and moments): write_cell_part and clear_cell_part of bms_stage1.cu, with which
 // this file is compiled, fill the tile from the inputs a bundle's writer
 // would have. Each tile's sums are added to the row's totals, so the tile
 // size (fixed per model) sets the grouping of the sums; with 32 cells a tile
@@ -156,15 +156,16 @@ __device__ void bms_row_body(
         if (BASES) {
             const CellOut o = tile_arrays(dyn, tile, r, p_h, p_w);
             const double a = src.row_a[row], b = src.row_b[row];
-            for (int j = tid; j < nc; j += nt) {
+            // A thread per (cell, part): every thread has work, where a
+            // thread per cell left most of the block waiting at the barrier.
+            const int parts = 1 + p_h + p_w;
+            for (int e = tid; e < nc * parts; e += nt) {
+                const int j = e / parts, part = e - j * parts;
                 const double z_lo = src.bounds[2 * (t0 + j)], z_hi = src.bounds[2 * (t0 + j) + 1];
-                if (isnan(z_lo)) {
-                    clear_cell(p_h, p_w, j, o);
-                } else {
-                    Pieces p;
-                    cell_pieces(src.m, a, b, z_lo, z_hi, p);
-                    write_cell(src.m, p, a, b, p_h, p_w, j, o);
-                }
+                if (isnan(z_lo))
+                    clear_cell_part(p_h, p_w, part, j, o);
+                else
+                    write_cell_part(src.m, a, b, p_h, p_w, z_lo, z_hi, part, j, o);
             }
             __syncthreads();
         }
