@@ -24,9 +24,10 @@
 
 #define Z_CLIP 40.0
 #define QUAD_TOL 1e-14
-// The calibration's F_a only steers Newton (a relative error e in it moves
-// the next iterate by e times the step, and the iteration stops once a step
-// is below 1e-9 relative), so its integrals need far less than F's.
+// The calibration's F_a and F_aa only steer its iteration (a relative error
+// e in them moves the next iterate by about e times the step, and the
+// iteration stops once a step is below STEP_STOP), so their integrals need
+// far less than F's.
 #define SLOPE_TOL 1e-9
 #define RECURRENCE_TOL 1e-12
 #define MAX_DEPTH 48
@@ -36,6 +37,8 @@
 #define STACK_CAP 60
 #define MAX_INITIAL 8
 #define NEWTON_ITERS 200
+#define STEP_STOP 1e-9
+#define HALLEY_LIMIT 1.0
 #define BRACKET_STEPS 64
 #define MOMENTS 10
 #define TWO_PI 6.283185307179586
@@ -217,20 +220,25 @@ __device__ void eta_and_a(const Pieces& p, double a, double b, double s_f, doubl
 // at least like exp(-z^2 / 2), so its mass sits near that end, and plain
 // bisection of a tail such as [4, 40] would spend four levels reaching it.
 // Integrands (KIND): 0 the moments z^k exp(-(z^2 + eta^2)/2), k < N;
-// 1 Phi(+-eta) phi(z); 2 both, F's integrand then m_0..m_3.
+// 1 Phi(+-eta) phi(z); 2 the calibration's three: Phi(+-eta) phi(z), then
+// with E = exp(-(z^2 + eta^2)/2), A E and (AA - A^2 eta) E, whose integrals
+// over 2 pi are F_a and F_aa (D(A) and D(AA) - Q(A, A) of the model). For
+// KIND 2, eta points at the cubics eta, A = d eta/da, AA = d2 eta/da2.
 
 template <int N, int KIND>
 __device__ __forceinline__ void integrand(double z, const double* eta, bool upper, double* out)
 {
     const double e = horner(eta, z);
-    int k0 = 0;
-    if (KIND != 0) {
+    if (KIND == 1) {
         out[0] = normcdf(upper ? -e : e) * norm_pdf(z);
-        k0 = 1;
-    }
-    if (KIND != 1) {
+    } else if (KIND == 2) {
+        const double ez = exp(-0.5 * (z * z + e * e)), A = horner(eta + 4, z), AA = horner(eta + 8, z);
+        out[0] = normcdf(upper ? -e : e) * norm_pdf(z);
+        out[1] = A * ez;
+        out[2] = (AA - A * A * e) * ez;
+    } else {
         double zk = exp(-0.5 * (z * z + e * e));
-        for (int k = k0; k < N; ++k) { out[k] = zk; zk *= z; }
+        for (int k = 0; k < N; ++k) { out[k] = zk; zk *= z; }
     }
 }
 
@@ -363,36 +371,38 @@ __device__ void cell_moments(const double* eta, double lo, double hi, const doub
 
 // ---------------------------------------------------------------------------
 // Calibration (calibration.rs): F(a) = integral Phi(eta) phi(z) dz - Phi(q),
-// in the complement form for q > 0, and F_a = sum over cells of D(A).
+// in the complement form for q > 0, with F_a and F_aa.
 
-// F(a), and F_a when fa != NULL, over every cell of the row.
-__device__ double residual(const Model& m, double q, double b, double a, double* fa)
+// F(a), and F_a, F_aa when slopes != NULL, over every cell of the row.
+__device__ double residual(const Model& m, double q, double b, double a, double* slopes)
 {
     const bool upper = q > 0.0;
     Edges it = {0, 0, false, 0.0};
-    double left = -INF_D, e, mass = 0.0, slope = 0.0;
+    double left = -INF_D, e, mass = 0.0, fa = 0.0, faa = 0.0;
     for (;;) {
         const bool more = next_edge(m, a, b, it, &e);
         const double right = more ? e : INF_D;
         Pieces p;
         cell_pieces(m, a, b, left, right, p);
-        double eta[4], A[4];
-        eta_and_a(p, a, b, m.s_f, eta, A);
+        double jet[12];
+        eta_and_a(p, a, b, m.s_f, jet, jet + 4);
         const double lo = fmax(left, -Z_CLIP), hi = fmin(right, Z_CLIP);
-        if (fa) {
-            double v[5];
-            adaptive<5, 2>(lo, hi, eta, upper, m.gl, v);
+        if (slopes) {
+            for (int k = 0; k < 4; ++k) jet[8 + k] = m.s_f * p.l2[k];
+            double v[3];
+            adaptive<3, 2>(lo, hi, jet, upper, m.gl, v);
             mass += v[0];
-            slope += (A[0] * v[1] + A[1] * v[2] + A[2] * v[3] + A[3] * v[4]) / TWO_PI;
+            fa += v[1] / TWO_PI;
+            faa += v[2] / TWO_PI;
         } else {
             double v[1];
-            adaptive<1, 1>(lo, hi, eta, upper, m.gl, v);
+            adaptive<1, 1>(lo, hi, jet, upper, m.gl, v);
             mass += v[0];
         }
         if (!more) break;
         left = right;
     }
-    if (fa) *fa = slope;
+    if (slopes) { slopes[0] = fa; slopes[1] = faa; }
     return upper ? normcdf(-q) - mass : mass - normcdf(q);
 }
 
@@ -415,19 +425,26 @@ __device__ unsigned bracket(const Model& m, double q, double b, double a0, doubl
     return CAL_NO_BRACKET;
 }
 
-// Newton on a seeded by a0. Unlike the CPU, which brackets the root first,
-// the bracket is grown (from a0, exactly as on the CPU) only when a Newton
-// step is unusable: F_a <= 0, a step outside what the signs seen so far
-// allow, or, before any bracket, a step longer than the CPU's first bracket
-// step (F need not be monotone far from a0). From then on it is the CPU's
-// iteration: Newton inside the bracket, else bisection. A usable step below
-// QUADRATIC_STOP (relative) ends it without another evaluation: the new
-// iterate's error is about C step^2 with C = |F_aa / 2 F_a| of order one.
-#define QUADRATIC_STOP 1e-9
+// Halley's step from a, or Newton's where Halley's correction 1 / (1 - L/2),
+// L = F F_aa / F_a^2, is far from one (F_aa is only a guide there).
+__device__ __forceinline__ double halley_step(double a, double f, double fa, double faa)
+{
+    const double newton = f / fa, L = newton * faa / fa;
+    return fabs(L) < HALLEY_LIMIT ? a - newton / (1.0 - 0.5 * L) : a - newton;
+}
+
+// Halley on a seeded by a0 (calibration.rs: newton). The bracket is grown
+// (from a0) only when a step is unusable: F_a <= 0, a step outside what the
+// signs seen so far allow, or, before any bracket, a step longer than the
+// bracket's first step (F need not be monotone far from a0). From then on a
+// step that leaves the bracket is replaced by bisection. A usable step below
+// STEP_STOP (relative) ends it without another evaluation: the new iterate's
+// error is then far below one ulp (cubic convergence, and F_a, F_aa
+// accurate to SLOPE_TOL move it by about SLOPE_TOL times the step).
 __device__ unsigned solve_newton(const Model& m, double q, double b, double a0, double* out)
 {
-    double a = a0, fa;
-    double f = residual(m, q, b, a, &fa);
+    double a = a0, d[2];
+    double f = residual(m, q, b, a, d);
     const double f0 = f, cap = 0.5 * (1.0 + fabs(a0));
     *out = a;
     if (!isfinite(f)) return CAL_NON_FINITE;
@@ -435,22 +452,22 @@ __device__ unsigned solve_newton(const Model& m, double q, double b, double a0, 
     double lo = f < 0.0 ? a : -INF_D, hi = f < 0.0 ? INF_D : a;
     bool bracketed = false;
     for (int it = 0; it < NEWTON_ITERS; ++it) {
-        const double newton = a - f / fa;
-        bool usable = fa > 0.0 && newton > lo && newton < hi && (bracketed || fabs(newton - a0) <= cap);
+        const double fa = d[0], step = halley_step(a, f, fa, d[1]);
+        bool usable = fa > 0.0 && step > lo && step < hi && (bracketed || fabs(step - a0) <= cap);
         if (!usable && !bracketed) {
             const unsigned st = bracket(m, q, b, a0, f0, &lo, &hi);
             if (st != CAL_OK) return st;
             bracketed = true;
-            usable = fa > 0.0 && newton > lo && newton < hi;
+            usable = fa > 0.0 && step > lo && step < hi;
         }
-        const double next = usable ? newton : 0.5 * (lo + hi);
+        const double next = usable ? step : 0.5 * (lo + hi);
         const double tol = 4.0 * DBL_EPS * (1.0 + fabs(a));
         const bool done = fabs(next - a) <= tol || hi - lo <= tol ||
-                          (usable && fabs(next - a) <= QUADRATIC_STOP * (1.0 + fabs(a)));
+                          (usable && fabs(next - a) <= STEP_STOP * (1.0 + fabs(a)));
         a = next;
         *out = a;
         if (done) return CAL_OK;
-        f = residual(m, q, b, a, &fa);
+        f = residual(m, q, b, a, d);
         if (!isfinite(f)) return CAL_NON_FINITE;
         if (f == 0.0) return CAL_OK;
         if (f < 0.0) lo = a; else hi = a;

@@ -2,11 +2,12 @@
 //! `F(a; theta) = integral Phi(eta(z)) phi(z) dz - Phi(q) = 0`.
 //!
 //! Rigid rows (beta_h = beta_w = 0) use the closed form; flexible rows use
-//! Newton's method on a, seeded by the rigid value and safeguarded by a
-//! bracket grown from it when a step is unusable. Each iterate takes one
-//! adaptive quadrature pass per cell for F (of Phi(eta) phi(z)) and F_a
-//! (= sum over cells of D(A), from m_0..m_3) together; the full moments are
-//! computed once, at the root.
+//! Halley's method on a (Newton's with a second-derivative correction: three
+//! evaluations a row where Newton's took four), seeded by the rigid value
+//! and safeguarded by a bracket grown from it when a step is unusable. Each
+//! iterate takes one adaptive quadrature pass per cell for F (of Phi(eta)
+//! phi(z)), F_a and F_aa together; the full moments are computed once, at
+//! the root.
 
 use std::f64::consts::PI;
 
@@ -111,48 +112,68 @@ fn bracket(bases: &Bases, theta: &[f64], a0: f64, f0: f64, row: usize) -> Result
     Err(reject(row, format!("no sign change of F found from a = {a0}")))
 }
 
-/// A step below this (relative) ends Newton's iteration without another
-/// evaluation: the new iterate's error is about C step^2 with C = |F_aa / 2
-/// F_a| of order one, far below one ulp.
-const QUADRATIC_STOP: f64 = 1e-9;
+/// A usable step below this (relative) ends the iteration without another
+/// evaluation: Halley's iterate then has an error of order step^3, and the
+/// SLOPE_TOL errors of F_a and F_aa move it by about SLOPE_TOL times the
+/// step; both far below one ulp.
+const STEP_STOP: f64 = 1e-9;
 
-/// Tolerance of F_a's integrals: F_a only steers Newton (a relative error e
-/// in it moves the next iterate by e times the step, and the iteration
-/// stops once a step is below QUADRATIC_STOP), so it needs far less than F.
+/// Tolerance of the F_a and F_aa integrals: they only steer the iteration
+/// (a relative error e in them moves the next iterate by about e times the
+/// step), so they need far less than F.
 const SLOPE_TOL: f64 = 1e-9;
 
-/// F(a) and F_a(a) in one adaptive pass per cell: the integrand carries
-/// Phi(+-eta) phi(z) and z^k exp(-(z^2 + eta^2)/2), k = 0..3.
-fn residual_and_slope(bases: &Bases, theta: &[f64], a: f64) -> (f64, f64) {
+/// Halley's correction 1 / (1 - L/2), L = F F_aa / F_a^2, is used while
+/// |L| is below this; Newton's step otherwise.
+const HALLEY_LIMIT: f64 = 1.0;
+
+/// F(a), F_a(a) and F_aa(a) in one adaptive pass per cell: with
+/// E = exp(-(z^2 + eta^2)/2), the integrand carries Phi(+-eta) phi(z), A E
+/// and (AA - A^2 eta) E, whose integrals over 2 pi are F_a = sum D(A) and
+/// F_aa = sum D(AA) - Q(A, A).
+fn residual_and_slopes(bases: &Bases, theta: &[f64], a: f64) -> (f64, f64, f64) {
     let q = theta[0];
     let upper = q > 0.0;
-    let (mut mass, mut slope) = (0.0, 0.0);
+    let (mut mass, mut f_a, mut f_aa) = (0.0, 0.0, 0.0);
     for c in bases.cells(theta, a) {
         let f = |z: f64| {
             let e = poly_eval(&c.eta, z);
+            let (d1, d2) = (poly_eval(&c.a, z), poly_eval(&c.aa, z));
             let w = (-0.5 * (z * z + e * e)).exp();
             let phi = if upper { norm_sf(e) } else { norm_cdf(e) } * norm_pdf(z);
-            [phi, w, w * z, w * z * z, w * z * z * z]
+            [phi, d1 * w, (d2 - d1 * d1 * e) * w]
         };
-        let tol = [1e-14, SLOPE_TOL, SLOPE_TOL, SLOPE_TOL, SLOPE_TOL];
-        let v = adaptive_with(c.lo.max(-Z_CLIP), c.hi.min(Z_CLIP), tol, &f);
+        let v = adaptive_with(c.lo.max(-Z_CLIP), c.hi.min(Z_CLIP), [1e-14, SLOPE_TOL, SLOPE_TOL], &f);
         mass += v[0];
-        slope += cell_d(&c.a, &v[1..]);
+        f_a += v[1] / (2.0 * PI);
+        f_aa += v[2] / (2.0 * PI);
     }
     let f = if upper { norm_sf(q) - mass } else { mass - norm_cdf(q) };
-    (f, slope)
+    (f, f_a, f_aa)
 }
 
-/// Newton on a seeded by a0. The bracket is grown (from a0) only when a
+/// Halley's step from a, or Newton's where Halley's correction is far from
+/// one (F_aa is only a guide there).
+fn halley_step(a: f64, f: f64, f_a: f64, f_aa: f64) -> f64 {
+    let newton = f / f_a;
+    let l = newton * f_aa / f_a;
+    if l.abs() < HALLEY_LIMIT {
+        a - newton / (1.0 - 0.5 * l)
+    } else {
+        a - newton
+    }
+}
+
+/// Halley on a seeded by a0. The bracket is grown (from a0) only when a
 /// step is unusable: F_a <= 0, a step outside what the signs seen so far
 /// allow, or, before any bracket, a step longer than the bracket's first
 /// step (F need not be monotone far from a0). From then on a Newton step
 /// that leaves the bracket is replaced by bisection. Where F has several
-/// increasing roots within that first step of a0, Newton's (the one it
-/// reaches from a0) is the one returned; the device kernel
+/// increasing roots within that first step of a0, the one the iteration
+/// reaches from a0 is returned; the device kernel
 /// (`kernels/bms_stage1.cu`) follows the same rule.
 fn newton(bases: &Bases, theta: &[f64], a0: f64, row: usize) -> Result<f64> {
-    let (mut f, mut f_a) = residual_and_slope(bases, theta, a0);
+    let (mut f, mut f_a, mut f_aa) = residual_and_slopes(bases, theta, a0);
     if !f.is_finite() {
         return Err(reject(row, format!("F({a0}) = {f}")));
     }
@@ -168,25 +189,25 @@ fn newton(bases: &Bases, theta: &[f64], a0: f64, row: usize) -> Result<f64> {
     };
     let mut bracketed = false;
     for _ in 0..MAX_ITER {
-        let newton = a - f / f_a;
-        let inside = |lo: f64, hi: f64| f_a > 0.0 && newton > lo && newton < hi;
-        let mut usable = inside(lo, hi) && (bracketed || (newton - a0).abs() <= cap);
+        let step_to = halley_step(a, f, f_a, f_aa);
+        let inside = |lo: f64, hi: f64| f_a > 0.0 && step_to > lo && step_to < hi;
+        let mut usable = inside(lo, hi) && (bracketed || (step_to - a0).abs() <= cap);
         if !usable && !bracketed {
             (lo, hi) = bracket(bases, theta, a0, f0, row)?;
             bracketed = true;
             usable = inside(lo, hi);
         }
-        let next = if usable { newton } else { 0.5 * (lo + hi) };
+        let next = if usable { step_to } else { 0.5 * (lo + hi) };
         let step = (next - a).abs();
         let scale = 1.0 + a.abs();
         let done = step <= 4.0 * f64::EPSILON * scale
             || hi - lo <= 4.0 * f64::EPSILON * scale
-            || (usable && step <= QUADRATIC_STOP * scale);
+            || (usable && step <= STEP_STOP * scale);
         a = next;
         if done {
             return Ok(a);
         }
-        (f, f_a) = residual_and_slope(bases, theta, a);
+        (f, f_a, f_aa) = residual_and_slopes(bases, theta, a);
         if !f.is_finite() {
             return Err(reject(row, format!("F({a}) = {f}")));
         }
@@ -249,6 +270,26 @@ mod tests {
             let fd =
                 (residual(q, &bs.cells(&theta, cal.a + h)) - residual(q, &bs.cells(&theta, cal.a - h))) / (2.0 * h);
             assert!((fd - cal.f_a).abs() < 1e-6 * cal.f_a, "F_a {} vs FD {fd}", cal.f_a);
+        }
+    }
+
+    #[test]
+    fn halley_slopes_match_finite_differences_of_the_residual() {
+        // F_a and F_aa come from their own integrands; central differences
+        // of F (and of F_a) are the independent check.
+        let bs = bases();
+        let theta = vec![-0.7, 0.9, 0.25, -0.1, 0.12, 0.05, 0.2, -0.15, 0.1];
+        let h = 1e-5;
+        for a in [-1.5, -0.6, 0.3] {
+            let (_, f_a, f_aa) = residual_and_slopes(&bs, &theta, a);
+            let (fp, fap, _) = residual_and_slopes(&bs, &theta, a + h);
+            let (fm, fam, _) = residual_and_slopes(&bs, &theta, a - h);
+            let (fd1, fd2) = ((fp - fm) / (2.0 * h), (fap - fam) / (2.0 * h));
+            assert!((fd1 - f_a).abs() < 1e-8 * f_a.abs(), "a = {a}: F_a {f_a} vs FD {fd1}");
+            assert!(
+                (fd2 - f_aa).abs() < 1e-6 * (f_aa.abs() + f_a.abs()),
+                "a = {a}: F_aa {f_aa} vs FD {fd2}"
+            );
         }
     }
 
