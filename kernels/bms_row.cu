@@ -1,10 +1,11 @@
 // Stage 2 of the Bernoulli marginal-slope model: per-row neglog, gradient and
 // r x r Hessian from per-cell cubic coefficients and moments (the math of
-// docs/bms-model.md, "Stage 2"). One block per row. Work items (F_a, F_aa,
-// F_u, F_au, F_uv) are owned by threads, and each thread sums its items over
-// the row's cells in cell order: no atomics, bitwise repeatable. The output
-// buffers double as width-general scratch: out_grad holds F_u, then a_u,
-// then g; out_hess holds F_uv (upper), then a_uv, then H; f_au is [n, r].
+// docs/bms-model.md, "Stage 2"). One block per row. Each sum (F_a, F_aa,
+// F_u, F_au, F_uv) is owned by one thread (the Q sums by one warp's tensor
+// cores, 8 x 8 at a time) and runs over the row's cells in cell order: no
+// atomics, bitwise repeatable. The output buffers double as width-general
+// scratch: out_grad holds F_u, then a_u, then g; out_hess holds the Q sums
+// G, then F_uv (upper), then a_uv, then H; f_au is [n, r].
 
 #define INV_TWO_PI 0.15915494309189535
 #define SQRT_2_OVER_PI 0.7978845608028654
@@ -71,50 +72,126 @@ struct Cells {
     const double *c0, *c1, *c2, *c3, *a, *aa, *r, *ar, *sbb, *sbh, *sbw, *m;
 };
 
-// The explicit second derivative S_uv of cell c (u = 1 is b), as D(S_uv).
-__device__ __forceinline__ double explicit_second(const Cells& k, i64 c, int u, int v, int r, int p_h, int p_w,
-                                                  const double* m)
+__device__ __forceinline__ double dot4(const double* x, const double* y)
 {
-    if (u != 1) return 0.0;
-    if (v == 1) return d_of(k.sbb + c * 4, m);
-    if (v < 2 + p_h) return d_of(k.sbh + (c * p_h + (v - 2)) * 4, m);
-    return d_of(k.sbw + (c * p_w + (v - 2 - p_h)) * 4, m);
+    return x[0] * y[0] + x[1] * y[1] + x[2] * y[2] + x[3] * y[3];
 }
 
-// Stage 2 can take its cells' coefficient arrays from a bundle in global
-// memory (CPU Stage 1, uploaded), or build them tile by tile in shared memory
-// from the bases (device Stage 1, which then stores only each cell slot's
-// edges and moments): write_cell_part and clear_cell_part of bms_stage1.cu, with which
-// this file is compiled, fill the tile from the inputs a bundle's writer
-// would have. Each tile's sums are added to the row's totals, so the tile
-// size (fixed per model) sets the grouping of the sums; with 32 cells a tile
-// both sources give bitwise the same rows from the same cells.
+// Part `part` of bundle cell c, as cell_part (bms_stage1.cu) builds it.
+__device__ void bundle_part(const Cells& k, i64 c, int r, int p_h, int p_w, int part, CellPart& o)
+{
+    const double* x = k.r + (c * (r - 1) + part) * 4;
+    const double* ar = k.ar + (c * (r - 1) + part) * 4;
+    const double* s = part == 0 ? k.sbb + c * 4
+                    : part <= p_h ? k.sbh + (c * p_h + part - 1) * 4
+                                  : k.sbw + (c * p_w + part - 1 - p_h) * 4;
+    for (int q = 0; q < 4; ++q) { o.x[q] = x[q]; o.ar[q] = ar[q]; o.s[q] = s[q]; }
+    if (part == 0) {
+        o.eta[0] = k.c0[c]; o.eta[1] = k.c1[c]; o.eta[2] = k.c2[c]; o.eta[3] = k.c3[c];
+        for (int q = 0; q < 4; ++q) { o.A[q] = k.a[c * 4 + q]; o.AA[q] = k.aa[c * 4 + q]; }
+    }
+}
+
+// Stage 2 reads each cell through its coordinate vectors X_u (u = 0: A, u >=
+// 1: d eta / d theta_u) and the scalars D(X_u), D(AR_u) (u = 0: D(AA)) and
+// D(S_1u) (explicit second derivatives, b row). Q(X_u, X_v) = sum_{p,q}
+// X_u,p X_v,q T_{p+q} = W_u . X_v with W_u = X_u M, M the Hankel matrix of T,
+// so the row's Q sums are G = sum_cells W X^T, a product of (r x 4 cells)
+// matrices that tensor cores take 8 x 8 x 4 at a time (one cell a step).
+// Stage 2 can take its cells' arrays from a bundle in global memory (CPU
+// Stage 1, uploaded), or build them from the bases (device Stage 1, which
+// then stores only each cell slot's edges and moments) with cell_part of
+// bms_stage1.cu, with which this file is compiled; both stage the same
+// values, and every sum runs over the row's cells in cell order whatever
+// the tile, so both sources, at any tile size, give bitwise the same rows.
 struct BasesSource {
     Model m;
-    int p_h, p_w, tile;
     const double *row_a, *row_b, *bounds;
 };
 
-// Doubles of one tile cell's arrays in shared memory (bases source).
-__device__ __forceinline__ int tile_cell_doubles(int r, int p_h, int p_w)
+// A tile of cells in dynamic shared memory: X and W ([tile][r][4]), the
+// scalars ([tile][r]), then the row's running sum of D(S_1u) ([r]).
+struct Tile {
+    double *X, *W, *dX, *dXA, *dS, *sum_S;
+};
+
+__device__ Tile tile_layout(double* sh, int tile, int r)
 {
-    return 4 + 4 + 4 + 8 * (r - 1) + 4 + 4 * p_h + 4 * p_w + 10;
+    Tile t;
+    t.X = sh; t.W = t.X + 4 * tile * r; t.dX = t.W + 4 * tile * r;
+    t.dXA = t.dX + tile * r; t.dS = t.dXA + tile * r; t.sum_S = t.dS + tile * r;
+    return t;
 }
 
-// The tile's arrays, carved out of dynamic shared memory.
-__device__ CellOut tile_arrays(double* sh, int tile, int r, int p_h, int p_w)
+// Stage one part of tile cell j: its coordinate's X and scalars, and for
+// part 0 also u = 0 (A), the cell's moments and T_n = kappa sum_e C_e m_{e+n}.
+__device__ void stage_part(const CellPart& o, const double* moments, int j, int r, int part, const Tile& t,
+                           double* m_j, double* T_j)
 {
-    CellOut o;
-    o.c0 = sh; o.c1 = o.c0 + tile; o.c2 = o.c1 + tile; o.c3 = o.c2 + tile;
-    o.a = o.c3 + tile; o.aa = o.a + 4 * tile; o.r = o.aa + 4 * tile; o.ar = o.r + 4 * (r - 1) * tile;
-    o.sbb = o.ar + 4 * (r - 1) * tile; o.sbh = o.sbb + 4 * tile; o.sbw = o.sbh + 4 * p_h * tile;
-    o.m = o.sbw + 4 * p_w * tile;
-    return o;
+    double m[10];
+    for (int q = 0; q < 10; ++q) m[q] = moments[q];
+    const int u = 1 + part;
+    const i64 ju = (i64)j * r + u;
+    for (int q = 0; q < 4; ++q) t.X[ju * 4 + q] = o.x[q];
+    t.dX[ju] = d_of(o.x, m);
+    t.dXA[ju] = d_of(o.ar, m);
+    t.dS[ju] = d_of(o.s, m);
+    if (part != 0) return;
+    const i64 j0 = (i64)j * r;
+    for (int q = 0; q < 4; ++q) t.X[j0 * 4 + q] = o.A[q];
+    t.dX[j0] = d_of(o.A, m);
+    t.dXA[j0] = d_of(o.AA, m);
+    t.dS[j0] = 0.0;
+    for (int q = 0; q < 10; ++q) m_j[q] = m[q];
+    for (int n = 0; n < 7; ++n) {
+        double acc = 0.0;
+        for (int e = 0; e < 4; ++e) acc = fma(o.eta[e], m[e + n], acc);
+        T_j[n] = acc * INV_TWO_PI;
+    }
+}
+
+// G block (bu, bv) of 8 x 8 += sum over the tile's nc cells of W X^T, one
+// cell (k = 4) a step. Lane l holds G[8 bu + l/4][8 bv + 2 (l%4) + {0, 1}]
+// in c0, c1 (the fragment layout of mma.m8n8k4.f64); rows and columns past
+// r read zeros.
+__device__ void g_block(const Tile& t, int nc, int r, int bu, int bv, int lane, double& c0, double& c1)
+{
+    const int u = 8 * bu + (lane >> 2), q = lane & 3;
+#if __CUDA_ARCH__ >= 800
+    const int v = 8 * bv + (lane >> 2);
+    for (int j = 0; j < nc; ++j) {
+        const double a = u < r ? t.W[((i64)j * r + u) * 4 + q] : 0.0;
+        const double b = v < r ? t.X[((i64)j * r + v) * 4 + q] : 0.0;
+        asm volatile("mma.sync.aligned.m8n8k4.row.col.f64.f64.f64.f64 {%0,%1}, {%2}, {%3}, {%0,%1};"
+                     : "+d"(c0), "+d"(c1) : "d"(a), "d"(b));
+    }
+#else
+    const int v0 = 8 * bv + 2 * q;
+    for (int j = 0; j < nc; ++j) {
+        if (u >= r) break;
+        const double* w = t.W + ((i64)j * r + u) * 4;
+        if (v0 < r) c0 += dot4(w, t.X + ((i64)j * r + v0) * 4);
+        if (v0 + 1 < r) c1 += dot4(w, t.X + ((i64)j * r + v0 + 1) * 4);
+    }
+#endif
+}
+
+// Pair k of the upper triangle 1 <= u <= v < r, row by row.
+__device__ void upper_pair(int k, int r, int* u, int* v)
+{
+    const int m = r - 1;
+    const double b = 2.0 * m + 1.0;
+    int i = (int)floor(0.5 * (b - sqrt(fmax(b * b - 8.0 * k, 0.0))));
+    i = max(0, min(i, m - 1));
+    while (i > 0 && i * m - i * (i - 1) / 2 > k) --i;
+    while (i + 1 < m && (i + 1) * m - (i + 1) * i / 2 <= k) ++i;
+    *u = 1 + i;
+    *v = 1 + i + (k - (i * m - i * (i - 1) / 2));
 }
 
 template <int BASES>
 __device__ void bms_row_body(
-    int n_rows, int r, int p_h, int p_w,
+    int n_rows, int r, int p_h, int p_w, int tile,
     const double* __restrict__ row_mu1, const double* __restrict__ row_mu2,
     const double* __restrict__ row_y, const double* __restrict__ row_w,
     const unsigned int* __restrict__ cell_offsets, const Cells& k, const BasesSource& src,
@@ -128,7 +205,11 @@ __device__ void bms_row_body(
     const int row = blockIdx.x;
     if (row >= n_rows) return;
     const int tid = threadIdx.x, nt = blockDim.x;
+    const int lane = tid & 31, warps = (nt + 31) / 32, warp = tid / 32;
     const i64 rr = (i64)r * r;
+    // Running sums, each owned by one thread across tiles: F_u (sum D(X_u))
+    // and sum D(AR_u) in out_grad and f_au (u = 0 in F_a_sh, F_aa_sh), the
+    // Q sums G in out_hess (upper blocks), sum D(S_1u) in the tile's sum_S.
     double* F_u = out_grad + (i64)row * r;
     double* F_au = f_au_buf + (i64)row * r;
     double* F_uv = out_hess + (i64)row * rr;
@@ -136,89 +217,92 @@ __device__ void bms_row_body(
     __shared__ double m_sh[CELL_TILE][10];
     __shared__ double F_a_sh, F_aa_sh;
     __shared__ unsigned int bad;
-    const int tile = BASES ? src.tile : CELL_TILE;
-    // The arrays the loops read: the bundle at cell t0 + j, or the tile at j.
-    Cells kk = k;
-    if (BASES) {
-        const CellOut o = tile_arrays(dyn, tile, r, p_h, p_w);
-        kk = {o.c0, o.c1, o.c2, o.c3, o.a, o.aa, o.r, o.ar, o.sbb, o.sbh, o.sbw, k.m};
-    }
-
-    for (i64 e = tid; e < rr; e += nt) F_uv[e] = 0.0;
-    for (int u = tid; u < r; u += nt) { F_u[u] = 0.0; F_au[u] = 0.0; }
-    if (tid == 0) { F_a_sh = 0.0; F_aa_sh = 0.0; bad = 0u; }
-    __syncthreads();
+    const Tile t = tile_layout(dyn, tile, r);
+    const int nb = (r + 7) / 8, blocks = nb * (nb + 1) / 2;
+    const double a_row = BASES ? src.row_a[row] : 0.0, b_row = BASES ? src.row_b[row] : 0.0;
 
     const i64 lo = cell_offsets[row], hi = cell_offsets[row + 1];
+    const int parts = r - 1;
     for (i64 t0 = lo; t0 < hi; t0 += tile) {
         const int nc = (int)min((i64)tile, hi - t0);
-        const i64 cb = BASES ? 0 : t0;
-        if (BASES) {
-            const CellOut o = tile_arrays(dyn, tile, r, p_h, p_w);
-            const double a = src.row_a[row], b = src.row_b[row];
-            // A thread per (cell, part): every thread has work, where a
-            // thread per cell left most of the block waiting at the barrier.
-            const int parts = 1 + p_h + p_w;
-            for (int e = tid; e < nc * parts; e += nt) {
-                const int j = e / parts, part = e - j * parts;
-                const double z_lo = src.bounds[2 * (t0 + j)], z_hi = src.bounds[2 * (t0 + j) + 1];
-                if (isnan(z_lo))
-                    clear_cell_part(p_h, p_w, part, j, o);
-                else
-                    write_cell_part(src.m, a, b, p_h, p_w, z_lo, z_hi, part, j, o);
-            }
-            __syncthreads();
-        }
-        // Stage the tile's moments and T_n = kappa sum_e C_e m_{e+n}.
-        for (int j = tid; j < nc; j += nt) {
-            const i64 c = cb + j;
-            const double C[4] = {kk.c0[c], kk.c1[c], kk.c2[c], kk.c3[c]};
-            for (int q = 0; q < 10; ++q) m_sh[j][q] = k.m[(t0 + j) * 10 + q];
-            for (int n = 0; n < 7; ++n) {
-                double acc = 0.0;
-                for (int e = 0; e < 4; ++e) acc = fma(C[e], m_sh[j][e + n], acc);
-                T_sh[j][n] = acc * INV_TWO_PI;
-            }
+        const bool first = t0 == lo;
+        // A thread per (cell, part).
+        for (int e = tid; e < nc * parts; e += nt) {
+            const int j = e / parts, part = e - j * parts;
+            CellPart o;
+            if (BASES)
+                cell_part(src.m, a_row, b_row, src.bounds[2 * (t0 + j)], src.bounds[2 * (t0 + j) + 1], p_h, part, o);
+            else
+                bundle_part(k, t0 + j, r, p_h, p_w, part, o);
+            stage_part(o, k.m + (t0 + j) * 10, j, r, part, t, m_sh[j], T_sh[j]);
         }
         __syncthreads();
-        // F_a and F_aa: thread 0.
-        if (tid == 0) {
-            double fa = 0.0, faa = 0.0;
-            for (int j = 0; j < nc; ++j) {
-                const double* A = kk.a + (cb + j) * 4;
-                fa += d_of(A, m_sh[j]);
-                faa += d_of(kk.aa + (cb + j) * 4, m_sh[j]) - q_of(A, A, T_sh[j]);
-            }
-            F_a_sh += fa;
-            F_aa_sh += faa;
+        // W_u = X_u M per (cell, coordinate).
+        for (int e = tid; e < nc * r; e += nt) {
+            const int j = e / r;
+            const double* X = t.X + (i64)e * 4;
+            const double* T = T_sh[j];
+            for (int q = 0; q < 4; ++q)
+                t.W[(i64)e * 4 + q] = X[0] * T[q] + X[1] * T[q + 1] + X[2] * T[q + 2] + X[3] * T[q + 3];
         }
-        // F_u, F_au for u >= 1.
-        for (int u = 1 + tid; u < r; u += nt) {
-            double fu = 0.0, fau = 0.0;
+        __syncthreads();
+        // The scalar sums: a thread per coordinate, from thread 0 up.
+        for (int u = tid; u < r; u += nt) {
+            double sx = first ? 0.0 : (u == 0 ? F_a_sh : F_u[u]);
+            double sxa = first ? 0.0 : (u == 0 ? F_aa_sh : F_au[u]);
+            double ss = first ? 0.0 : t.sum_S[u];
             for (int j = 0; j < nc; ++j) {
-                const i64 c = cb + j;
-                const double* R = kk.r + (c * (r - 1) + (u - 1)) * 4;
-                fu += d_of(R, m_sh[j]);
-                fau += d_of(kk.ar + (c * (r - 1) + (u - 1)) * 4, m_sh[j]) - q_of(kk.a + c * 4, R, T_sh[j]);
+                sx += t.dX[(i64)j * r + u];
+                sxa += t.dXA[(i64)j * r + u];
+                ss += t.dS[(i64)j * r + u];
             }
-            F_u[u] += fu;
-            F_au[u] += fau;
+            if (u == 0) { F_a_sh = sx; F_aa_sh = sxa; } else { F_u[u] = sx; F_au[u] = sxa; }
+            t.sum_S[u] = ss;
         }
-        // F_uv for 1 <= u <= v < r (upper triangle).
-        for (i64 e = tid; e < rr; e += nt) {
-            const int u = (int)(e / r), v = (int)(e % r);
-            if (u < 1 || v < u) continue;
-            double f = 0.0;
-            for (int j = 0; j < nc; ++j) {
-                const i64 c = cb + j;
-                const double* Ru = kk.r + (c * (r - 1) + (u - 1)) * 4;
-                const double* Rv = kk.r + (c * (r - 1) + (v - 1)) * 4;
-                f += explicit_second(kk, c, u, v, r, p_h, p_w, m_sh[j]) - q_of(Ru, Rv, T_sh[j]);
+        // The G blocks bu <= bv: a warp per block, from the last warp down.
+        // (A block narrower than a warp, as a single-threaded replay runs
+        // it, takes the lanes in turn.)
+        for (int g = warps - 1 - warp; g < blocks; g += warps) {
+            int bu = 0, rest = g;
+            while (rest >= nb - bu) { rest -= nb - bu; ++bu; }
+            const int bv = bu + rest;
+            for (int l = lane; l < 32; l += min(nt, 32)) {
+                const int u = 8 * bu + (l >> 2), v = 8 * bv + 2 * (l & 3);
+                double c0 = 0.0, c1 = 0.0;
+                if (!first) {
+                    if (u < r && v < r) c0 = F_uv[(i64)u * r + v];
+                    if (u < r && v + 1 < r) c1 = F_uv[(i64)u * r + v + 1];
+                }
+                g_block(t, nc, r, bu, bv, l, c0, c1);
+                if (u < r && v < r) F_uv[(i64)u * r + v] = c0;
+                if (u < r && v + 1 < r) F_uv[(i64)u * r + v + 1] = c1;
             }
-            F_uv[e] += f;
         }
         __syncthreads();
     }
+    if (hi == lo) {
+        for (i64 e = tid; e < rr; e += nt) F_uv[e] = 0.0;
+        for (int u = tid; u < r; u += nt) { F_u[u] = 0.0; F_au[u] = 0.0; t.sum_S[u] = 0.0; }
+        if (tid == 0) { F_a_sh = 0.0; F_aa_sh = 0.0; }
+    }
+    if (tid == 0) bad = 0u;
+    __syncthreads();
+    // F_aa = sum D(AA) - Q(A, A), F_au = sum D(AR_u) - Q(A, X_u),
+    // F_uv = [u = 1] sum D(S_1v) - Q(X_u, X_v).
+    const int pairs = (r - 1) * r / 2;
+    for (int e = tid; e < r + pairs; e += nt) {
+        if (e == 0) {
+            F_aa_sh -= F_uv[0];
+        } else if (e < r) {
+            F_au[e] -= F_uv[e];
+        } else {
+            int u, v;
+            upper_pair(e - r, r, &u, &v);
+            const i64 uv = (i64)u * r + v;
+            F_uv[uv] = (u == 1 ? t.sum_S[v] : 0.0) - F_uv[uv];
+        }
+    }
+    __syncthreads();
 
     // q-row override, then the implicit function theorem.
     const double F_a = F_a_sh, F_aa = F_aa_sh;
@@ -292,9 +376,10 @@ __device__ void bms_row_body(
     row_chi, row_xi, row_rho, row_tau, row_ruv, row_e_obs, f_au_buf, out_neglog, out_grad, out_hess, \
         out_status
 
-// Stage 2 over a bundle of per-cell arrays in global memory.
+// Stage 2 over a bundle of per-cell arrays in global memory, `tile` cells
+// at a time (the dynamic shared memory holds their W vectors).
 extern "C" __global__ void bms_row(
-    ROW_COMMON_PARAMS,
+    ROW_COMMON_PARAMS, int tile,
     const double* __restrict__ cell_c0, const double* __restrict__ cell_c1,
     const double* __restrict__ cell_c2, const double* __restrict__ cell_c3,
     const double* __restrict__ cell_a, const double* __restrict__ cell_aa,
@@ -302,10 +387,12 @@ extern "C" __global__ void bms_row(
     const double* __restrict__ cell_sbb, const double* __restrict__ cell_sbh,
     const double* __restrict__ cell_sbw, const double* __restrict__ cell_moments, ROW_TAIL_PARAMS)
 {
+    extern __shared__ double row_sh[];
     const Cells k = {cell_c0, cell_c1, cell_c2, cell_c3, cell_a, cell_aa, cell_r, cell_ar,
                      cell_sbb, cell_sbh, cell_sbw, cell_moments};
     const BasesSource none = {};
-    bms_row_body<0>(n_rows, r, p_h, p_w, row_mu1, row_mu2, row_y, row_w, cell_offsets, k, none, ROW_TAIL_ARGS, 0);
+    bms_row_body<0>(n_rows, r, p_h, p_w, tile, row_mu1, row_mu2, row_y, row_w, cell_offsets, k, none,
+                    ROW_TAIL_ARGS, row_sh);
 }
 
 // Stage 2 over cell slots described by their edges and moments, building
@@ -315,12 +402,11 @@ extern "C" __global__ void bms_row_bases(
     const double* __restrict__ row_b_in, const double* __restrict__ bounds,
     const double* __restrict__ cell_moments, ROW_TAIL_PARAMS)
 {
-    extern __shared__ double tile_sh[];
+    extern __shared__ double row_sh[];
     const Cells k = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, cell_moments};
     BasesSource src;
     src.m = make_model(MODEL_ARGS);
-    src.p_h = p_h; src.p_w = p_w; src.tile = tile;
     src.row_a = row_a_in; src.row_b = row_b_in; src.bounds = bounds;
-    bms_row_body<1>(n_rows, r, p_h, p_w, row_mu1, row_mu2, row_y, row_w, cell_offsets, k, src, ROW_TAIL_ARGS,
-                    tile_sh);
+    bms_row_body<1>(n_rows, r, p_h, p_w, tile, row_mu1, row_mu2, row_y, row_w, cell_offsets, k, src,
+                    ROW_TAIL_ARGS, row_sh);
 }

@@ -12,7 +12,7 @@
 //                  rest empty, which adds exact zeros in Stage 2. The cells'
 //                  coefficient arrays are built by Stage 2 itself
 //                  (bms_row_bases in bms_row.cu, compiled with this file)
-//                  from the edges and the bases: write_cell_part below.
+//                  from the edges and the bases: cell_part below.
 //   bms_observed   one thread per row: the observed-point jets and mu_1, mu_2.
 // Each thread works sequentially in a fixed order: no atomics, bitwise
 // repeatable. Quadrature is adaptive, with an explicit stack per thread:
@@ -517,11 +517,17 @@ extern "C" __global__ void bms_calibrate(
     out_status[row] = st;
 }
 
-struct CellOut {
-    double *c0, *c1, *c2, *c3, *a, *aa, *r, *ar, *sbb, *sbh, *sbw, *m;
+// One part of a cell's coefficient arrays (cells.rs, Bases::cell), scaled
+// by s_f: part 0 the cell-level arrays and coordinate u = 1 (b), part
+// 1 + j score function j, part 1 + p_h + l link function l. Each part
+// carries its coordinate's d eta / d theta_u (x), d2 eta / da d theta_u
+// (ar) and explicit d2 eta / db d theta_u (s); part 0 also eta, A and AA.
+struct CellPart {
+    double x[4], ar[4], s[4];
+    double eta[4], A[4], AA[4];
 };
 
-__device__ void store4(double* dst, const double* src, double s)
+__device__ void scale4(double* dst, const double* src, double s)
 {
     for (int k = 0; k < 4; ++k) dst[k] = s * src[k];
 }
@@ -532,35 +538,32 @@ __device__ void times_z(const double* p, double* out)
     out[0] = 0.0; out[1] = p[0]; out[2] = p[1]; out[3] = p[2];
 }
 
-// One part of a cell's coefficient arrays (cells.rs, Bases::cell), scaled
-// by s_f: part 0 the cell-level arrays and coordinate u = 1 (b), part
-// 1 + j score function j, part 1 + p_h + l link function l. The parts are
-// independent, so Stage 2 builds a tile's cells a thread per (cell, part);
-// each part picks the polynomial pieces it needs exactly as cell_pieces does.
-__device__ void write_cell_part(const Model& m, double a, double b, int p_h, int p_w, double lo, double hi, int part,
-                                i64 c, const CellOut& o)
+// The parts are independent, so Stage 2 builds a tile's cells a thread per
+// (cell, part); each part picks the polynomial pieces it needs exactly as
+// cell_pieces does. An empty slot (lo NaN) gets zeros, so Stage 2 adds
+// exact zeros for it.
+__device__ void cell_part(const Model& m, double a, double b, double lo, double hi, int p_h, int part, CellPart& o)
 {
-    const int r1 = 1 + p_h + p_w;
     const double s_f = m.s_f;
+    for (int k = 0; k < 4; ++k) { o.x[k] = 0.0; o.ar[k] = 0.0; o.s[k] = 0.0; o.eta[k] = 0.0; o.A[k] = 0.0; o.AA[k] = 0.0; }
+    if (isnan(lo)) return;
     double t[4];
     if (part == 0) {
         Pieces p;
         cell_pieces(m, a, b, lo, hi, p);
-        double eta[4], A[4], zl1[4];
-        eta_and_a(p, a, b, s_f, eta, A);
-        o.c0[c] = eta[0]; o.c1[c] = eta[1]; o.c2[c] = eta[2]; o.c3[c] = eta[3];
-        store4(o.a + c * 4, A, 1.0);
-        store4(o.aa + c * 4, p.l2, s_f);
+        eta_and_a(p, a, b, s_f, o.eta, o.A);
+        scale4(o.AA, p.l2, s_f);
         // u = 1 (b): s_f (z + H + z L'), s_f z L''; and d2 eta / db2 = s_f z^2 L''.
+        double zl1[4];
         times_z(p.l1, zl1);
         const double zpoly[4] = {0.0, 1.0, 0.0, 0.0};
         for (int k = 0; k < 4; ++k) t[k] = (zpoly[k] + p.h[k]) + zl1[k];
-        store4(o.r + (c * r1) * 4, t, s_f);
+        scale4(o.x, t, s_f);
         times_z(p.l2, t);
-        store4(o.ar + (c * r1) * 4, t, s_f);
+        scale4(o.ar, t, s_f);
         double t2[4];
         times_z(t, t2);
-        store4(o.sbb + c * 4, t2, s_f);
+        scale4(o.s, t2, s_f);
         return;
     }
     const double zm = representative(lo, hi);
@@ -568,10 +571,8 @@ __device__ void write_cell_part(const Model& m, double a, double b, int p_h, int
         const int j = part - 1;
         const int seg = m.h.k > 0 ? segment_of(m.h, zm) : 0;
         const double* bh = m.h.pieces + ((i64)seg * m.h.dim + j) * 4;
-        const double zero[4] = {0.0, 0.0, 0.0, 0.0};
-        store4(o.r + (c * r1 + 1 + j) * 4, bh, s_f * b);
-        store4(o.ar + (c * r1 + 1 + j) * 4, zero, 0.0);
-        store4(o.sbh + (c * p_h + j) * 4, bh, s_f);
+        scale4(o.x, bh, s_f * b);
+        scale4(o.s, bh, s_f);
         return;
     }
     const int l = part - 1 - p_h;
@@ -581,29 +582,10 @@ __device__ void write_cell_part(const Model& m, double a, double b, int p_h, int
     compose_affine(bw, a, b, bwz);
     deriv(bw, bw1t);
     compose_affine(bw1t, a, b, bw1);
-    store4(o.r + (c * r1 + 1 + p_h + l) * 4, bwz, s_f);
-    store4(o.ar + (c * r1 + 1 + p_h + l) * 4, bw1, s_f);
+    scale4(o.x, bwz, s_f);
+    scale4(o.ar, bw1, s_f);
     times_z(bw1, t);
-    store4(o.sbw + (c * p_w + l) * 4, t, s_f);
-}
-
-// The same part of an empty slot: zeros, so Stage 2 adds exact zeros.
-__device__ void clear_cell_part(int p_h, int p_w, int part, i64 c, const CellOut& o)
-{
-    const int r1 = 1 + p_h + p_w;
-    const double zero[4] = {0.0, 0.0, 0.0, 0.0};
-    if (part == 0) {
-        o.c0[c] = 0.0; o.c1[c] = 0.0; o.c2[c] = 0.0; o.c3[c] = 0.0;
-        store4(o.a + c * 4, zero, 0.0);
-        store4(o.aa + c * 4, zero, 0.0);
-        store4(o.sbb + c * 4, zero, 0.0);
-    } else if (part <= p_h) {
-        store4(o.sbh + (c * p_h + part - 1) * 4, zero, 0.0);
-    } else {
-        store4(o.sbw + (c * p_w + part - 1 - p_h) * 4, zero, 0.0);
-    }
-    store4(o.r + (c * r1 + part) * 4, zero, 0.0);
-    store4(o.ar + (c * r1 + part) * 4, zero, 0.0);
+    scale4(o.s, t, s_f);
 }
 
 // Per cell slot (one thread each): the cell's edges and its moments. An

@@ -161,6 +161,30 @@ impl RowOutputs {
     }
 }
 
+/// Most cells a Stage-2 block takes at a time, and the shared-memory bytes
+/// its per-cell arrays aim at (the kernel's static arrays, 4.4 KiB, come on
+/// top: four blocks an SM at 52 KiB each).
+const STAGE2_TILE: usize = 32;
+const STAGE2_TILE_BYTES: usize = 48 << 10;
+
+/// The cells a Stage-2 tile holds and its dynamic shared-memory bytes, for
+/// rows of at most `cells` cells: each cell takes 11 r doubles (its X and W
+/// vectors and three scalars a coordinate: `tile_layout` in bms_row.cu), the
+/// row r more. The tiles of a row are balanced, so a row of 40 cells is two
+/// tiles of 20, not 32 and 8.
+pub(crate) fn stage2_tile(gpu: &Gpu, r: usize, cells: usize) -> Result<(usize, usize)> {
+    let cell = 11 * r * 8;
+    let most = (STAGE2_TILE_BYTES / cell).clamp(1, STAGE2_TILE);
+    let tiles = cells.max(1).div_ceil(most);
+    let tile = cells.max(1).div_ceil(tiles);
+    let bytes = tile * cell + r * 8;
+    if bytes + (STAGE2_TILE * 17 + 4) * 8 > gpu.shared_optin {
+        let rule = format!("one cell's Stage-2 arrays ({cell} bytes) must fit the device's shared memory");
+        return Err(Error::invalid("r", r, rule));
+    }
+    Ok((tile, bytes))
+}
+
 /// One block per row.
 pub(crate) fn row_grid(n: usize, shared_bytes: usize) -> LaunchConfig {
     LaunchConfig {
@@ -182,20 +206,22 @@ pub(crate) fn stage2(
     let gpu = designs.gpu().clone();
     let mut out = RowOutputs::allocate(&gpu, n, r)?;
     let (n32, r32, ph, pw) = (n as i32, r as i32, p_h as i32, p_w as i32);
+    let (tile, shared) = stage2_tile(&gpu, r, STAGE2_TILE)?;
+    let tile32 = tile as i32;
     let mut b = gpu.stream.launch_builder(&gpu.f.bms_row);
     b.arg(&n32).arg(&r32).arg(&ph).arg(&pw);
     for a in &bundle.rows {
         b.arg(a);
     }
-    b.arg(&bundle.offsets);
+    b.arg(&bundle.offsets).arg(&tile32);
     for a in bundle.cells.iter().chain(&bundle.observed) {
         b.arg(a);
     }
     out.push(&mut b);
     // SAFETY: every bundle array holds its n, r, p_h, p_w and cell-count
     // length (validated on upload); outputs are sized n, n r, n r^2; one
-    // block per row.
-    unsafe { b.launch(row_grid(n, 0)) }.map_err(|e| cuda_err("bms_row", e))?;
+    // block per row, with the W vectors of `tile` cells in shared memory.
+    unsafe { b.launch(row_grid(n, shared)) }.map_err(|e| cuda_err("bms_row", e))?;
     drop(b);
     out.finish(designs, layout)
 }

@@ -18,7 +18,7 @@ use std::sync::{Arc, Mutex};
 
 use cudarc::driver::{CudaSlice, LaunchArgs, LaunchConfig, PushKernelArg};
 
-use super::bms::{check_status, row_grid, DeviceRowEvaluation, RowOutputs};
+use super::bms::{check_status, row_grid, stage2_tile, DeviceRowEvaluation, RowOutputs};
 use super::row_hessian::DeviceDesigns;
 use super::runtime::{cuda_err, Gpu};
 use crate::bms::quadrature::gauss_kronrod_21;
@@ -106,12 +106,6 @@ struct Work {
     observed: [CudaSlice<f64>; 6],
 }
 
-/// Most cells Stage 2 builds in shared memory at a time, and the bytes it
-/// aims its tile at (below the 48 KiB a launch gets without opting in, with
-/// room for the kernel's static arrays).
-const STAGE2_TILE: usize = 32;
-const STAGE2_TILE_BYTES: usize = 40 << 10;
-
 /// Stage 1 and Stage 2 of the BMS model on one GPU for a fixed data set:
 /// everything per row is uploaded (or allocated) once, here.
 pub struct DeviceStage1 {
@@ -185,7 +179,7 @@ impl DeviceStage1 {
         let (x, wk, wg) = gauss_kronrod_21();
         let gl = gpu.upload(&[x, wk, wg].concat())?;
         let work = Work::allocate(&gpu, model, data, slots)?;
-        let tile = stage2_tile(&gpu, bases.r(), bases.p_h(), bases.p_w())?;
+        let tile = stage2_tile(&gpu, bases.r(), slots)?;
         Ok(Self {
             model: model.clone(),
             designs,
@@ -399,7 +393,7 @@ impl DeviceStage1 {
         // SAFETY: row arrays hold n values, offsets n + 1, bounds and
         // moments 2 and 10 per slot, the observed jets n, n r, n r^2; the
         // dynamic shared memory is the tile stage2_tile sized (the kernel
-        // carves `tile` cells of tile_cell_doubles); one block per row.
+        // carves `tile` cells' vectors and scalars); one block per row.
         unsafe { b.launch(row_grid(n, self.tile.1)) }.map_err(|e| cuda_err("bms_row_bases", e))?;
         drop(b);
         out.finish(&self.designs, layout)
@@ -453,20 +447,6 @@ impl DeviceStage1 {
         unsafe { b.launch(grid(self.designs.n())) }.map_err(|e| cuda_err("merge_status", e))?;
         Ok(())
     }
-}
-
-/// Cells a Stage-2 tile holds (as many as fit STAGE2_TILE_BYTES, at most
-/// STAGE2_TILE) and the tile's bytes: the kernel's tile_cell_doubles per cell.
-fn stage2_tile(gpu: &Gpu, r: usize, p_h: usize, p_w: usize) -> Result<(usize, usize)> {
-    let cell = (4 + 4 + 4 + 8 * (r - 1) + 4 + 4 * p_h + 4 * p_w + 10) * 8;
-    let tile = (STAGE2_TILE_BYTES / cell).clamp(1, STAGE2_TILE);
-    // The kernel's static arrays (T and the moments of 32 cells) come on top.
-    let bytes = tile * cell;
-    if bytes + (STAGE2_TILE * 17 + 4) * 8 > gpu.shared_optin {
-        let rule = format!("one cell's Stage-2 arrays ({cell} bytes) must fit the device's shared memory");
-        return Err(Error::invalid("r", r, rule));
-    }
-    Ok((tile, bytes))
 }
 
 impl Work {

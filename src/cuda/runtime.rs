@@ -308,7 +308,12 @@ fn shared_optin(ctx: &CudaContext, f: &Functions) -> Result<usize> {
     let optin = ctx
         .attribute(CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN)
         .map_err(|e| cuda_err("shared-memory opt-in limit", e))?;
-    for (name, k) in [("hvp_staged", &f.hvp_staged), ("bms_row_bases", &f.bms_row_bases)] {
+    let staging = [
+        ("hvp_staged", &f.hvp_staged),
+        ("bms_row", &f.bms_row),
+        ("bms_row_bases", &f.bms_row_bases),
+    ];
+    for (name, k) in staging {
         let err = |e| cuda_err(&format!("{name} shared-memory opt-in"), e);
         let fixed = k
             .get_attribute(CUfunction_attribute::CU_FUNC_ATTRIBUTE_SHARED_SIZE_BYTES)
