@@ -110,23 +110,27 @@ struct BasesSource {
 };
 
 // A tile of cells in dynamic shared memory: X and W ([tile][r][4]), the
-// scalars ([tile][r]), then the row's running sum of D(S_1u) ([r]).
+// scalars ([tile][r]), each cell's edges and moments as read ([tile][12]),
+// then the row's running sum of D(S_1u) ([r]).
 struct Tile {
-    double *X, *W, *dX, *dXA, *dS, *sum_S;
+    double *X, *W, *dX, *dXA, *dS, *cell, *sum_S;
 };
+
+#define CELL_READ 12
 
 __device__ Tile tile_layout(double* sh, int tile, int r)
 {
     Tile t;
     t.X = sh; t.W = t.X + 4 * tile * r; t.dX = t.W + 4 * tile * r;
-    t.dXA = t.dX + tile * r; t.dS = t.dXA + tile * r; t.sum_S = t.dS + tile * r;
+    t.dXA = t.dX + tile * r; t.dS = t.dXA + tile * r; t.cell = t.dS + tile * r;
+    t.sum_S = t.cell + CELL_READ * tile;
     return t;
 }
 
 // Stage one part of tile cell j: its coordinate's X and scalars, and for
-// part 0 also u = 0 (A), the cell's moments and T_n = kappa sum_e C_e m_{e+n}.
+// part 0 also u = 0 (A) and T_n = kappa sum_e C_e m_{e+n}.
 __device__ void stage_part(const CellPart& o, const double* moments, int j, int r, int part, const Tile& t,
-                           double* m_j, double* T_j)
+                           double* T_j)
 {
     double m[10];
     for (int q = 0; q < 10; ++q) m[q] = moments[q];
@@ -142,7 +146,6 @@ __device__ void stage_part(const CellPart& o, const double* moments, int j, int 
     t.dX[j0] = d_of(o.A, m);
     t.dXA[j0] = d_of(o.AA, m);
     t.dS[j0] = 0.0;
-    for (int q = 0; q < 10; ++q) m_j[q] = m[q];
     for (int n = 0; n < 7; ++n) {
         double acc = 0.0;
         for (int e = 0; e < 4; ++e) acc = fma(o.eta[e], m[e + n], acc);
@@ -214,7 +217,6 @@ __device__ void bms_row_body(
     double* F_au = f_au_buf + (i64)row * r;
     double* F_uv = out_hess + (i64)row * rr;
     __shared__ double T_sh[CELL_TILE][7];
-    __shared__ double m_sh[CELL_TILE][10];
     __shared__ double F_a_sh, F_aa_sh;
     __shared__ unsigned int bad;
     const Tile t = tile_layout(dyn, tile, r);
@@ -226,15 +228,26 @@ __device__ void bms_row_body(
     for (i64 t0 = lo; t0 < hi; t0 += tile) {
         const int nc = (int)min((i64)tile, hi - t0);
         const bool first = t0 == lo;
+        // The tile's edges and moments, read together (coalesced) so that
+        // no (cell, part) item waits on global memory of its own.
+        for (int e = tid; e < nc * CELL_READ; e += nt) {
+            const int j = e / CELL_READ, q = e - j * CELL_READ;
+            double v = 0.0;
+            if (q >= 2) v = k.m[(t0 + j) * 10 + q - 2];
+            else if (BASES) v = src.bounds[2 * (t0 + j) + q];
+            t.cell[e] = v;
+        }
+        __syncthreads();
         // A thread per (cell, part).
         for (int e = tid; e < nc * parts; e += nt) {
             const int j = e / parts, part = e - j * parts;
+            const double* cell = t.cell + j * CELL_READ;
             CellPart o;
             if (BASES)
-                cell_part(src.m, a_row, b_row, src.bounds[2 * (t0 + j)], src.bounds[2 * (t0 + j) + 1], p_h, part, o);
+                cell_part(src.m, a_row, b_row, cell[0], cell[1], p_h, part, o);
             else
                 bundle_part(k, t0 + j, r, p_h, p_w, part, o);
-            stage_part(o, k.m + (t0 + j) * 10, j, r, part, t, m_sh[j], T_sh[j]);
+            stage_part(o, cell + 2, j, r, part, t, T_sh[j]);
         }
         __syncthreads();
         // W_u = X_u M per (cell, coordinate).

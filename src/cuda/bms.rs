@@ -16,8 +16,11 @@ use crate::layout::Layout;
 use crate::row_hessian::JointGradient;
 use crate::{Error, Result};
 
-/// Threads per row block of the row kernel.
-const ROW_THREADS: u32 = 128;
+/// Threads per row block of the row kernel. Two warps with small tiles
+/// measured fastest at seed (9.3 ms; 128 threads with one 27-cell tile
+/// 10.5 ms, 256 threads 13.1 ms): more resident blocks hide the latency of
+/// each block's barrier-separated phases.
+const ROW_THREADS: u32 = 64;
 
 /// One evaluation's per-row results on the device.
 pub struct DeviceRowEvaluation {
@@ -162,23 +165,24 @@ impl RowOutputs {
 }
 
 /// Most cells a Stage-2 block takes at a time, and the shared-memory bytes
-/// its per-cell arrays aim at (the kernel's static arrays, 4.4 KiB, come on
-/// top: four blocks an SM at 52 KiB each).
+/// its per-cell arrays aim at (the kernel's static arrays, 1.8 KiB, come on
+/// top): 7 cells of r = 20, so that shared memory allows 14 blocks an SM
+/// and registers allow 11.
 const STAGE2_TILE: usize = 32;
-const STAGE2_TILE_BYTES: usize = 48 << 10;
+const STAGE2_TILE_BYTES: usize = 13 << 10;
 
 /// The cells a Stage-2 tile holds and its dynamic shared-memory bytes, for
-/// rows of at most `cells` cells: each cell takes 11 r doubles (its X and W
-/// vectors and three scalars a coordinate: `tile_layout` in bms_row.cu), the
-/// row r more. The tiles of a row are balanced, so a row of 40 cells is two
+/// rows of at most `cells` cells: each cell takes 11 r + 12 doubles (its X
+/// and W vectors, three scalars a coordinate, its edges and moments:
+/// `tile_layout` in bms_row.cu), the row r more. The tiles of a row are balanced, so a row of 40 cells is two
 /// tiles of 20, not 32 and 8.
 pub(crate) fn stage2_tile(gpu: &Gpu, r: usize, cells: usize) -> Result<(usize, usize)> {
-    let cell = 11 * r * 8;
+    let cell = (11 * r + 12) * 8;
     let most = (STAGE2_TILE_BYTES / cell).clamp(1, STAGE2_TILE);
     let tiles = cells.max(1).div_ceil(most);
     let tile = cells.max(1).div_ceil(tiles);
     let bytes = tile * cell + r * 8;
-    if bytes + (STAGE2_TILE * 17 + 4) * 8 > gpu.shared_optin {
+    if bytes + (STAGE2_TILE * 7 + 4) * 8 > gpu.shared_optin {
         let rule = format!("one cell's Stage-2 arrays ({cell} bytes) must fit the device's shared memory");
         return Err(Error::invalid("r", r, rule));
     }
