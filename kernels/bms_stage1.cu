@@ -30,6 +30,8 @@
 // far less than F's.
 #define SLOPE_TOL 1e-9
 #define RECURRENCE_TOL 1e-12
+#define SKIP_FRACTION 1e-3
+#define SQRT_2PI 2.5066282746310002
 #define MAX_DEPTH 48
 #define MAX_PANELS 100000
 // A depth-first bisection holds at most MAX_DEPTH + 1 panels beyond the
@@ -287,6 +289,44 @@ __device__ int initial_panels(double a, double b, double* lo, double* hi, int* d
     return top;
 }
 
+// sum_k |p_k| z^k: a bound on |p| over |z| <= z.
+__device__ __forceinline__ double abs_poly(const double* p, double z)
+{
+    return ((fabs(p[3]) * z + fabs(p[2])) * z + fabs(p[1])) * z + fabs(p[0]);
+}
+
+// Whether a panel away from 0 cannot matter: every integrand is at most a
+// polynomial times exp(-z^2 / 2) (Phi <= 1 and exp(-eta^2 / 2) <= 1), so
+// width x exp(-z_near^2 / 2) x that polynomial's bound bounds each
+// component's integral; the panel is skipped when every bound is below
+// SKIP_FRACTION of what an accepted panel may be off by (tol x scale). It
+// spares the far panels of the tails (past |z| of about 9), which the
+// initial panels reach.
+template <int N, int KIND>
+__device__ bool negligible(double lo, double hi, const double* eta, const double* scale)
+{
+    if (lo < 0.0 && hi > 0.0) return false;
+    const double z_near = fmin(fabs(lo), fabs(hi)), z_far = fmax(fabs(lo), fabs(hi));
+    const double gauss = (hi - lo) * exp(-0.5 * z_near * z_near);
+    double bound[N];
+    if (KIND == 0) {
+        double zk = 1.0;
+        for (int k = 0; k < N; ++k) { bound[k] = gauss * zk; zk *= z_far; }
+    } else {
+        bound[0] = gauss / SQRT_2PI;
+        if (KIND == 2) {
+            const double pa = abs_poly(eta + 4, z_far);
+            bound[1] = gauss * pa;
+            bound[2] = gauss * (abs_poly(eta + 8, z_far) + pa * pa * abs_poly(eta, z_far));
+        }
+    }
+    for (int k = 0; k < N; ++k) {
+        const double tol = (KIND == 2 && k > 0) ? SLOPE_TOL : QUAD_TOL;
+        if (!(bound[k] <= SKIP_FRACTION * tol * scale[k])) return false;
+    }
+    return true;
+}
+
 template <int N, int KIND>
 __device__ void adaptive(double a, double b, const double* eta, bool upper, const double* gl, double* out)
 {
@@ -302,6 +342,7 @@ __device__ void adaptive(double a, double b, const double* eta, bool upper, cons
         --top;
         const double lo = st_lo[top], hi = st_hi[top];
         const int depth = st_depth[top];
+        if (negligible<N, KIND>(lo, hi, eta, scale)) continue;
         ++panels;
         double value[N], abs_v[N], check[N];
         apply_kronrod<N, KIND>(gl, lo, hi, eta, upper, value, abs_v, check);
