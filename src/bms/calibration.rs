@@ -12,7 +12,7 @@
 use std::f64::consts::PI;
 
 use super::basis::poly_eval;
-use super::cells::{Bases, Cell, Z_CLIP};
+use super::cells::{Bases, Cell, CellJet, Z_CLIP};
 use super::probit::{norm_cdf, norm_pdf, norm_sf};
 use super::quadrature::{adaptive, adaptive_with};
 use crate::{Error, Result};
@@ -42,9 +42,10 @@ pub fn cell_d(r: &[f64; 4], m: &[f64]) -> f64 {
     (r[0] * m[0] + r[1] * m[1] + r[2] * m[2] + r[3] * m[3]) / (2.0 * PI)
 }
 
-/// F(a) over the given cells (built at a). For q > 0 the complement form
-/// `Phi(-q) - integral Phi(-eta) phi` keeps the small difference accurate.
-pub fn residual(q: f64, cells: &[Cell]) -> f64 {
+/// F(a) over the given cells (built at a: [`Bases::jets`]). For q > 0 the
+/// complement form `Phi(-q) - integral Phi(-eta) phi` keeps the small
+/// difference accurate.
+pub fn residual(q: f64, cells: &[CellJet]) -> f64 {
     let upper = q > 0.0;
     let mass: f64 = cells
         .iter()
@@ -94,7 +95,7 @@ pub fn solve_intercept(bases: &Bases, theta: &[f64], row: usize) -> Result<Calib
 
 /// A bracket [lo, hi] with F(lo) <= 0 <= F(hi), grown from a0.
 fn bracket(bases: &Bases, theta: &[f64], a0: f64, f0: f64, row: usize) -> Result<(f64, f64)> {
-    let f = |a: f64| residual(theta[0], &bases.cells(theta, a));
+    let f = |a: f64| residual(theta[0], &bases.jets(theta, a));
     let dir = if f0 < 0.0 { 1.0 } else { -1.0 };
     let (mut near, mut step) = (a0, 0.5 * (1.0 + a0.abs()));
     for _ in 0..64 {
@@ -135,7 +136,7 @@ fn residual_and_slopes(bases: &Bases, theta: &[f64], a: f64) -> (f64, f64, f64) 
     let q = theta[0];
     let upper = q > 0.0;
     let (mut mass, mut f_a, mut f_aa) = (0.0, 0.0, 0.0);
-    for c in bases.cells(theta, a) {
+    for c in bases.jets(theta, a) {
         let f = |z: f64| {
             let e = poly_eval(&c.eta, z);
             let (d1, d2) = (poly_eval(&c.a, z), poly_eval(&c.aa, z));
@@ -247,7 +248,7 @@ mod tests {
             let want = q * (1.0 + (0.9 * b) * (0.9f64 * b)).sqrt() / 0.9;
             assert_eq!(cal.a, want);
             // F(a) = 0 by quadrature: an independent check of the closed form.
-            let f = residual(q, &cal.cells);
+            let f = residual(q, &bs.jets(&theta, cal.a));
             assert!(f.abs() < 1e-14 * norm_cdf(-q.abs()).max(1e-300) + 1e-16, "F = {f:e}");
             // F_a from the moments equals s_f phi(a s_f / sqrt(1 + (s_f b)^2)) / sqrt(1 + (s_f b)^2).
             let k = (1.0 + (0.9 * b) * (0.9f64 * b)).sqrt();
@@ -263,12 +264,11 @@ mod tests {
         for q in [-3.0, -0.5, 0.0, 1.2, 4.0] {
             theta[0] = q;
             let cal = solve_intercept(&bs, &theta, 7).unwrap();
-            let f = residual(q, &cal.cells);
+            let f = residual(q, &bs.jets(&theta, cal.a));
             // |F| within a few ulps of the tail mass, so a is within ~ulps/F_a.
             assert!(f.abs() <= 1e-14 * norm_cdf(-q.abs()), "q = {q}: F = {f:e}");
             let h = 1e-7;
-            let fd =
-                (residual(q, &bs.cells(&theta, cal.a + h)) - residual(q, &bs.cells(&theta, cal.a - h))) / (2.0 * h);
+            let fd = (residual(q, &bs.jets(&theta, cal.a + h)) - residual(q, &bs.jets(&theta, cal.a - h))) / (2.0 * h);
             assert!((fd - cal.f_a).abs() < 1e-6 * cal.f_a, "F_a {} vs FD {fd}", cal.f_a);
         }
     }
@@ -305,7 +305,7 @@ mod tests {
         let theta = vec![0.0, 0.0, -2.0 / slope, 0.0];
         let cal = solve_intercept(&bs, &theta, 3).unwrap();
         assert!(cal.f_a > 0.0);
-        assert!(residual(0.0, &cal.cells).abs() < 1e-15);
+        assert!(residual(0.0, &bs.jets(&theta, cal.a)).abs() < 1e-15);
         let eta_slope = cal.cells[0].a[0];
         assert!(eta_slope > 0.0, "d eta / da = {eta_slope}");
     }

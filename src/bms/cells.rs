@@ -94,10 +94,9 @@ impl Bases {
         z
     }
 
-    /// The cells of row theta at intercept a, coefficients only (moments
-    /// zero; see [`Cell::fill_moments`]).
-    pub fn cells(&self, theta: &[f64], a: f64) -> Vec<Cell> {
-        let edges = self.breakpoints(theta[1], a);
+    /// The cells' edges (lo, hi) of row theta at intercept a, left to right.
+    fn bounds(&self, b: f64, a: f64) -> Vec<(f64, f64)> {
+        let edges = self.breakpoints(b, a);
         let mut bounds = Vec::with_capacity(edges.len() + 1);
         let mut lo = f64::NEG_INFINITY;
         for &e in &edges {
@@ -105,63 +104,142 @@ impl Bases {
             lo = e;
         }
         bounds.push((lo, f64::INFINITY));
+        bounds
+    }
+
+    /// The cells of row theta at intercept a, coefficients only (moments
+    /// zero; see [`Cell::fill_moments`]).
+    pub fn cells(&self, theta: &[f64], a: f64) -> Vec<Cell> {
+        let bounds = self.bounds(theta[1], a);
         bounds.into_iter().map(|(lo, hi)| self.cell(theta, a, lo, hi)).collect()
+    }
+
+    /// What the calibration needs of each cell (edges, eta, d eta/da,
+    /// d2 eta/da2), without the per-coordinate arrays: one allocation a row
+    /// instead of seven a cell, for the iteration's repeated evaluations.
+    pub fn jets(&self, theta: &[f64], a: f64) -> Vec<CellJet> {
+        let bounds = self.bounds(theta[1], a);
+        bounds
+            .into_iter()
+            .map(|(lo, hi)| self.jet(theta, a, &self.pieces(theta, a, lo, hi), lo, hi))
+            .collect()
+    }
+
+    /// The polynomial pieces that hold on [lo, hi], picked at a point inside.
+    fn pieces(&self, theta: &[f64], a: f64, lo: f64, hi: f64) -> Pieces {
+        let b = theta[1];
+        let zm = representative(lo, hi);
+        let zero = [0.0; 4];
+        let mut p = Pieces {
+            h: zero,
+            l: zero,
+            l1: zero,
+            l2: zero,
+            score_seg: None,
+            link_seg: None,
+        };
+        if let Some(basis) = &self.score {
+            let seg = basis.segment_of(zm);
+            p.h = basis.combine(seg, self.beta_h(theta));
+            p.score_seg = Some(seg);
+        }
+        if let Some(basis) = &self.link {
+            let seg = basis.segment_of(a + b * zm);
+            let lt = basis.combine(seg, self.beta_w(theta));
+            let l1t = poly_deriv(&lt);
+            p.l = poly_compose_affine(&lt, a, b);
+            p.l1 = poly_compose_affine(&l1t, a, b);
+            p.l2 = poly_compose_affine(&poly_deriv(&l1t), a, b);
+            p.link_seg = Some(seg);
+        }
+        p
+    }
+
+    /// eta = s_f (a + b z + b H + L), d eta/da = s_f (1 + L'), d2 eta/da2 =
+    /// s_f L'' on one cell.
+    fn jet(&self, theta: &[f64], a: f64, p: &Pieces, lo: f64, hi: f64) -> CellJet {
+        let (b, s_f) = (theta[1], self.s_f);
+        let sf = |q: Cubic| poly_scale(&q, s_f);
+        CellJet {
+            lo,
+            hi,
+            eta: sf(poly_add(&poly_add(&[a, b, 0.0, 0.0], &poly_scale(&p.h, b)), &p.l)),
+            a: sf(poly_add(&[1.0, 0.0, 0.0, 0.0], &p.l1)),
+            aa: sf(p.l2),
+        }
     }
 
     /// One cell's coefficient arrays (the doc's table).
     fn cell(&self, theta: &[f64], a: f64, lo: f64, hi: f64) -> Cell {
         let (b, s_f) = (theta[1], self.s_f);
-        let zm = representative(lo, hi);
+        let p = self.pieces(theta, a, lo, hi);
+        let jet = self.jet(theta, a, &p, lo, hi);
         let zero = [0.0; 4];
-        // Score side: H and each Bh_j, cubics in z.
-        let (h, bh): (Cubic, Vec<Cubic>) = match &self.score {
-            Some(basis) => {
-                let seg = basis.segment_of(zm);
-                (basis.combine(seg, self.beta_h(theta)), basis.segment(seg).to_vec())
-            }
-            None => (zero, vec![]),
+        // Each Bh_j, cubics in z; each Bw_l and Bw_l' composed with t = a + b z.
+        let bh: Vec<Cubic> = match (&self.score, p.score_seg) {
+            (Some(basis), Some(seg)) => basis.segment(seg).to_vec(),
+            _ => vec![],
         };
-        // Link side: L, L', L'' and each Bw_l, Bw_l', composed with t = a + b z.
-        let (l, l1, l2, bw, bw1) = match &self.link {
-            Some(basis) => {
-                let seg = basis.segment_of(a + b * zm);
-                let lt = basis.combine(seg, self.beta_w(theta));
-                let c = |p: &Cubic| poly_compose_affine(p, a, b);
-                let l1t = poly_deriv(&lt);
+        let (bw, bw1): (Vec<Cubic>, Vec<Cubic>) = match (&self.link, p.link_seg) {
+            (Some(basis), Some(seg)) => {
+                let c = |q: &Cubic| poly_compose_affine(q, a, b);
                 let pieces = basis.segment(seg);
                 (
-                    c(&lt),
-                    c(&l1t),
-                    c(&poly_deriv(&l1t)),
                     pieces.iter().map(c).collect(),
-                    pieces.iter().map(|p| c(&poly_deriv(p))).collect::<Vec<_>>(),
+                    pieces.iter().map(|q| c(&poly_deriv(q))).collect(),
                 )
             }
-            None => (zero, zero, zero, vec![], vec![]),
+            _ => (vec![], vec![]),
         };
-        let sf = |p: Cubic| poly_scale(&p, s_f);
+        let sf = |q: Cubic| poly_scale(&q, s_f);
         let z = [0.0, 1.0, 0.0, 0.0];
-        let eta = sf(poly_add(&poly_add(&[a, b, 0.0, 0.0], &poly_scale(&h, b)), &l));
-        let mut r_coef = vec![sf(poly_add(&poly_add(&z, &h), &poly_times_z(&l1)))];
-        r_coef.extend(bh.iter().map(|p| sf(poly_scale(p, b))));
-        r_coef.extend(bw.iter().map(|&p| sf(p)));
-        let mut ar = vec![sf(poly_times_z(&l2))];
+        let mut r_coef = vec![sf(poly_add(&poly_add(&z, &p.h), &poly_times_z(&p.l1)))];
+        r_coef.extend(bh.iter().map(|q| sf(poly_scale(q, b))));
+        r_coef.extend(bw.iter().map(|&q| sf(q)));
+        let mut ar = vec![sf(poly_times_z(&p.l2))];
         ar.extend(bh.iter().map(|_| zero));
-        ar.extend(bw1.iter().map(|&p| sf(p)));
+        ar.extend(bw1.iter().map(|&q| sf(q)));
         Cell {
             lo,
             hi,
-            eta,
-            a: sf(poly_add(&[1.0, 0.0, 0.0, 0.0], &l1)),
-            aa: sf(l2),
+            eta: jet.eta,
+            a: jet.a,
+            aa: jet.aa,
             r: r_coef,
             ar,
-            sbb: sf(poly_times_z(&poly_times_z(&l2))),
-            sbh: bh.iter().map(|&p| sf(p)).collect(),
-            sbw: bw1.iter().map(|p| sf(poly_times_z(p))).collect(),
+            sbb: sf(poly_times_z(&poly_times_z(&p.l2))),
+            sbh: bh.iter().map(|&q| sf(q)).collect(),
+            sbw: bw1.iter().map(|q| sf(poly_times_z(q))).collect(),
             moments: [0.0; MOMENTS],
         }
     }
+}
+
+/// The polynomial pieces of one cell: H and L, L', L'' composed with
+/// t = a + b z, and the basis segments they come from.
+struct Pieces {
+    h: Cubic,
+    l: Cubic,
+    l1: Cubic,
+    l2: Cubic,
+    score_seg: Option<usize>,
+    link_seg: Option<usize>,
+}
+
+/// A cell's edges and the cubics the calibration integrates: eta, d eta/da
+/// and d2 eta/da2 (the same values as the [`Cell`]'s).
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct CellJet {
+    /// Left edge.
+    pub lo: f64,
+    /// Right edge.
+    pub hi: f64,
+    /// eta.
+    pub eta: Cubic,
+    /// d eta / da.
+    pub a: Cubic,
+    /// d2 eta / da2.
+    pub aa: Cubic,
 }
 
 /// The observed-point inputs of a row at z_obs (after solving a): eta and
@@ -499,6 +577,12 @@ mod tests {
             let theta = [0.2, b, 0.3, -0.2, 0.1, 0.15, -0.1, 0.05, 0.2];
             let a = 0.35;
             let cells = bases.cells(&theta, a);
+            // The calibration's light view holds the same cells.
+            let jets = bases.jets(&theta, a);
+            assert_eq!(jets.len(), cells.len());
+            for (j, c) in jets.iter().zip(&cells) {
+                assert_eq!((j.lo, j.hi, j.eta, j.a, j.aa), (c.lo, c.hi, c.eta, c.a, c.aa));
+            }
             // Edges strictly increase and the cells tile the line.
             assert!(cells.windows(2).all(|w| w[0].hi == w[1].lo && w[0].lo < w[0].hi));
             assert_eq!(
