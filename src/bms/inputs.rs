@@ -140,6 +140,7 @@ impl RowKernelInputs {
             cell_offsets: vec![0],
             ..Self::default()
         };
+        out.reserve(rows.len(), rows.iter().map(|row| row.calibrated.cells.len()).sum());
         for row in rows {
             let phi = norm_pdf(row.q);
             let o = &row.observed;
@@ -163,6 +164,45 @@ impl RowKernelInputs {
         }
         out.validate()?;
         Ok(out)
+    }
+
+    /// Room for n rows of `cells` cells in all, so packing never reallocates.
+    fn reserve(&mut self, n: usize, cells: usize) {
+        let (r, p_h, p_w) = (self.r, self.p_h, self.p_w);
+        self.cell_offsets.reserve_exact(n);
+        for v in [
+            &mut self.q,
+            &mut self.b,
+            &mut self.mu_1,
+            &mut self.mu_2,
+            &mut self.z_obs,
+            &mut self.y,
+            &mut self.w,
+            &mut self.e_obs,
+            &mut self.chi_obs,
+            &mut self.xi_obs,
+        ] {
+            v.reserve_exact(n);
+        }
+        self.rho_u.reserve_exact(n * r);
+        self.tau_u.reserve_exact(n * r);
+        self.r_uv.reserve_exact(n * r * r);
+        for v in [
+            &mut self.cell_c0,
+            &mut self.cell_c1,
+            &mut self.cell_c2,
+            &mut self.cell_c3,
+        ] {
+            v.reserve_exact(cells);
+        }
+        for v in [&mut self.cell_a, &mut self.cell_aa, &mut self.cell_sbb] {
+            v.reserve_exact(4 * cells);
+        }
+        self.cell_r.reserve_exact(4 * (r - 1) * cells);
+        self.cell_ar.reserve_exact(4 * (r - 1) * cells);
+        self.cell_sbh.reserve_exact(4 * p_h * cells);
+        self.cell_sbw.reserve_exact(4 * p_w * cells);
+        self.cell_moments.reserve_exact(MOMENTS * cells);
     }
 
     /// Every f64 array with its name, for the shared checks.
