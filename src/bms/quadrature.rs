@@ -246,6 +246,22 @@ mod tests {
     }
 
     #[test]
+    fn gauss5_panels_is_exact_to_degree_9_a_panel_and_close_on_gaussians() {
+        // One panel (width <= 2): x^k, k <= 9, exactly.
+        for k in 0..=9 {
+            let got = gauss5_panels(0.5, 2.0, &|x: f64| [x.powi(k)])[0];
+            let want = (2f64.powi(k + 1) - 0.5f64.powi(k + 1)) / (k as f64 + 1.0);
+            assert!((got - want).abs() < 1e-14 * want, "x^{k}: {got} vs {want}");
+        }
+        // A tail split into panels 1, 2 and 4 wide: exp(-x^2/2) on [1, 8]
+        // against the adaptive rule: 1.2e-6 relative (the 4-wide panel), a
+        // seed's accuracy; a calibration's cells are mostly far narrower.
+        let f = |x: f64| [(-0.5 * x * x).exp()];
+        let (quick, exact) = (gauss5_panels(1.0, 8.0, &f)[0], adaptive(1.0, 8.0, 1e-14, &f)[0]);
+        assert!((quick - exact).abs() < 2e-6 * exact, "{quick} vs {exact}");
+    }
+
+    #[test]
     fn adaptive_handles_peaks_and_kinks() {
         // A narrow Gaussian, exp(-x^2/(2 s^2)) on [-1, 3], and |x - 0.3| on [0, 1].
         let s = 1e-3;
