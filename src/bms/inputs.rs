@@ -127,6 +127,17 @@ fn push_cell(out: &mut RowKernelInputs, c: &Cell) {
     out.cell_moments.extend_from_slice(&c.moments);
 }
 
+/// The index of the first non-finite value. Checked a chunk at a time with
+/// a branch-free test the compiler vectorises (the bundle is checked at
+/// every evaluation; a plain `position` scan was 3% of a CPU fit).
+fn first_non_finite(values: &[f64]) -> Option<usize> {
+    const CHUNK: usize = 256;
+    values.chunks(CHUNK).enumerate().find_map(|(c, chunk)| {
+        let bad = chunk.iter().fold(false, |acc, v| acc | !v.is_finite());
+        bad.then(|| c * CHUNK + chunk.iter().position(|v| !v.is_finite()).unwrap_or(0))
+    })
+}
+
 impl RowKernelInputs {
     /// Pack Stage-1 rows into the bundle and validate it.
     pub fn pack(p_h: usize, p_w: usize, s_f: f64, rows: &[RowStage1]) -> Result<Self> {
@@ -286,7 +297,7 @@ impl RowKernelInputs {
         ];
         for ((name, values), want) in self.f64_fields().iter().zip(want) {
             check_len(name, values.len(), want)?;
-            if let Some(k) = values.iter().position(|v| !v.is_finite()) {
+            if let Some(k) = first_non_finite(values) {
                 return Err(Error::invalid(format!("{name}[{k}]"), values[k], "must be finite"));
             }
         }
@@ -332,4 +343,27 @@ fn check_len(name: &str, have: usize, want: usize) -> Result<()> {
         ));
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::first_non_finite;
+
+    #[test]
+    fn first_non_finite_finds_the_first_bad_index_in_any_chunk() {
+        let v = vec![1.5; 1001];
+        assert_eq!(first_non_finite(&v), None);
+        // A bad value at k, another further on: k is the answer.
+        for (k, bad) in [
+            (0, f64::NAN),
+            (255, f64::INFINITY),
+            (256, f64::NEG_INFINITY),
+            (999, f64::NAN),
+        ] {
+            let mut w = v.clone();
+            w[k] = bad;
+            w[1000] = f64::NAN;
+            assert_eq!(first_non_finite(&w), Some(k));
+        }
+    }
 }
