@@ -116,11 +116,15 @@ fn bracket(bases: &Bases, theta: &[f64], a0: f64, f0: f64, row: usize) -> Result
     Err(reject(row, format!("no sign change of F found from a = {a0}")))
 }
 
-/// A usable step below this (relative) ends the iteration without another
-/// evaluation: Halley's iterate then has an error of order step^3 (1e-21),
-/// and the SLOPE_TOL errors of F_a and F_aa move it by about SLOPE_TOL
-/// times the step (1e-16); both below one ulp.
+/// A usable Halley step below STEP_STOP (relative) ends the iteration
+/// without another evaluation when its L = F F_aa / F_a^2 is at most
+/// STOP_CURVATURE: the new iterate's error is then about L^2 step / 4
+/// (below 2.5e-18; 1e-21 where F_aa / F_a is of order one), and the
+/// SLOPE_TOL errors of F_a and F_aa move it by about SLOPE_TOL times the
+/// step (1e-16). A step of Newton's (|L| large) never ends it early: its
+/// iterate is only within about L step / 2.
 const STEP_STOP: f64 = 1e-7;
+const STOP_CURVATURE: f64 = 1e-5;
 
 /// Tolerance of the F_a and F_aa integrals: they only steer the iteration
 /// (a relative error e in them moves the next iterate by about e times the
@@ -195,7 +199,7 @@ fn quick_seed(bases: &Bases, theta: &[f64], a0: f64) -> f64 {
         if !f.is_finite() || f_a.is_nan() || f_a <= 0.0 {
             return a0;
         }
-        let next = halley_step(a, f, f_a, f_aa);
+        let (next, _) = halley_step(a, f, f_a, f_aa);
         if !next.is_finite() || (next - a0).abs() > cap {
             return a0;
         }
@@ -209,14 +213,14 @@ fn quick_seed(bases: &Bases, theta: &[f64], a0: f64) -> f64 {
 }
 
 /// Halley's step from a, or Newton's where Halley's correction is far from
-/// one (F_aa is only a guide there).
-fn halley_step(a: f64, f: f64, f_a: f64, f_aa: f64) -> f64 {
+/// one (F_aa is only a guide there); with L = F F_aa / F_a^2.
+fn halley_step(a: f64, f: f64, f_a: f64, f_aa: f64) -> (f64, f64) {
     let newton = f / f_a;
     let l = newton * f_aa / f_a;
     if l.abs() < HALLEY_LIMIT {
-        a - newton / (1.0 - 0.5 * l)
+        (a - newton / (1.0 - 0.5 * l), l)
     } else {
-        a - newton
+        (a - newton, l)
     }
 }
 
@@ -245,7 +249,7 @@ fn newton(bases: &Bases, theta: &[f64], a0: f64, row: usize) -> Result<f64> {
     };
     let mut bracketed = false;
     for _ in 0..MAX_ITER {
-        let step_to = halley_step(a, f, f_a, f_aa);
+        let (step_to, l) = halley_step(a, f, f_a, f_aa);
         let inside = |lo: f64, hi: f64| f_a > 0.0 && step_to > lo && step_to < hi;
         let mut usable = inside(lo, hi) && (bracketed || (step_to - a0).abs() <= cap);
         if !usable && !bracketed {
@@ -258,7 +262,7 @@ fn newton(bases: &Bases, theta: &[f64], a0: f64, row: usize) -> Result<f64> {
         let scale = 1.0 + a.abs();
         let done = step <= 4.0 * f64::EPSILON * scale
             || hi - lo <= 4.0 * f64::EPSILON * scale
-            || (usable && step <= STEP_STOP * scale);
+            || (usable && step <= STEP_STOP * scale && l.abs() <= STOP_CURVATURE);
         a = next;
         if done {
             return Ok(a);

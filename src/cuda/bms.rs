@@ -21,6 +21,8 @@ use crate::{Error, Result};
 /// 10.5 ms, 256 threads 13.1 ms): more resident blocks hide the latency of
 /// each block's barrier-separated phases.
 const ROW_THREADS: u32 = 64;
+// The Q sums' tensor-core steps take whole warps.
+const _: () = assert!(ROW_THREADS % 32 == 0);
 
 /// One evaluation's per-row results on the device.
 pub struct DeviceRowEvaluation {
@@ -169,6 +171,8 @@ impl RowOutputs {
 /// top): 7 cells of r = 20, so that shared memory allows 14 blocks an SM
 /// and registers allow 11.
 const STAGE2_TILE: usize = 32;
+// The kernel's static T array holds CELL_TILE = 32 cells.
+const _: () = assert!(STAGE2_TILE <= 32);
 const STAGE2_TILE_BYTES: usize = 13 << 10;
 
 /// The cells a Stage-2 tile holds and its dynamic shared-memory bytes, for

@@ -27,6 +27,8 @@ use crate::designs::check_matrix;
 use crate::{Error, Result};
 
 /// Threads per block of the Stage-1 kernels (one thread per row or cell).
+/// `bms_calibrate` is compiled with `__launch_bounds__(128, 4)`: a larger
+/// block would fail to launch, so change both together.
 const THREADS: u32 = 128;
 
 fn grid(items: usize) -> LaunchConfig {
