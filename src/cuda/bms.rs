@@ -22,7 +22,7 @@ use crate::{Error, Result};
 /// each block's barrier-separated phases.
 const ROW_THREADS: u32 = 64;
 // The Q sums' tensor-core steps take whole warps.
-const _: () = assert!(ROW_THREADS % 32 == 0);
+const _: () = assert!(ROW_THREADS.is_multiple_of(32));
 
 /// One evaluation's per-row results on the device.
 pub struct DeviceRowEvaluation {
