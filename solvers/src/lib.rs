@@ -30,7 +30,7 @@ pub use newton::{
     NewtonReport, Objective, Solver, Termination,
 };
 pub use operator::{DenseOperator, LinearOperator};
-pub use pcg::{cg, BreakdownQuantity, PcgInfo, PcgOptions, PcgSolution, StopReason};
+pub use pcg::{cg, BreakdownQuantity, Pcg, PcgInfo, PcgOptions, PcgSolution, StopReason};
 pub use penalty::{Penalised, Penalty, PenaltyBlock, PenaltyMatrix};
 pub use precond::{Jacobi, Preconditioner};
 pub use reml::{laml, reml, LamlEvaluation, RemlFit, RemlIteration, RemlOptions, RemlReport, RemlTermination};

@@ -171,7 +171,7 @@ pub struct PcgSolution<V> {
     pub info: PcgInfo,
 }
 
-/// The work vectors of one solve, allocated once before the loop.
+/// The work vectors of a solve.
 struct Work<V> {
     x: V,
     r: V,
@@ -191,27 +191,110 @@ pub fn cg<B: Backend>(
     opts: &PcgOptions,
 ) -> Result<PcgSolution<B::Vector>> {
     opts.validate()?;
-    let n = a.dim();
-    expect_len("b", backend.len(b), n)?;
-    let mut w = Work {
-        x: backend.zeros(n)?,
-        r: backend.zeros(n)?,
-        z: backend.zeros(n)?,
-        p: backend.zeros(n)?,
-        q: backend.zeros(n)?,
-    };
-    let mut s = backend.scalars(slot::COUNT)?;
-    match x0 {
-        Some(x0) => {
-            expect_len("x0", backend.len(x0), n)?;
-            backend.copy(x0, &mut w.x)?;
-            residual(backend, a, b, &w.x, &mut w.r)?;
-        }
-        None => backend.copy(b, &mut w.r)?,
+    let mut solver = Pcg::new(backend, a, m)?;
+    let info = solver.solve(b, x0, opts)?;
+    Ok(PcgSolution {
+        x: solver.into_x(),
+        info,
+    })
+}
+
+/// [`cg`] for repeated solves with one operator and preconditioner: the work
+/// vectors, the scalar slots and the recorded iteration block (a CUDA graph
+/// on the GPU) are made once and kept, so a solve after the first allocates
+/// nothing and records nothing. The solver borrows A and M, so they outlive
+/// what it recorded.
+pub struct Pcg<'a, B: Backend> {
+    backend: &'a B,
+    a: &'a dyn LinearOperator<B>,
+    m: &'a dyn Preconditioner<B>,
+    w: Work<B::Vector>,
+    s: B::Scalars,
+    recording: Option<(usize, B::Recording)>,
+    /// A zero vector for a cold start, made at the first solve that needs
+    /// one after x has been used.
+    zero: Option<B::Vector>,
+    /// Whether w.x still holds the zeros it was made with.
+    x_is_zero: bool,
+}
+
+impl<'a, B: Backend> Pcg<'a, B> {
+    /// A solver for A x = b with preconditioner M.
+    pub fn new(backend: &'a B, a: &'a dyn LinearOperator<B>, m: &'a dyn Preconditioner<B>) -> Result<Self> {
+        let n = a.dim();
+        Ok(Self {
+            backend,
+            a,
+            m,
+            w: Work {
+                x: backend.zeros(n)?,
+                r: backend.zeros(n)?,
+                z: backend.zeros(n)?,
+                p: backend.zeros(n)?,
+                q: backend.zeros(n)?,
+            },
+            s: backend.scalars(slot::COUNT)?,
+            recording: None,
+            zero: None,
+            x_is_zero: true,
+        })
     }
-    restart_direction(backend, m, &mut w, &mut s)?;
-    backend.dot(b, b, &mut s, slot::BB)?;
-    let first = backend.read_scalars(&s)?;
+
+    /// The last solve's x.
+    pub fn x(&self) -> &B::Vector {
+        &self.w.x
+    }
+
+    /// The last solve's x, keeping nothing else.
+    pub fn into_x(self) -> B::Vector {
+        self.w.x
+    }
+
+    /// Solve A x = b from `x0` (zero if `None`); x is then [`Pcg::x`].
+    pub fn solve(&mut self, b: &B::Vector, x0: Option<&B::Vector>, opts: &PcgOptions) -> Result<PcgInfo> {
+        opts.validate()?;
+        let (backend, a, m) = (self.backend, self.a, self.m);
+        let n = a.dim();
+        expect_len("b", backend.len(b), n)?;
+        let w = &mut self.w;
+        let s = &mut self.s;
+        match x0 {
+            Some(x0) => {
+                expect_len("x0", backend.len(x0), n)?;
+                backend.copy(x0, &mut w.x)?;
+                residual(backend, a, b, &w.x, &mut w.r)?;
+            }
+            None => {
+                if !self.x_is_zero {
+                    let zero = match &mut self.zero {
+                        Some(z) => z,
+                        none => none.insert(backend.zeros(n)?),
+                    };
+                    backend.copy(zero, &mut w.x)?;
+                }
+                backend.copy(b, &mut w.r)?;
+            }
+        }
+        self.x_is_zero = false;
+        run(backend, a, m, b, w, s, &mut self.recording, opts)
+    }
+}
+
+/// The iteration of one solve from x (in `w.x`) with r = b - A x (in `w.r`).
+#[allow(clippy::too_many_arguments)]
+fn run<B: Backend>(
+    backend: &B,
+    a: &dyn LinearOperator<B>,
+    m: &dyn Preconditioner<B>,
+    b: &B::Vector,
+    w: &mut Work<B::Vector>,
+    s: &mut B::Scalars,
+    recording: &mut Option<(usize, B::Recording)>,
+    opts: &PcgOptions,
+) -> Result<PcgInfo> {
+    restart_direction(backend, m, w, s)?;
+    backend.dot(b, b, s, slot::BB)?;
+    let first = backend.read_scalars(s)?;
     let mut reads = 1;
     let b_norm = first[slot::BB].sqrt();
     let threshold = (opts.rtol * b_norm).max(opts.atol);
@@ -233,23 +316,22 @@ pub fn cg<B: Backend>(
     state[slot::STATUS] = initial_status(&first, threshold);
     state[slot::ITERS] = 0.0;
     state[slot::CULPRIT] = state[slot::RZ];
-    backend.write_scalars(&mut s, slot::STATUS, &state[slot::STATUS..=slot::CULPRIT])?;
+    backend.write_scalars(s, slot::STATUS, &state[slot::STATUS..=slot::CULPRIT])?;
     if state[slot::STATUS] == status::RUNNING {
-        let mut recording = None;
         let mut next_refresh = opts.refresh_every;
         while (state[slot::ITERS] as usize) < opts.max_iter {
             let block = opts.check_every.min(opts.max_iter - state[slot::ITERS] as usize);
-            backend.repeat(block, &mut recording, &mut || iteration(backend, a, m, &mut w, &mut s))?;
+            backend.repeat(block, recording, &mut || iteration(backend, a, m, w, s))?;
             let done = state[slot::ITERS] as usize + block;
             if opts.refresh_every > 0 && done >= next_refresh {
                 // Residual replacement keeps the search direction p.
                 residual(backend, a, b, &w.x, &mut w.r)?;
                 m.apply(&w.r, &mut w.z)?;
-                backend.dot(&w.r, &w.z, &mut s, slot::RZ)?;
-                backend.dot(&w.r, &w.r, &mut s, slot::RR)?;
+                backend.dot(&w.r, &w.z, s, slot::RZ)?;
+                backend.dot(&w.r, &w.r, s, slot::RR)?;
                 next_refresh = done + opts.refresh_every;
             }
-            state = backend.read_scalars(&s)?;
+            state = backend.read_scalars(s)?;
             reads += 1;
             info.residual_history
                 .push((state[slot::ITERS] as usize, state[slot::RR].sqrt()));
@@ -259,8 +341,8 @@ pub fn cg<B: Backend>(
         }
         info.final_residual_norm = state[slot::RR].sqrt();
         residual(backend, a, b, &w.x, &mut w.r)?;
-        backend.dot(&w.r, &w.r, &mut s, slot::RR)?;
-        let last = backend.read_scalars(&s)?;
+        backend.dot(&w.r, &w.r, s, slot::RR)?;
+        let last = backend.read_scalars(s)?;
         reads += 1;
         info.true_residual_norm = last[slot::RR].sqrt();
     }
@@ -268,7 +350,7 @@ pub fn cg<B: Backend>(
     info.stop_reason = stop_reason(&state);
     info.converged = info.stop_reason == StopReason::Converged;
     info.host_reads = reads;
-    Ok(PcgSolution { x: w.x, info })
+    Ok(info)
 }
 
 /// r = b - A x.
