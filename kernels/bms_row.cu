@@ -58,16 +58,6 @@ __device__ __forceinline__ double d_of(const double* R, const double* m)
     return INV_TWO_PI * (R[0] * m[0] + R[1] * m[1] + R[2] * m[2] + R[3] * m[3]);
 }
 
-// Q(R, S) = sum_{p,q} R_p S_q T_{p+q}.
-__device__ __forceinline__ double q_of(const double* R, const double* S, const double* T)
-{
-    return (R[0] * S[0]) * T[0] + (R[0] * S[1] + R[1] * S[0]) * T[1] +
-           (R[0] * S[2] + R[1] * S[1] + R[2] * S[0]) * T[2] +
-           (R[0] * S[3] + R[1] * S[2] + R[2] * S[1] + R[3] * S[0]) * T[3] +
-           (R[1] * S[3] + R[2] * S[2] + R[3] * S[1]) * T[4] + (R[2] * S[3] + R[3] * S[2]) * T[5] +
-           (R[3] * S[3]) * T[6];
-}
-
 struct Cells {
     const double *c0, *c1, *c2, *c3, *a, *aa, *r, *ar, *sbb, *sbh, *sbw, *m;
 };
