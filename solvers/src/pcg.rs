@@ -190,7 +190,6 @@ pub fn cg<B: Backend>(
     x0: Option<&B::Vector>,
     opts: &PcgOptions,
 ) -> Result<PcgSolution<B::Vector>> {
-    opts.validate()?;
     let mut solver = Pcg::new(backend, a, m)?;
     let info = solver.solve(b, x0, opts)?;
     Ok(PcgSolution {
@@ -253,11 +252,10 @@ impl<'a, B: Backend> Pcg<'a, B> {
     /// Solve A x = b from `x0` (zero if `None`); x is then [`Pcg::x`].
     pub fn solve(&mut self, b: &B::Vector, x0: Option<&B::Vector>, opts: &PcgOptions) -> Result<PcgInfo> {
         opts.validate()?;
-        let (backend, a, m) = (self.backend, self.a, self.m);
+        let (backend, a) = (self.backend, self.a);
         let n = a.dim();
         expect_len("b", backend.len(b), n)?;
         let w = &mut self.w;
-        let s = &mut self.s;
         match x0 {
             Some(x0) => {
                 expect_len("x0", backend.len(x0), n)?;
@@ -276,81 +274,81 @@ impl<'a, B: Backend> Pcg<'a, B> {
             }
         }
         self.x_is_zero = false;
-        run(backend, a, m, b, w, s, &mut self.recording, opts)
+        self.run(b, opts)
     }
-}
 
-/// The iteration of one solve from x (in `w.x`) with r = b - A x (in `w.r`).
-#[allow(clippy::too_many_arguments)]
-fn run<B: Backend>(
-    backend: &B,
-    a: &dyn LinearOperator<B>,
-    m: &dyn Preconditioner<B>,
-    b: &B::Vector,
-    w: &mut Work<B::Vector>,
-    s: &mut B::Scalars,
-    recording: &mut Option<(usize, B::Recording)>,
-    opts: &PcgOptions,
-) -> Result<PcgInfo> {
-    restart_direction(backend, m, w, s)?;
-    backend.dot(b, b, s, slot::BB)?;
-    let first = backend.read_scalars(s)?;
-    let mut reads = 1;
-    let b_norm = first[slot::BB].sqrt();
-    let threshold = (opts.rtol * b_norm).max(opts.atol);
-    let r0 = first[slot::RR].sqrt();
-    let mut info = PcgInfo {
-        iterations: 0,
-        b_norm,
-        threshold,
-        initial_residual_norm: r0,
-        final_residual_norm: r0,
-        true_residual_norm: r0,
-        residual_history: vec![(0, r0)],
-        converged: false,
-        stop_reason: StopReason::MaxIter,
-        host_reads: 0,
-    };
-    let mut state = first.clone();
-    state[slot::THRESH2] = threshold * threshold;
-    state[slot::STATUS] = initial_status(&first, threshold);
-    state[slot::ITERS] = 0.0;
-    state[slot::CULPRIT] = state[slot::RZ];
-    backend.write_scalars(s, slot::STATUS, &state[slot::STATUS..=slot::CULPRIT])?;
-    if state[slot::STATUS] == status::RUNNING {
-        let mut next_refresh = opts.refresh_every;
-        while (state[slot::ITERS] as usize) < opts.max_iter {
-            let block = opts.check_every.min(opts.max_iter - state[slot::ITERS] as usize);
-            backend.repeat(block, recording, &mut || iteration(backend, a, m, w, s))?;
-            let done = state[slot::ITERS] as usize + block;
-            if opts.refresh_every > 0 && done >= next_refresh {
-                // Residual replacement keeps the search direction p.
-                residual(backend, a, b, &w.x, &mut w.r)?;
-                m.apply(&w.r, &mut w.z)?;
-                backend.dot(&w.r, &w.z, s, slot::RZ)?;
-                backend.dot(&w.r, &w.r, s, slot::RR)?;
-                next_refresh = done + opts.refresh_every;
+    /// The iteration of one solve from x (in `w.x`) with r = b - A x (in `w.r`).
+    fn run(&mut self, b: &B::Vector, opts: &PcgOptions) -> Result<PcgInfo> {
+        let Self {
+            backend,
+            a,
+            m,
+            w,
+            s,
+            recording,
+            ..
+        } = self;
+        let (backend, a, m) = (*backend, *a, *m);
+        restart_direction(backend, m, w, s)?;
+        backend.dot(b, b, s, slot::BB)?;
+        let first = backend.read_scalars(s)?;
+        let mut reads = 1;
+        let b_norm = first[slot::BB].sqrt();
+        let threshold = (opts.rtol * b_norm).max(opts.atol);
+        let r0 = first[slot::RR].sqrt();
+        let mut info = PcgInfo {
+            iterations: 0,
+            b_norm,
+            threshold,
+            initial_residual_norm: r0,
+            final_residual_norm: r0,
+            true_residual_norm: r0,
+            residual_history: vec![(0, r0)],
+            converged: false,
+            stop_reason: StopReason::MaxIter,
+            host_reads: 0,
+        };
+        let mut state = first.clone();
+        state[slot::THRESH2] = threshold * threshold;
+        state[slot::STATUS] = initial_status(&first, threshold);
+        state[slot::ITERS] = 0.0;
+        state[slot::CULPRIT] = state[slot::RZ];
+        backend.write_scalars(s, slot::STATUS, &state[slot::STATUS..=slot::CULPRIT])?;
+        if state[slot::STATUS] == status::RUNNING {
+            let mut next_refresh = opts.refresh_every;
+            while (state[slot::ITERS] as usize) < opts.max_iter {
+                let block = opts.check_every.min(opts.max_iter - state[slot::ITERS] as usize);
+                backend.repeat(block, recording, &mut || iteration(backend, a, m, w, s))?;
+                let done = state[slot::ITERS] as usize + block;
+                if opts.refresh_every > 0 && done >= next_refresh {
+                    // Residual replacement keeps the search direction p.
+                    residual(backend, a, b, &w.x, &mut w.r)?;
+                    m.apply(&w.r, &mut w.z)?;
+                    backend.dot(&w.r, &w.z, s, slot::RZ)?;
+                    backend.dot(&w.r, &w.r, s, slot::RR)?;
+                    next_refresh = done + opts.refresh_every;
+                }
+                state = backend.read_scalars(s)?;
+                reads += 1;
+                info.residual_history
+                    .push((state[slot::ITERS] as usize, state[slot::RR].sqrt()));
+                if state[slot::STATUS] != status::RUNNING {
+                    break;
+                }
             }
-            state = backend.read_scalars(s)?;
+            info.final_residual_norm = state[slot::RR].sqrt();
+            residual(backend, a, b, &w.x, &mut w.r)?;
+            backend.dot(&w.r, &w.r, s, slot::RR)?;
+            let last = backend.read_scalars(s)?;
             reads += 1;
-            info.residual_history
-                .push((state[slot::ITERS] as usize, state[slot::RR].sqrt()));
-            if state[slot::STATUS] != status::RUNNING {
-                break;
-            }
+            info.true_residual_norm = last[slot::RR].sqrt();
         }
-        info.final_residual_norm = state[slot::RR].sqrt();
-        residual(backend, a, b, &w.x, &mut w.r)?;
-        backend.dot(&w.r, &w.r, s, slot::RR)?;
-        let last = backend.read_scalars(s)?;
-        reads += 1;
-        info.true_residual_norm = last[slot::RR].sqrt();
+        info.iterations = state[slot::ITERS] as usize;
+        info.stop_reason = stop_reason(&state);
+        info.converged = info.stop_reason == StopReason::Converged;
+        info.host_reads = reads;
+        Ok(info)
     }
-    info.iterations = state[slot::ITERS] as usize;
-    info.stop_reason = stop_reason(&state);
-    info.converged = info.stop_reason == StopReason::Converged;
-    info.host_reads = reads;
-    Ok(info)
 }
 
 /// r = b - A x.
