@@ -39,7 +39,8 @@
 #define STACK_CAP 60
 #define MAX_INITIAL 8
 #define NEWTON_ITERS 200
-#define STEP_STOP 1e-9
+#define STEP_STOP 1e-7
+#define STOP_CURVATURE 1e-5
 #define HALLEY_LIMIT 1.0
 #define BRACKET_STEPS 64
 #define MOMENTS 10
@@ -414,7 +415,38 @@ __device__ void cell_moments(const double* eta, double lo, double hi, const doub
 // Calibration (calibration.rs): F(a) = integral Phi(eta) phi(z) dz - Phi(q),
 // in the complement form for q > 0, with F_a and F_aa.
 
-// F(a), and F_a, F_aa when slopes != NULL, over every cell of the row.
+// The quick rule (calibration.rs: gauss5_panels): the 5-point Gauss rule on
+// each of the adaptive rule's first panels, nearest 0 first, no error test,
+// over |z| <= QUICK_CLIP. It only seeds the adaptive iteration.
+#define QUICK_CLIP 8.0
+#define QUICK_STOP 1e-3
+#define QUICK_ITERS 8
+__device__ __constant__ double G5_X[5] = {-0.9061798459386640, -0.5384693101056831, 0.0, 0.5384693101056831,
+                                          0.9061798459386640};
+__device__ __constant__ double G5_W[5] = {0.2369268850561891, 0.4786286704993665, 0.5688888888888889,
+                                          0.4786286704993665, 0.2369268850561891};
+
+template <int N, int KIND>
+__device__ void gauss5_panels(double a, double b, const double* eta, bool upper, double* out)
+{
+    for (int k = 0; k < N; ++k) out[k] = 0.0;
+    if (b <= a) return;
+    double lo[MAX_INITIAL], hi[MAX_INITIAL];
+    int depth[MAX_INITIAL];
+    const int np = initial_panels(a, b, lo, hi, depth);
+    for (int p = np - 1; p >= 0; --p) {
+        const double mid = 0.5 * (lo[p] + hi[p]), half = 0.5 * (hi[p] - lo[p]);
+        for (int i = 0; i < 5; ++i) {
+            double v[N];
+            integrand<N, KIND>(mid + half * G5_X[i], eta, upper, v);
+            for (int k = 0; k < N; ++k) out[k] += G5_W[i] * half * v[k];
+        }
+    }
+}
+
+// F(a), and F_a, F_aa when slopes != NULL, over every cell of the row, by
+// the adaptive rule or (QUICK, slopes required) the quick rule.
+template <bool QUICK>
 __device__ double residual(const Model& m, double q, double b, double a, double* slopes)
 {
     const bool upper = q > 0.0;
@@ -427,17 +459,19 @@ __device__ double residual(const Model& m, double q, double b, double a, double*
         cell_pieces(m, a, b, left, right, p);
         double jet[12];
         eta_and_a(p, a, b, m.s_f, jet, jet + 4);
-        const double lo = fmax(left, -Z_CLIP), hi = fmin(right, Z_CLIP);
         if (slopes) {
             for (int k = 0; k < 4; ++k) jet[8 + k] = m.s_f * p.l2[k];
             double v[3];
-            adaptive<3, 2>(lo, hi, jet, upper, m.gl, v);
+            if (QUICK)
+                gauss5_panels<3, 2>(fmax(left, -QUICK_CLIP), fmin(right, QUICK_CLIP), jet, upper, v);
+            else
+                adaptive<3, 2>(fmax(left, -Z_CLIP), fmin(right, Z_CLIP), jet, upper, m.gl, v);
             mass += v[0];
             fa += v[1] / TWO_PI;
             faa += v[2] / TWO_PI;
         } else {
             double v[1];
-            adaptive<1, 1>(lo, hi, jet, upper, m.gl, v);
+            adaptive<1, 1>(fmax(left, -Z_CLIP), fmin(right, Z_CLIP), jet, upper, m.gl, v);
             mass += v[0];
         }
         if (!more) break;
@@ -454,7 +488,7 @@ __device__ unsigned bracket(const Model& m, double q, double b, double a0, doubl
     double near_a = a0, step = 0.5 * (1.0 + fabs(a0));
     for (int s = 0; s < BRACKET_STEPS; ++s) {
         const double far_a = near_a + dir * step;
-        const double ff = residual(m, q, b, far_a, 0);
+        const double ff = residual<false>(m, q, b, far_a, 0);
         if (!isfinite(ff)) return CAL_NON_FINITE;
         if (ff * dir >= 0.0) {
             if (dir > 0.0) { *lo = near_a; *hi = far_a; } else { *lo = far_a; *hi = near_a; }
@@ -468,24 +502,50 @@ __device__ unsigned bracket(const Model& m, double q, double b, double a0, doubl
 
 // Halley's step from a, or Newton's where Halley's correction 1 / (1 - L/2),
 // L = F F_aa / F_a^2, is far from one (F_aa is only a guide there).
-__device__ __forceinline__ double halley_step(double a, double f, double fa, double faa)
+__device__ __forceinline__ double halley_step(double a, double f, double fa, double faa, double* L_out)
 {
     const double newton = f / fa, L = newton * faa / fa;
+    *L_out = L;
     return fabs(L) < HALLEY_LIMIT ? a - newton / (1.0 - 0.5 * L) : a - newton;
 }
 
-// Halley on a seeded by a0 (calibration.rs: newton). The bracket is grown
+// A seed for the adaptive iteration (calibration.rs: quick_seed): Halley
+// from a0 on the quick rule's F, F_a, F_aa; a0 itself where that
+// misbehaves (F_a <= 0, a step further from a0 than the bracket's first
+// step, anything non-finite).
+__device__ double quick_seed(const Model& m, double q, double b, double a0)
+{
+    const double cap = 0.5 * (1.0 + fabs(a0));
+    double a = a0;
+    for (int it = 0; it < QUICK_ITERS; ++it) {
+        double d[2];
+        const double f = residual<true>(m, q, b, a, d);
+        if (!isfinite(f) || !(d[0] > 0.0)) return a0;
+        double L;
+        const double next = halley_step(a, f, d[0], d[1], &L);
+        if (!isfinite(next) || fabs(next - a0) > cap) return a0;
+        const bool done = fabs(next - a) <= QUICK_STOP * (1.0 + fabs(a));
+        a = next;
+        if (done) break;
+    }
+    return a;
+}
+
+// Halley on a seeded by a0, the quick seed (calibration.rs: newton). The
+// bracket is grown
 // (from a0) only when a step is unusable: F_a <= 0, a step outside what the
 // signs seen so far allow, or, before any bracket, a step longer than the
 // bracket's first step (F need not be monotone far from a0). From then on a
 // step that leaves the bracket is replaced by bisection. A usable step below
-// STEP_STOP (relative) ends it without another evaluation: the new iterate's
-// error is then far below one ulp (cubic convergence, and F_a, F_aa
-// accurate to SLOPE_TOL move it by about SLOPE_TOL times the step).
+// STEP_STOP (relative) with L = F F_aa / F_a^2 at most STOP_CURVATURE ends
+// it without another evaluation: the new iterate's error is then about one
+// ulp at most (L^2 step / 4 <= 2.5e-18; F_a, F_aa accurate to SLOPE_TOL
+// move it by about SLOPE_TOL times the step: 1e-16). A Newton fallback
+// step (|L| large) never ends it early (calibration.rs: newton).
 __device__ unsigned solve_newton(const Model& m, double q, double b, double a0, double* out)
 {
     double a = a0, d[2];
-    double f = residual(m, q, b, a, d);
+    double f = residual<false>(m, q, b, a, d);
     const double f0 = f, cap = 0.5 * (1.0 + fabs(a0));
     *out = a;
     if (!isfinite(f)) return CAL_NON_FINITE;
@@ -493,7 +553,8 @@ __device__ unsigned solve_newton(const Model& m, double q, double b, double a0, 
     double lo = f < 0.0 ? a : -INF_D, hi = f < 0.0 ? INF_D : a;
     bool bracketed = false;
     for (int it = 0; it < NEWTON_ITERS; ++it) {
-        const double fa = d[0], step = halley_step(a, f, fa, d[1]);
+        double L;
+        const double fa = d[0], step = halley_step(a, f, fa, d[1], &L);
         bool usable = fa > 0.0 && step > lo && step < hi && (bracketed || fabs(step - a0) <= cap);
         if (!usable && !bracketed) {
             const unsigned st = bracket(m, q, b, a0, f0, &lo, &hi);
@@ -504,11 +565,12 @@ __device__ unsigned solve_newton(const Model& m, double q, double b, double a0, 
         const double next = usable ? step : 0.5 * (lo + hi);
         const double tol = 4.0 * DBL_EPS * (1.0 + fabs(a));
         const bool done = fabs(next - a) <= tol || hi - lo <= tol ||
-                          (usable && fabs(next - a) <= STEP_STOP * (1.0 + fabs(a)));
+                          (usable && fabs(next - a) <= STEP_STOP * (1.0 + fabs(a)) &&
+                           fabs(L) <= STOP_CURVATURE);
         a = next;
         *out = a;
         if (done) return CAL_OK;
-        f = residual(m, q, b, a, d);
+        f = residual<false>(m, q, b, a, d);
         if (!isfinite(f)) return CAL_NON_FINITE;
         if (f == 0.0) return CAL_OK;
         if (f < 0.0) lo = a; else hi = a;
@@ -553,7 +615,7 @@ extern "C" __global__ void __launch_bounds__(128, 4) bms_calibrate(
     const double a0 = q * sqrt(1.0 + (s_f * b) * (s_f * b)) / s_f;
     double a = a0;
     unsigned st = CAL_OK;
-    if (!rigid) st = solve_newton(m, q, b, a0, &a);
+    if (!rigid) st = solve_newton(m, q, b, quick_seed(m, q, b, a0), &a);
     if (st == CAL_OK && !isfinite(a)) st = CAL_NON_FINITE;
     out_q[row] = q;
     out_b[row] = b;

@@ -316,3 +316,35 @@ fn device_gemv_and_penalised_operator_match_cpu() {
         assert!((g - c).abs() <= 1e-12 * scale, "penalised {g} vs {c}");
     }
 }
+
+/// A reused solver replays the iteration block it recorded in its first
+/// solve: its solves (cold, warm, cold again) are bitwise those of fresh
+/// `cg` calls on the device.
+#[test]
+fn a_reused_solver_matches_fresh_solves_on_device() {
+    use matfree::solvers::Pcg;
+    let Some(gpu) = gpu_for_test("a_reused_solver_matches_fresh_solves_on_device") else {
+        return;
+    };
+    let op = fixture();
+    let p = op.dim();
+    let be = CudaBackend::new(gpu.clone()).unwrap();
+    let dev = DeviceRowHessian::from_cpu(gpu, &op).unwrap();
+    let gj = device_jacobi(&be, &dev);
+    let mut rng = Rng::new(12);
+    let up = |v: Vec<f64>| be.upload(&v).unwrap();
+    let (b1, b2, x0) = (up(rng.normals(p)), up(rng.normals(p)), up(rng.normals(p)));
+    let opts = PcgOptions {
+        rtol: 1e-9,
+        check_every: 7,
+        ..Default::default()
+    };
+    let mut solver = Pcg::new(&be, &dev, &gj).unwrap();
+    for (b, start) in [(&b1, None), (&b2, Some(&x0)), (&b1, None)] {
+        let info = solver.solve(b, start, &opts).unwrap();
+        let fresh = cg(&be, &dev, &gj, b, start, &opts).unwrap();
+        assert!(info.converged, "{:?}", info.stop_reason);
+        assert_eq!(info, fresh.info);
+        assert_eq!(be.download(solver.x()).unwrap(), be.download(&fresh.x).unwrap());
+    }
+}

@@ -9,8 +9,7 @@
 //! takes one evaluation where it took three from the rigid value. Each
 //! adaptive iterate takes one quadrature pass per cell for F (of Phi(eta)
 //! phi(z)), F_a and F_aa together; the full moments are computed once, at
-//! the root. (The device kernel, `bms_calibrate`, iterates from the rigid
-//! value: both reach the same roots, within an ulp.)
+//! the root. The device kernel (`bms_calibrate`) follows the same steps.
 
 use std::f64::consts::PI;
 
