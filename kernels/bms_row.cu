@@ -100,13 +100,17 @@ struct BasesSource {
 };
 
 // A tile of cells in dynamic shared memory: X and W ([tile][r][4]), the
-// scalars ([tile][r]), each cell's edges and moments as read ([tile][12]),
+// scalars ([tile][r]), each cell's edges, segments and moments as read
+// ([tile][CELL_READ]),
 // then the row's running sum of D(S_1u) ([r]).
 struct Tile {
     double *X, *W, *dX, *dXA, *dS, *cell, *sum_S;
 };
 
-#define CELL_READ 12
+// A cell as read: lo, hi, the score and link segments (device Stage 1
+// only), the 10 moments.
+#define CELL_READ 14
+#define CELL_MOMENTS 4
 
 __device__ Tile tile_layout(double* sh, int tile, int r)
 {
@@ -169,19 +173,6 @@ __device__ void g_block(const Tile& t, int nc, int r, int bu, int bv, int lane, 
 #endif
 }
 
-// Pair k of the upper triangle 1 <= u <= v < r, row by row.
-__device__ void upper_pair(int k, int r, int* u, int* v)
-{
-    const int m = r - 1;
-    const double b = 2.0 * m + 1.0;
-    int i = (int)floor(0.5 * (b - sqrt(fmax(b * b - 8.0 * k, 0.0))));
-    i = max(0, min(i, m - 1));
-    while (i > 0 && i * m - i * (i - 1) / 2 > k) --i;
-    while (i + 1 < m && (i + 1) * m - (i + 1) * i / 2 <= k) ++i;
-    *u = 1 + i;
-    *v = 1 + i + (k - (i * m - i * (i - 1) / 2));
-}
-
 template <int BASES>
 __device__ void bms_row_body(
     int n_rows, int r, int p_h, int p_w, int tile,
@@ -220,11 +211,14 @@ __device__ void bms_row_body(
         const bool first = t0 == lo;
         // The tile's edges and moments, read together (coalesced) so that
         // no (cell, part) item waits on global memory of its own.
+        // The segments are found here, once a cell, not once a part.
         for (int e = tid; e < nc * CELL_READ; e += nt) {
             const int j = e / CELL_READ, q = e - j * CELL_READ;
+            const double* edges = BASES ? src.bounds + 2 * (t0 + j) : nullptr;
             double v = 0.0;
-            if (q >= 2) v = k.m[(t0 + j) * 10 + q - 2];
-            else if (BASES) v = src.bounds[2 * (t0 + j) + q];
+            if (q >= CELL_MOMENTS) v = k.m[(t0 + j) * 10 + q - CELL_MOMENTS];
+            else if (BASES && q < 2) v = edges[q];
+            else if (BASES) v = (double)cell_segment(src.m, a_row, b_row, edges[0], edges[1], q - 2);
             t.cell[e] = v;
         }
         __syncthreads();
@@ -234,10 +228,10 @@ __device__ void bms_row_body(
             const double* cell = t.cell + j * CELL_READ;
             CellPart o;
             if (BASES)
-                cell_part(src.m, a_row, b_row, cell[0], cell[1], p_h, part, o);
+                cell_part(src.m, a_row, b_row, cell[0], (int)cell[2], (int)cell[3], p_h, part, o);
             else
                 bundle_part(k, t0 + j, r, p_h, p_w, part, o);
-            stage_part(o, cell + 2, j, r, part, t, T_sh[j]);
+            stage_part(o, cell + CELL_MOMENTS, j, r, part, t, T_sh[j]);
         }
         __syncthreads();
         // W_u = X_u M per (cell, coordinate).
@@ -290,25 +284,9 @@ __device__ void bms_row_body(
     }
     if (tid == 0) bad = 0u;
     __syncthreads();
-    // F_aa = sum D(AA) - Q(A, A), F_au = sum D(AR_u) - Q(A, X_u),
-    // F_uv = [u = 1] sum D(S_1v) - Q(X_u, X_v).
-    const int pairs = (r - 1) * r / 2;
-    for (int e = tid; e < r + pairs; e += nt) {
-        if (e == 0) {
-            F_aa_sh -= F_uv[0];
-        } else if (e < r) {
-            F_au[e] -= F_uv[e];
-        } else {
-            int u, v;
-            upper_pair(e - r, r, &u, &v);
-            const i64 uv = (i64)u * r + v;
-            F_uv[uv] = (u == 1 ? t.sum_S[v] : 0.0) - F_uv[uv];
-        }
-    }
-    __syncthreads();
-
-    // q-row override, then the implicit function theorem.
-    const double F_a = F_a_sh, F_aa = F_aa_sh;
+    // The q-row override (F_u[0] = -mu_1, F_uu[0][0] = -mu_2, the rest of
+    // coordinate 0 zero), then the implicit function theorem.
+    const double F_a = F_a_sh;
     if (!(F_a > 0.0 && isfinite(F_a))) {
         for (i64 e = tid; e < rr; e += nt) F_uv[e] = 0.0;
         for (int u = tid; u < r; u += nt) F_u[u] = 0.0;
@@ -316,36 +294,46 @@ __device__ void bms_row_body(
         return;
     }
     const double inv_Fa = 1.0 / F_a;
-    if (tid == 0) { F_u[0] = -row_mu1[row]; F_au[0] = 0.0; }
-    for (int v = tid; v < r; v += nt) F_uv[v] = 0.0;  // row 0 of the upper triangle
-    __syncthreads();
-    if (tid == 0) F_uv[0] = -row_mu2[row];
+    // Per coordinate: F_aa = sum D(AA) - Q(A, A), F_au = sum D(AR_u) -
+    // Q(A, X_u) (G's row 0, read here before the pair pass overwrites it),
+    // and a_u = -F_u / F_a.
     double* a_u = F_u;
-    for (int u = tid; u < r; u += nt) a_u[u] = -F_u[u] * inv_Fa;
-    __syncthreads();
-    // a_uv in place over F_uv: each (u <= v) pair is owned by one thread.
-    for (i64 e = tid; e < rr; e += nt) {
-        const int u = (int)(e / r), v = (int)(e % r);
-        if (v < u) continue;
-        const double term = F_uv[e] + F_au[v] * a_u[u] + F_au[u] * a_u[v] + F_aa * a_u[u] * a_u[v];
-        F_uv[e] = -term * inv_Fa;
+    for (int u = tid; u < r; u += nt) {
+        if (u == 0) {
+            F_aa_sh -= F_uv[0];
+            F_au[0] = 0.0;
+            F_u[0] = -row_mu1[row];
+        } else {
+            F_au[u] -= F_uv[u];
+        }
+        a_u[u] = -F_u[u] * inv_Fa;
     }
     __syncthreads();
 
     // Observed jets and the probit layer.
-    const double chi = row_chi[row], xi = row_xi[row];
+    const double chi = row_chi[row], xi = row_xi[row], F_aa = F_aa_sh;
     const double* rho = row_rho + (i64)row * r;
     const double* tau = row_tau + (i64)row * r;
-    const double* ruv = row_ruv + (i64)row * rr;
+    // r_uv: in full from a bundle, as its row 1 from the device Stage 1
+    // (zero off row and column 1; see bms_observed).
+    const double* ruv = row_ruv + (i64)row * (BASES ? r : rr);
     const double y = row_y[row], w = row_w[row], s = 2.0 * y - 1.0;
     double log_cdf, lambda, curv;
     log_ndtr_mills_curvature(s * row_e_obs[row], &log_cdf, &lambda, &curv);
     const double A = -w * s * lambda, B = w * curv;
-    for (i64 e = tid; e < rr; e += nt) {
-        const int u = (int)(e / r), v = (int)(e % r);
+    // A thread per pair u <= v, each reading only its own G entry: F_uv =
+    // [u = 1] sum D(S_1v) - Q(X_u, X_v) (row 0: the override), then a_uv,
+    // then the Hessian entry, written to both triangles.
+    const double mu2 = row_mu2[row];
+    for (int e = tid; e < (int)rr; e += nt) {
+        const int u = e / r, v = e - u * r;
         if (v < u) continue;
+        const double f_uv = u == 0 ? (v == 0 ? -mu2 : 0.0) : (u == 1 ? t.sum_S[v] : 0.0) - F_uv[e];
+        const double term = f_uv + F_au[v] * a_u[u] + F_au[u] * a_u[v] + F_aa * a_u[u] * a_u[v];
+        const double a_uv = -term * inv_Fa;
+        const double r_uv = BASES ? (u == 1 ? ruv[v] : 0.0) : ruv[e];
         const double eu = chi * a_u[u] + rho[u], ev = chi * a_u[v] + rho[v];
-        const double euv = chi * F_uv[e] + xi * a_u[u] * a_u[v] + tau[u] * a_u[v] + a_u[u] * tau[v] + ruv[e];
+        const double euv = chi * a_uv + xi * a_u[u] * a_u[v] + tau[u] * a_u[v] + a_u[u] * tau[v] + r_uv;
         const double h = B * eu * ev + A * euv;
         F_uv[e] = h;
         F_uv[(i64)v * r + u] = h;

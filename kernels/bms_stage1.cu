@@ -183,18 +183,25 @@ struct Pieces {
     int seg_h, seg_w;
 };
 
-__device__ void cell_pieces(const Model& m, double a, double b, double lo, double hi, Pieces& p)
+// The segment of the score (which = 0) or link (1) basis that holds on the
+// cell [lo, hi]; 0 for an absent basis.
+__device__ int cell_segment(const Model& m, double a, double b, double lo, double hi, int which)
 {
     const double zm = representative(lo, hi);
+    if (which == 0) return m.h.k > 0 ? segment_of(m.h, zm) : 0;
+    return m.w.k > 0 ? segment_of(m.w, a + b * zm) : 0;
+}
+
+// The pieces on the segments seg_h, seg_w.
+__device__ void cell_pieces_at(const Model& m, double a, double b, int seg_h, int seg_w, Pieces& p)
+{
     for (int k = 0; k < 4; ++k) { p.h[k] = 0.0; p.l[k] = 0.0; p.l1[k] = 0.0; p.l2[k] = 0.0; }
-    p.seg_h = p.seg_w = 0;
-    if (m.h.k > 0) {
-        p.seg_h = segment_of(m.h, zm);
-        for (int k = 0; k < 4; ++k) p.h[k] = m.h.comb[p.seg_h * 4 + k];
-    }
+    p.seg_h = seg_h;
+    p.seg_w = seg_w;
+    if (m.h.k > 0)
+        for (int k = 0; k < 4; ++k) p.h[k] = m.h.comb[seg_h * 4 + k];
     if (m.w.k > 0) {
-        p.seg_w = segment_of(m.w, a + b * zm);
-        const double* lt = m.w.comb + p.seg_w * 4;
+        const double* lt = m.w.comb + seg_w * 4;
         double l1t[4], l2t[4];
         deriv(lt, l1t);
         deriv(l1t, l2t);
@@ -202,6 +209,11 @@ __device__ void cell_pieces(const Model& m, double a, double b, double lo, doubl
         compose_affine(l1t, a, b, p.l1);
         compose_affine(l2t, a, b, p.l2);
     }
+}
+
+__device__ void cell_pieces(const Model& m, double a, double b, double lo, double hi, Pieces& p)
+{
+    cell_pieces_at(m, a, b, cell_segment(m, a, b, lo, hi, 0), cell_segment(m, a, b, lo, hi, 1), p);
 }
 
 // eta = s_f (a + b z + b H(z) + L(t)) and d eta / da = s_f (1 + L'(t)).
@@ -645,10 +657,11 @@ __device__ void times_z(const double* p, double* out)
 }
 
 // The parts are independent, so Stage 2 builds a tile's cells a thread per
-// (cell, part); each part picks the polynomial pieces it needs exactly as
-// cell_pieces does. An empty slot (lo NaN) gets zeros, so Stage 2 adds
-// exact zeros for it.
-__device__ void cell_part(const Model& m, double a, double b, double lo, double hi, int p_h, int part, CellPart& o)
+// (cell, part), each part from the pieces it needs on the cell's segments
+// seg_h, seg_w (cell_segment, found once a cell). An empty slot (lo NaN)
+// gets zeros, so Stage 2 adds exact zeros for it.
+__device__ void cell_part(const Model& m, double a, double b, double lo, int seg_h, int seg_w, int p_h, int part,
+                          CellPart& o)
 {
     const double s_f = m.s_f;
     for (int k = 0; k < 4; ++k) { o.x[k] = 0.0; o.ar[k] = 0.0; o.s[k] = 0.0; o.eta[k] = 0.0; o.A[k] = 0.0; o.AA[k] = 0.0; }
@@ -656,7 +669,7 @@ __device__ void cell_part(const Model& m, double a, double b, double lo, double 
     double t[4];
     if (part == 0) {
         Pieces p;
-        cell_pieces(m, a, b, lo, hi, p);
+        cell_pieces_at(m, a, b, seg_h, seg_w, p);
         eta_and_a(p, a, b, s_f, o.eta, o.A);
         scale4(o.AA, p.l2, s_f);
         // u = 1 (b): s_f (z + H + z L'), s_f z L''; and d2 eta / db2 = s_f z^2 L''.
@@ -672,18 +685,15 @@ __device__ void cell_part(const Model& m, double a, double b, double lo, double 
         scale4(o.s, t2, s_f);
         return;
     }
-    const double zm = representative(lo, hi);
     if (part <= p_h) {
         const int j = part - 1;
-        const int seg = m.h.k > 0 ? segment_of(m.h, zm) : 0;
-        const double* bh = m.h.pieces + ((i64)seg * m.h.dim + j) * 4;
+        const double* bh = m.h.pieces + ((i64)seg_h * m.h.dim + j) * 4;
         scale4(o.x, bh, s_f * b);
         scale4(o.s, bh, s_f);
         return;
     }
     const int l = part - 1 - p_h;
-    const int seg = m.w.k > 0 ? segment_of(m.w, a + b * zm) : 0;
-    const double* bw = m.w.pieces + ((i64)seg * m.w.dim + l) * 4;
+    const double* bw = m.w.pieces + ((i64)seg_w * m.w.dim + l) * 4;
     double bwz[4], bw1t[4], bw1[4];
     compose_affine(bw, a, b, bwz);
     deriv(bw, bw1t);
@@ -699,14 +709,21 @@ __device__ void cell_part(const Model& m, double a, double b, double lo, double 
 // possibly non-finite a would only cost quadrature that cannot converge)
 // gets NaN edges and zero moments; Stage 2 (bms_row_bases) builds the
 // cell's coefficient arrays from the edges and adds exact zeros for it.
-extern "C" __global__ void bms_cell_moments(
+// Capped at 128 registers (it took 152: 3 blocks an SM; 2.47 -> 2.26 ms at
+// seed, measured).
+extern "C" __global__ void __launch_bounds__(128, 4) bms_cell_moments(
     int n, int slots, MODEL_PARAMS, const double* __restrict__ row_b, const double* __restrict__ row_a,
     const unsigned int* __restrict__ row_status, double* __restrict__ bounds, double* __restrict__ cm)
 {
-    const i64 c = (i64)blockIdx.x * blockDim.x + threadIdx.x;
-    if (c >= (i64)n * slots) return;
-    const i64 row = c / slots;
-    const int slot = (int)(c % slots);
+    const i64 t = (i64)blockIdx.x * blockDim.x + threadIdx.x;
+    if (t >= (i64)n * slots) return;
+    // Slot-major threads: a warp takes one slot of 32 consecutive rows,
+    // cells that are alike (the tails together, the interior together), so
+    // its lanes take similar quadrature paths; row-major threads mixed a
+    // row's tails with its interior cells in a warp (10.9 of 32 lanes
+    // active, measured).
+    const int slot = (int)(t / n);
+    const i64 row = t - (i64)slot * n, c = row * slots + slot;
     const Model m = make_model(MODEL_ARGS);
     const double a = row_a[row], b = row_b[row];
     double lo, hi;
@@ -740,13 +757,15 @@ __device__ void basis_jet(const Basis& B, int seg, int j, double x, double* v, d
     *d2 = horner(ddp, x);
 }
 
-// The observed-point jets (cells.rs, Bases::observed); r_uv arrives zeroed.
+// The observed-point jets (cells.rs, Bases::observed). The explicit second
+// derivatives r_uv are zero off row and column 1 (only b multiplies the
+// bases), so the kernel writes r_1v, row 1 of r_uv: n x r instead of n x r^2.
 extern "C" __global__ void bms_observed(
     int n, int p_h, int p_w, MODEL_PARAMS, const double* __restrict__ beta_h, const double* __restrict__ beta_w,
     const double* __restrict__ row_q, const double* __restrict__ row_b, const double* __restrict__ row_a,
     const double* __restrict__ z_obs, double* __restrict__ e_obs, double* __restrict__ chi_obs,
     double* __restrict__ xi_obs, double* __restrict__ rho, double* __restrict__ tau,
-    double* __restrict__ ruv, double* __restrict__ mu_1, double* __restrict__ mu_2)
+    double* __restrict__ r1v, double* __restrict__ mu_1, double* __restrict__ mu_2)
 {
     const i64 row = (i64)blockIdx.x * blockDim.x + threadIdx.x;
     if (row >= n) return;
@@ -755,7 +774,8 @@ extern "C" __global__ void bms_observed(
     const double q = row_q[row], b = row_b[row], a = row_a[row], z = z_obs[row];
     double* rh = rho + row * r;
     double* ta = tau + row * r;
-    double* rv = ruv + row * (i64)r * r;
+    double* rv = r1v + row * r;
+    for (int v = 0; v < r; ++v) rv[v] = 0.0;
     double h = 0.0, l = 0.0, l1 = 0.0, l2 = 0.0, v, d1, d2;
     if (m.h.k > 0) {
         const int seg = segment_of(m.h, z);
@@ -764,8 +784,7 @@ extern "C" __global__ void bms_observed(
             h += beta_h[j] * v;
             rh[2 + j] = s_f * b * v;
             ta[2 + j] = 0.0;
-            rv[r + 2 + j] = s_f * v;
-            rv[(i64)(2 + j) * r + 1] = s_f * v;
+            rv[2 + j] = s_f * v;
         }
     }
     if (m.w.k > 0) {
@@ -778,15 +797,14 @@ extern "C" __global__ void bms_observed(
             l2 += beta_w[k] * d2;
             rh[2 + p_h + k] = s_f * v;
             ta[2 + p_h + k] = s_f * d1;
-            rv[r + 2 + p_h + k] = s_f * z * d1;
-            rv[(i64)(2 + p_h + k) * r + 1] = s_f * z * d1;
+            rv[2 + p_h + k] = s_f * z * d1;
         }
     }
     rh[0] = 0.0;
     rh[1] = s_f * (z + h + z * l1);
     ta[0] = 0.0;
     ta[1] = s_f * z * l2;
-    rv[r + 1] = s_f * z * z * l2;
+    rv[1] = s_f * z * z * l2;
     e_obs[row] = s_f * (a + b * z + b * h + l);
     chi_obs[row] = s_f * (1.0 + l1);
     xi_obs[row] = s_f * l2;

@@ -174,14 +174,16 @@ const STAGE2_TILE: usize = 32;
 // The kernel's static T array holds CELL_TILE = 32 cells.
 const _: () = assert!(STAGE2_TILE <= 32);
 const STAGE2_TILE_BYTES: usize = 13 << 10;
+/// The doubles a cell is read as (CELL_READ in bms_row.cu).
+const CELL_READ: usize = 14;
 
 /// The cells a Stage-2 tile holds and its dynamic shared-memory bytes, for
-/// rows of at most `cells` cells: each cell takes 11 r + 12 doubles (its X
-/// and W vectors, three scalars a coordinate, its edges and moments:
-/// `tile_layout` in bms_row.cu), the row r more. The tiles of a row are
+/// rows of at most `cells` cells: each cell takes 11 r + CELL_READ doubles
+/// (its X and W vectors, three scalars a coordinate, its edges, segments and
+/// moments: `tile_layout` in bms_row.cu), the row r more. The tiles of a row are
 /// balanced, so a row of 40 cells is two tiles of 20, not 32 and 8.
 pub(crate) fn stage2_tile(gpu: &Gpu, r: usize, cells: usize) -> Result<(usize, usize)> {
-    let cell = (11 * r + 12) * 8;
+    let cell = (11 * r + CELL_READ) * 8;
     let most = (STAGE2_TILE_BYTES / cell).clamp(1, STAGE2_TILE);
     let tiles = cells.max(1).div_ceil(most);
     let tile = cells.max(1).div_ceil(tiles);

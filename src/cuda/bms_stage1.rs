@@ -27,8 +27,9 @@ use crate::designs::check_matrix;
 use crate::{Error, Result};
 
 /// Threads per block of the Stage-1 kernels (one thread per row or cell).
-/// `bms_calibrate` is compiled with `__launch_bounds__(128, 4)`: a larger
-/// block would fail to launch, so change both together.
+/// `bms_calibrate` and `bms_cell_moments` are compiled with
+/// `__launch_bounds__(128, 4)`: a larger block would fail to launch, so
+/// change them together.
 const THREADS: u32 = 128;
 
 fn grid(items: usize) -> LaunchConfig {
@@ -104,7 +105,8 @@ struct Work {
     /// Each slot's edges (NaN: empty) and moments: `[n slots, 2]`, `[n slots, 10]`.
     bounds: CudaSlice<f64>,
     moments: CudaSlice<f64>,
-    /// chi, xi, rho, tau, r_uv, e_obs at the observed points.
+    /// chi, xi, rho, tau, r_1v (row 1 of r_uv, its only non-zero row and
+    /// column), e_obs at the observed points.
     observed: [CudaSlice<f64>; 6],
 }
 
@@ -393,7 +395,7 @@ impl DeviceStage1 {
         }
         out.push(&mut b);
         // SAFETY: row arrays hold n values, offsets n + 1, bounds and
-        // moments 2 and 10 per slot, the observed jets n, n r, n r^2; the
+        // moments 2 and 10 per slot, the observed jets n and n r; the
         // dynamic shared memory is the tile stage2_tile sized (the kernel
         // carves `tile` cells' vectors and scalars); one block per row.
         unsafe { b.launch(row_grid(n, self.tile.1)) }.map_err(|e| cuda_err("bms_row_bases", e))?;
@@ -414,9 +416,7 @@ impl DeviceStage1 {
             observed,
             ..
         } = work;
-        let [chi, xi, rho, tau, ruv, e_obs] = observed;
-        // Only the non-zero entries of r_uv are written by the kernel.
-        gpu.stream.memset_zeros(ruv).map_err(|e| cuda_err("r_uv zero", e))?;
+        let [chi, xi, rho, tau, r1v, e_obs] = observed;
         let [mu_1, mu_2, _, _] = rows;
         let mut b = gpu.stream.launch_builder(&gpu.f.bms_observed);
         b.arg(&n).arg(&p_h).arg(&p_w);
@@ -432,10 +432,10 @@ impl DeviceStage1 {
             .arg(xi)
             .arg(rho)
             .arg(tau)
-            .arg(ruv)
+            .arg(r1v)
             .arg(mu_1)
             .arg(mu_2);
-        // SAFETY: row arrays hold n values, rho and tau n r, r_uv n r^2.
+        // SAFETY: row arrays hold n values, rho, tau and r_1v n r.
         unsafe { b.launch(grid(self.designs.n())) }.map_err(|e| cuda_err("bms_observed", e))?;
         Ok(())
     }
@@ -467,7 +467,7 @@ impl Work {
             offsets: gpu.upload(&offsets)?,
             bounds: z(2 * c)?,
             moments: z(10 * c)?,
-            observed: [z(n)?, z(n)?, z(n * r)?, z(n * r)?, z(n * r * r)?, z(n)?],
+            observed: [z(n)?, z(n)?, z(n * r)?, z(n * r)?, z(n * r)?, z(n)?],
         })
     }
 }
