@@ -17,9 +17,10 @@ use crate::row_hessian::JointGradient;
 use crate::{Error, Result};
 
 /// Threads per row block of the row kernel. Two warps with small tiles
-/// measured fastest at seed (9.3 ms; 128 threads with one 27-cell tile
-/// 10.5 ms, 256 threads 13.1 ms): more resident blocks hide the latency of
-/// each block's barrier-separated phases.
+/// measured fastest at seed (see STAGE2_TILE_BYTES; earlier, 128 threads
+/// with one 27-cell tile were 13% slower and 256 threads 41%): more
+/// resident blocks hide the latency of each block's barrier-separated
+/// phases.
 const ROW_THREADS: u32 = 64;
 // The Q sums' tensor-core steps take whole warps.
 const _: () = assert!(ROW_THREADS.is_multiple_of(32));
@@ -168,12 +169,15 @@ impl RowOutputs {
 
 /// Most cells a Stage-2 block takes at a time, and the shared-memory bytes
 /// its per-cell arrays aim at (the kernel's static arrays, 1.8 KiB, come on
-/// top): 7 cells of r = 20, so that shared memory allows 14 blocks an SM
-/// and registers allow 11.
+/// top): 9 cells of r = 20, so a seed row's 27 cells are 3 tiles of 171
+/// (cell, part) items, 2.7 rounds of 64 threads each; shared memory allows
+/// 11 blocks an SM, registers 10. Measured at seed (Stage 2 ms, one
+/// process): 64 threads with 9-cell tiles 8.46, 7-cell 8.98, 5-cell 9.46;
+/// 96 threads 9.33 (9 cells), 8.91 (14); 128 threads 9.16 (9), 9.00 (14).
 const STAGE2_TILE: usize = 32;
 // The kernel's static T array holds CELL_TILE = 32 cells.
 const _: () = assert!(STAGE2_TILE <= 32);
-const STAGE2_TILE_BYTES: usize = 13 << 10;
+const STAGE2_TILE_BYTES: usize = 17 << 10;
 /// The doubles a cell is read as (CELL_READ in bms_row.cu).
 const CELL_READ: usize = 14;
 
