@@ -99,12 +99,12 @@ struct BasesSource {
     const double *row_a, *row_b, *bounds;
 };
 
-// A tile of cells in dynamic shared memory: X and W ([tile][r][4]), the
+// A tile of cells in dynamic shared memory: X ([tile][r][4]), the
 // scalars ([tile][r]), each cell's edges, segments and moments as read
 // ([tile][CELL_READ]),
 // then the row's running sum of D(S_1u) ([r]).
 struct Tile {
-    double *X, *W, *dX, *dXA, *dS, *cell, *sum_S;
+    double *X, *dX, *dXA, *dS, *cell, *sum_S;
 };
 
 // A cell as read: lo, hi, the score and link segments (device Stage 1
@@ -115,7 +115,7 @@ struct Tile {
 __device__ Tile tile_layout(double* sh, int tile, int r)
 {
     Tile t;
-    t.X = sh; t.W = t.X + 4 * tile * r; t.dX = t.W + 4 * tile * r;
+    t.X = sh; t.dX = t.X + 4 * tile * r;
     t.dXA = t.dX + tile * r; t.dS = t.dXA + tile * r; t.cell = t.dS + tile * r;
     t.sum_S = t.cell + CELL_READ * tile;
     return t;
@@ -147,17 +147,29 @@ __device__ void stage_part(const CellPart& o, const double* moments, int j, int 
     }
 }
 
-// G block (bu, bv) of 8 x 8 += sum over the tile's nc cells of W X^T, one
-// cell (k = 4) a step. Lane l holds G[8 bu + l/4][8 bv + 2 (l%4) + {0, 1}]
-// in c0, c1 (the fragment layout of mma.m8n8k4.f64); rows and columns past
-// r read zeros.
-__device__ void g_block(const Tile& t, int nc, int r, int bu, int bv, int lane, double& c0, double& c1)
+// G block (bu, bv) of 8 x 8 += sum over the tile's nc cells of W X^T, W =
+// X M, one cell (k = 4) a step. Lane l holds G[8 bu + l/4][8 bv + 2 (l%4)
+// + {0, 1}] in c0, c1 (the fragment layout of mma.m8n8k4.f64); rows and
+// columns past r read zeros. W is never stored: a first product takes the
+// block's rows of X times M (padded to 4 x 8 with zeros), and shuffles move
+// its result from the accumulator layout to the operand layout of the
+// second, W X^T.
+__device__ void g_block(const Tile& t, const double (*T)[7], int nc, int r, int bu, int bv, int lane, double& c0,
+                        double& c1)
 {
     const int u = 8 * bu + (lane >> 2), q = lane & 3;
 #if __CUDA_ARCH__ >= 800
-    const int v = 8 * bv + (lane >> 2);
+    const int v = 8 * bv + (lane >> 2), n = lane >> 2;
+    // W[l/4][q] sits in lane 4 (l/4) + q/2, component q%2.
+    const int src = (lane & ~3) | (q >> 1);
     for (int j = 0; j < nc; ++j) {
-        const double a = u < r ? t.W[((i64)j * r + u) * 4 + q] : 0.0;
+        const double x = u < r ? t.X[((i64)j * r + u) * 4 + q] : 0.0;
+        const double m = n < 4 ? T[j][q + n] : 0.0;
+        double w0 = 0.0, w1 = 0.0;
+        asm volatile("mma.sync.aligned.m8n8k4.row.col.f64.f64.f64.f64 {%0,%1}, {%2}, {%3}, {%0,%1};"
+                     : "+d"(w0), "+d"(w1) : "d"(x), "d"(m));
+        const double s0 = __shfl_sync(0xffffffffu, w0, src), s1 = __shfl_sync(0xffffffffu, w1, src);
+        const double a = (q & 1) ? s1 : s0;
         const double b = v < r ? t.X[((i64)j * r + v) * 4 + q] : 0.0;
         asm volatile("mma.sync.aligned.m8n8k4.row.col.f64.f64.f64.f64 {%0,%1}, {%2}, {%3}, {%0,%1};"
                      : "+d"(c0), "+d"(c1) : "d"(a), "d"(b));
@@ -166,7 +178,10 @@ __device__ void g_block(const Tile& t, int nc, int r, int bu, int bv, int lane, 
     const int v0 = 8 * bv + 2 * q;
     for (int j = 0; j < nc; ++j) {
         if (u >= r) break;
-        const double* w = t.W + ((i64)j * r + u) * 4;
+        const double* x = t.X + ((i64)j * r + u) * 4;
+        double w[4];
+        for (int p = 0; p < 4; ++p)
+            w[p] = x[0] * T[j][p] + x[1] * T[j][p + 1] + x[2] * T[j][p + 2] + x[3] * T[j][p + 3];
         if (v0 < r) c0 += dot4(w, t.X + ((i64)j * r + v0) * 4);
         if (v0 + 1 < r) c1 += dot4(w, t.X + ((i64)j * r + v0 + 1) * 4);
     }
@@ -234,15 +249,6 @@ __device__ void bms_row_body(
             stage_part(o, cell + CELL_MOMENTS, j, r, part, t, T_sh[j]);
         }
         __syncthreads();
-        // W_u = X_u M per (cell, coordinate).
-        for (int e = tid; e < nc * r; e += nt) {
-            const int j = e / r;
-            const double* X = t.X + (i64)e * 4;
-            const double* T = T_sh[j];
-            for (int q = 0; q < 4; ++q)
-                t.W[(i64)e * 4 + q] = X[0] * T[q] + X[1] * T[q + 1] + X[2] * T[q + 2] + X[3] * T[q + 3];
-        }
-        __syncthreads();
         // The scalar sums: a thread per coordinate, from thread 0 up.
         for (int u = tid; u < r; u += nt) {
             double sx = first ? 0.0 : (u == 0 ? F_a_sh : F_u[u]);
@@ -270,7 +276,7 @@ __device__ void bms_row_body(
                     if (u < r && v < r) c0 = F_uv[(i64)u * r + v];
                     if (u < r && v + 1 < r) c1 = F_uv[(i64)u * r + v + 1];
                 }
-                g_block(t, nc, r, bu, bv, l, c0, c1);
+                g_block(t, T_sh, nc, r, bu, bv, l, c0, c1);
                 if (u < r && v < r) F_uv[(i64)u * r + v] = c0;
                 if (u < r && v + 1 < r) F_uv[(i64)u * r + v + 1] = c1;
             }
@@ -368,7 +374,7 @@ __device__ void bms_row_body(
         out_status
 
 // Stage 2 over a bundle of per-cell arrays in global memory, `tile` cells
-// at a time (the dynamic shared memory holds their W vectors).
+// at a time (the dynamic shared memory holds their X vectors and scalars).
 extern "C" __global__ void bms_row(
     ROW_COMMON_PARAMS, int tile,
     const double* __restrict__ cell_c0, const double* __restrict__ cell_c1,

@@ -170,24 +170,24 @@ impl RowOutputs {
 /// Most cells a Stage-2 block takes at a time, and the shared-memory bytes
 /// its per-cell arrays aim at (the kernel's static arrays, 1.8 KiB, come on
 /// top): 9 cells of r = 20, so a seed row's 27 cells are 3 tiles of 171
-/// (cell, part) items, 2.7 rounds of 64 threads each; shared memory allows
-/// 11 blocks an SM, registers 10. Measured at seed (Stage 2 ms, one
-/// process): 64 threads with 9-cell tiles 8.46, 7-cell 8.98, 5-cell 9.46;
-/// 96 threads 9.33 (9 cells), 8.91 (14); 128 threads 9.16 (9), 9.00 (14).
+/// (cell, part) items, 2.7 rounds of 64 threads each. Measured at seed
+/// (Stage 2 ms, one process): 64 threads with 9-cell tiles 7.49 and 7.52,
+/// 7-cell 8.20, 14-cell 7.64; 96 threads 9.12 (9 cells), 8.86 (14); 128
+/// threads 9.20 (9), 8.83 (14).
 const STAGE2_TILE: usize = 32;
 // The kernel's static T array holds CELL_TILE = 32 cells.
 const _: () = assert!(STAGE2_TILE <= 32);
-const STAGE2_TILE_BYTES: usize = 17 << 10;
+const STAGE2_TILE_BYTES: usize = 12 << 10;
 /// The doubles a cell is read as (CELL_READ in bms_row.cu).
 const CELL_READ: usize = 14;
 
 /// The cells a Stage-2 tile holds and its dynamic shared-memory bytes, for
-/// rows of at most `cells` cells: each cell takes 11 r + CELL_READ doubles
-/// (its X and W vectors, three scalars a coordinate, its edges, segments and
+/// rows of at most `cells` cells: each cell takes 7 r + CELL_READ doubles
+/// (its X vectors, three scalars a coordinate, its edges, segments and
 /// moments: `tile_layout` in bms_row.cu), the row r more. The tiles of a row are
 /// balanced, so a row of 40 cells is two tiles of 20, not 32 and 8.
 pub(crate) fn stage2_tile(gpu: &Gpu, r: usize, cells: usize) -> Result<(usize, usize)> {
-    let cell = (11 * r + CELL_READ) * 8;
+    let cell = (7 * r + CELL_READ) * 8;
     let most = (STAGE2_TILE_BYTES / cell).clamp(1, STAGE2_TILE);
     let tiles = cells.max(1).div_ceil(most);
     let tile = cells.max(1).div_ceil(tiles);
@@ -234,7 +234,8 @@ pub(crate) fn stage2(
     out.push(&mut b);
     // SAFETY: every bundle array holds its n, r, p_h, p_w and cell-count
     // length (validated on upload); outputs are sized n, n r, n r^2; one
-    // block per row, with the W vectors of `tile` cells in shared memory.
+    // block per row, with the X vectors and scalars of `tile` cells in
+    // shared memory.
     unsafe { b.launch(row_grid(n, shared)) }.map_err(|e| cuda_err("bms_row", e))?;
     drop(b);
     out.finish(designs, layout)
