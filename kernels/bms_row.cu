@@ -52,12 +52,6 @@ __device__ void log_ndtr_mills_curvature(double x, double* log_cdf, double* lamb
     }
 }
 
-// D(R) = kappa sum_k R_k m_k.
-__device__ __forceinline__ double d_of(const double* R, const double* m)
-{
-    return INV_TWO_PI * (R[0] * m[0] + R[1] * m[1] + R[2] * m[2] + R[3] * m[3]);
-}
-
 struct Cells {
     const double *c0, *c1, *c2, *c3, *a, *aa, *r, *ar, *sbb, *sbh, *sbw, *m;
 };
@@ -65,6 +59,12 @@ struct Cells {
 __device__ __forceinline__ double dot4(const double* x, const double* y)
 {
     return x[0] * y[0] + x[1] * y[1] + x[2] * y[2] + x[3] * y[3];
+}
+
+// D(R) = kappa sum_k R_k m_k.
+__device__ __forceinline__ double d_of(const double* R, const double* m)
+{
+    return INV_TWO_PI * dot4(R, m);
 }
 
 // Part `part` of bundle cell c, as cell_part (bms_stage1.cu) builds it.

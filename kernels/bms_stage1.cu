@@ -299,6 +299,14 @@ __device__ int initial_panels(double a, double b, double* lo, double* hi, int* d
     return top;
 }
 
+// The tolerance of component k of an integrand: the calibration's slopes
+// (KIND 2, k > 0) need far less than F and the moments.
+template <int KIND>
+__device__ __forceinline__ double component_tol(int k)
+{
+    return (KIND == 2 && k > 0) ? SLOPE_TOL : QUAD_TOL;
+}
+
 // sum_k |p_k| z^k: a bound on |p| over |z| <= z.
 __device__ __forceinline__ double abs_poly(const double* p, double z)
 {
@@ -331,7 +339,7 @@ __device__ bool negligible(double lo, double hi, const double* eta, const double
         }
     }
     for (int k = 0; k < N; ++k) {
-        const double tol = (KIND == 2 && k > 0) ? SLOPE_TOL : QUAD_TOL;
+        const double tol = component_tol<KIND>(k);
         if (!(bound[k] <= SKIP_FRACTION * tol * scale[k])) return false;
     }
     return true;
@@ -359,7 +367,7 @@ __device__ void adaptive(double a, double b, const double* eta, bool upper, cons
         bool converged = true;
         for (int k = 0; k < N; ++k) {
             scale[k] = fmax(scale[k], abs_v[k]);
-            const double tol = (KIND == 2 && k > 0) ? SLOPE_TOL : QUAD_TOL;
+            const double tol = component_tol<KIND>(k);
             converged = converged && fabs(value[k] - check[k]) <= tol * scale[k] + DBL_TINY;
         }
         const double mid = 0.5 * (lo + hi);
