@@ -138,6 +138,41 @@ fn first_non_finite(values: &[f64]) -> Option<usize> {
     })
 }
 
+/// The bundle's f64 arrays with their names, in one order (that of
+/// `field_lengths`): `f64_fields!(x,)` borrows them, `f64_fields!(x, mut)`
+/// borrows them mutably.
+macro_rules! f64_fields {
+    ($s:expr, $($m:tt)?) => {
+        [
+            ("q", &$($m)? $s.q),
+            ("b", &$($m)? $s.b),
+            ("mu_1", &$($m)? $s.mu_1),
+            ("mu_2", &$($m)? $s.mu_2),
+            ("z_obs", &$($m)? $s.z_obs),
+            ("y", &$($m)? $s.y),
+            ("w", &$($m)? $s.w),
+            ("e_obs", &$($m)? $s.e_obs),
+            ("cell_c0", &$($m)? $s.cell_c0),
+            ("cell_c1", &$($m)? $s.cell_c1),
+            ("cell_c2", &$($m)? $s.cell_c2),
+            ("cell_c3", &$($m)? $s.cell_c3),
+            ("cell_a", &$($m)? $s.cell_a),
+            ("cell_aa", &$($m)? $s.cell_aa),
+            ("cell_r", &$($m)? $s.cell_r),
+            ("cell_ar", &$($m)? $s.cell_ar),
+            ("cell_sbb", &$($m)? $s.cell_sbb),
+            ("cell_sbh", &$($m)? $s.cell_sbh),
+            ("cell_sbw", &$($m)? $s.cell_sbw),
+            ("cell_moments", &$($m)? $s.cell_moments),
+            ("chi_obs", &$($m)? $s.chi_obs),
+            ("xi_obs", &$($m)? $s.xi_obs),
+            ("rho_u", &$($m)? $s.rho_u),
+            ("tau_u", &$($m)? $s.tau_u),
+            ("r_uv", &$($m)? $s.r_uv),
+        ]
+    };
+}
+
 impl RowKernelInputs {
     /// Pack Stage-1 rows into the bundle and validate it.
     pub fn pack(p_h: usize, p_w: usize, s_f: f64, rows: &[RowStage1]) -> Result<Self> {
@@ -151,7 +186,7 @@ impl RowKernelInputs {
             cell_offsets: vec![0],
             ..Self::default()
         };
-        out.reserve(rows.len(), rows.iter().map(|row| row.calibrated.cells.len()).sum());
+        out.reserve(rows.len(), rows.iter().map(|row| row.calibrated.cells.len()).sum())?;
         for row in rows {
             let phi = norm_pdf(row.q);
             let o = &row.observed;
@@ -178,97 +213,25 @@ impl RowKernelInputs {
     }
 
     /// Room for n rows of `cells` cells in all, so packing never reallocates.
-    fn reserve(&mut self, n: usize, cells: usize) {
-        let (r, p_h, p_w) = (self.r, self.p_h, self.p_w);
+    fn reserve(&mut self, n: usize, cells: usize) -> Result<()> {
         self.cell_offsets.reserve_exact(n);
-        for v in [
-            &mut self.q,
-            &mut self.b,
-            &mut self.mu_1,
-            &mut self.mu_2,
-            &mut self.z_obs,
-            &mut self.y,
-            &mut self.w,
-            &mut self.e_obs,
-            &mut self.chi_obs,
-            &mut self.xi_obs,
-        ] {
-            v.reserve_exact(n);
+        let lengths = self.field_lengths(n, cells)?;
+        for ((_, v), len) in f64_fields!(self, mut).into_iter().zip(lengths) {
+            v.reserve_exact(len);
         }
-        self.rho_u.reserve_exact(n * r);
-        self.tau_u.reserve_exact(n * r);
-        self.r_uv.reserve_exact(n * r * r);
-        for v in [
-            &mut self.cell_c0,
-            &mut self.cell_c1,
-            &mut self.cell_c2,
-            &mut self.cell_c3,
-        ] {
-            v.reserve_exact(cells);
-        }
-        for v in [&mut self.cell_a, &mut self.cell_aa, &mut self.cell_sbb] {
-            v.reserve_exact(4 * cells);
-        }
-        self.cell_r.reserve_exact(4 * (r - 1) * cells);
-        self.cell_ar.reserve_exact(4 * (r - 1) * cells);
-        self.cell_sbh.reserve_exact(4 * p_h * cells);
-        self.cell_sbw.reserve_exact(4 * p_w * cells);
-        self.cell_moments.reserve_exact(MOMENTS * cells);
+        Ok(())
     }
 
-    /// Every f64 array with its name, for the shared checks.
-    fn f64_fields(&self) -> [(&'static str, &[f64]); 25] {
-        [
-            ("q", &self.q),
-            ("b", &self.b),
-            ("mu_1", &self.mu_1),
-            ("mu_2", &self.mu_2),
-            ("z_obs", &self.z_obs),
-            ("y", &self.y),
-            ("w", &self.w),
-            ("e_obs", &self.e_obs),
-            ("cell_c0", &self.cell_c0),
-            ("cell_c1", &self.cell_c1),
-            ("cell_c2", &self.cell_c2),
-            ("cell_c3", &self.cell_c3),
-            ("cell_a", &self.cell_a),
-            ("cell_aa", &self.cell_aa),
-            ("cell_r", &self.cell_r),
-            ("cell_ar", &self.cell_ar),
-            ("cell_sbb", &self.cell_sbb),
-            ("cell_sbh", &self.cell_sbh),
-            ("cell_sbw", &self.cell_sbw),
-            ("cell_moments", &self.cell_moments),
-            ("chi_obs", &self.chi_obs),
-            ("xi_obs", &self.xi_obs),
-            ("rho_u", &self.rho_u),
-            ("tau_u", &self.tau_u),
-            ("r_uv", &self.r_uv),
-        ]
-    }
-
-    /// Check every shape the kernel relies on, plus finiteness, labels in
-    /// {0, 1}, positive weights and a positive finite s_f. The kernel itself
-    /// assumes a valid bundle.
-    pub fn validate(&self) -> Result<()> {
-        self.validate_dims()?;
-        let (n, r) = (self.n_rows, self.r);
-        let offsets = &self.cell_offsets;
-        check_len("cell_offsets", offsets.len(), n + 1)?;
-        if offsets[0] != 0 {
-            return Err(Error::invalid("cell_offsets[0]", offsets[0], "must be 0"));
-        }
-        if let Some(i) = (0..n).find(|&i| offsets[i] > offsets[i + 1]) {
-            let rule = format!("cell_offsets must be monotone; cell_offsets[{i}] = {}", offsets[i]);
-            return Err(Error::invalid(format!("cell_offsets[{}]", i + 1), offsets[i + 1], rule));
-        }
-        let cells = offsets[n] as usize;
+    /// The length of every f64 array (in `f64_fields` order) for n rows of
+    /// `cells` cells in all.
+    fn field_lengths(&self, n: usize, cells: usize) -> Result<[usize; 25]> {
+        let r = self.r;
         let shape = |dims: &[usize]| -> Result<usize> {
             dims.iter()
                 .try_fold(1usize, |acc, d| acc.checked_mul(*d))
                 .ok_or_else(|| Error::invalid("shape", format!("{dims:?}"), "shape product overflows usize"))
         };
-        let want = [
+        Ok([
             n,
             n,
             n,
@@ -294,7 +257,30 @@ impl RowKernelInputs {
             shape(&[n, r])?,
             shape(&[n, r])?,
             shape(&[n, r, r])?,
-        ];
+        ])
+    }
+
+    /// Every f64 array with its name, for the shared checks.
+    fn f64_fields(&self) -> [(&'static str, &Vec<f64>); 25] {
+        f64_fields!(self,)
+    }
+
+    /// Check every shape the kernel relies on, plus finiteness, labels in
+    /// {0, 1}, positive weights and a positive finite s_f. The kernel itself
+    /// assumes a valid bundle.
+    pub fn validate(&self) -> Result<()> {
+        self.validate_dims()?;
+        let n = self.n_rows;
+        let offsets = &self.cell_offsets;
+        check_len("cell_offsets", offsets.len(), n + 1)?;
+        if offsets[0] != 0 {
+            return Err(Error::invalid("cell_offsets[0]", offsets[0], "must be 0"));
+        }
+        if let Some(i) = (0..n).find(|&i| offsets[i] > offsets[i + 1]) {
+            let rule = format!("cell_offsets must be monotone; cell_offsets[{i}] = {}", offsets[i]);
+            return Err(Error::invalid(format!("cell_offsets[{}]", i + 1), offsets[i + 1], rule));
+        }
+        let want = self.field_lengths(n, offsets[n] as usize)?;
         for ((name, values), want) in self.f64_fields().iter().zip(want) {
             check_len(name, values.len(), want)?;
             if let Some(k) = first_non_finite(values) {
