@@ -147,6 +147,33 @@ fn small_bundle() -> RowKernelInputs {
     RowKernelInputs::pack(2, 3, 0.9, &rows).unwrap()
 }
 
+/// Packing into a used bundle (more rows, then fewer, then another width)
+/// gives bitwise the bundle a fresh pack gives.
+#[test]
+fn packing_into_a_used_bundle_equals_a_fresh_pack() {
+    let stage1 = |p_h: usize, p_w: usize, rows: &[(f64, f64, f64, f64)]| {
+        let bs = bases(p_h, p_w, 0.9);
+        let model = model_for(&bs);
+        let rows: Vec<RowStage1> = rows
+            .iter()
+            .map(|&(q, b, z, y)| model.stage1_row(&theta(&bs, q, b), z, y, 1.0, 0).unwrap())
+            .collect();
+        (p_h, p_w, rows)
+    };
+    let three = stage1(
+        2,
+        3,
+        &[(0.2, 0.8, 0.5, 1.0), (-0.7, 1.1, -1.0, 0.0), (0.4, -0.6, 1.5, 1.0)],
+    );
+    let one = stage1(2, 3, &[(-0.3, 0.5, 0.2, 0.0)]);
+    let wider = stage1(3, 4, &[(0.1, 0.9, -0.4, 1.0), (0.6, -1.2, 0.8, 0.0)]);
+    let mut bundle = RowKernelInputs::default();
+    for (p_h, p_w, rows) in [&three, &one, &wider, &three] {
+        bundle.pack_into(*p_h, *p_w, 0.9, rows).unwrap();
+        assert_eq!(bundle, RowKernelInputs::pack(*p_h, *p_w, 0.9, rows).unwrap());
+    }
+}
+
 type Corruption = (&'static str, fn(&mut RowKernelInputs));
 
 #[test]

@@ -176,29 +176,32 @@ impl Bases {
         let jet = self.jet(theta, a, &p, lo, hi);
         let zero = [0.0; 4];
         // Each Bh_j, cubics in z; each Bw_l and Bw_l' composed with t = a + b z.
-        let bh: Vec<Cubic> = match (&self.score, p.score_seg) {
-            (Some(basis), Some(seg)) => basis.segment(seg).to_vec(),
-            _ => vec![],
+        let bh: &[Cubic] = match (&self.score, p.score_seg) {
+            (Some(basis), Some(seg)) => basis.segment(seg),
+            _ => &[],
         };
-        let (bw, bw1): (Vec<Cubic>, Vec<Cubic>) = match (&self.link, p.link_seg) {
-            (Some(basis), Some(seg)) => {
-                let c = |q: &Cubic| poly_compose_affine(q, a, b);
-                let pieces = basis.segment(seg);
-                (
-                    pieces.iter().map(c).collect(),
-                    pieces.iter().map(|q| c(&poly_deriv(q))).collect(),
-                )
-            }
-            _ => (vec![], vec![]),
+        let bw: &[Cubic] = match (&self.link, p.link_seg) {
+            (Some(basis), Some(seg)) => basis.segment(seg),
+            _ => &[],
         };
+        let c = |q: &Cubic| poly_compose_affine(q, a, b);
         let sf = |q: Cubic| poly_scale(&q, s_f);
         let z = [0.0, 1.0, 0.0, 0.0];
-        let mut r_coef = vec![sf(poly_add(&poly_add(&z, &p.h), &poly_times_z(&p.l1)))];
+        // Sized once: these run for every cell at every evaluation.
+        let parts = 1 + bh.len() + bw.len();
+        let mut r_coef = Vec::with_capacity(parts);
+        r_coef.push(sf(poly_add(&poly_add(&z, &p.h), &poly_times_z(&p.l1))));
         r_coef.extend(bh.iter().map(|q| sf(poly_scale(q, b))));
-        r_coef.extend(bw.iter().map(|&q| sf(q)));
-        let mut ar = vec![sf(poly_times_z(&p.l2))];
+        r_coef.extend(bw.iter().map(|q| sf(c(q))));
+        let mut ar = Vec::with_capacity(parts);
+        ar.push(sf(poly_times_z(&p.l2)));
         ar.extend(bh.iter().map(|_| zero));
-        ar.extend(bw1.iter().map(|&q| sf(q)));
+        let mut sbw = Vec::with_capacity(bw.len());
+        for q in bw {
+            let bw1 = c(&poly_deriv(q));
+            ar.push(sf(bw1));
+            sbw.push(sf(poly_times_z(&bw1)));
+        }
         Cell {
             lo,
             hi,
@@ -209,7 +212,7 @@ impl Bases {
             ar,
             sbb: sf(poly_times_z(&poly_times_z(&p.l2))),
             sbh: bh.iter().map(|&q| sf(q)).collect(),
-            sbw: bw1.iter().map(|q| sf(poly_times_z(q))).collect(),
+            sbw,
             moments: [0.0; MOMENTS],
         }
     }

@@ -176,16 +176,22 @@ macro_rules! f64_fields {
 impl RowKernelInputs {
     /// Pack Stage-1 rows into the bundle and validate it.
     pub fn pack(p_h: usize, p_w: usize, s_f: f64, rows: &[RowStage1]) -> Result<Self> {
-        let r = 2 + p_h + p_w;
-        let mut out = Self {
-            n_rows: rows.len(),
-            r,
-            p_h,
-            p_w,
-            s_f,
-            cell_offsets: vec![0],
-            ..Self::default()
-        };
+        let mut out = Self::default();
+        out.pack_into(p_h, p_w, s_f, rows)?;
+        Ok(out)
+    }
+
+    /// [`RowKernelInputs::pack`] into this bundle, reusing its arrays'
+    /// memory: a fitting loop that packs every evaluation into one bundle
+    /// allocates (and page-faults) the arrays once.
+    pub fn pack_into(&mut self, p_h: usize, p_w: usize, s_f: f64, rows: &[RowStage1]) -> Result<()> {
+        (self.n_rows, self.r, self.p_h, self.p_w, self.s_f) = (rows.len(), 2 + p_h + p_w, p_h, p_w, s_f);
+        self.cell_offsets.clear();
+        self.cell_offsets.push(0);
+        for (_, v) in f64_fields!(self, mut) {
+            v.clear();
+        }
+        let out = self;
         out.reserve(rows.len(), rows.iter().map(|row| row.calibrated.cells.len()).sum())?;
         for row in rows {
             let phi = norm_pdf(row.q);
@@ -203,13 +209,12 @@ impl RowKernelInputs {
             out.rho_u.extend_from_slice(&o.rho);
             out.tau_u.extend_from_slice(&o.tau);
             out.r_uv.extend_from_slice(&o.r_uv);
-            row.calibrated.cells.iter().for_each(|c| push_cell(&mut out, c));
+            row.calibrated.cells.iter().for_each(|c| push_cell(out, c));
             let total = u32::try_from(out.cell_c0.len())
                 .map_err(|_| Error::invalid("cell_offsets", out.cell_c0.len(), "total cells must fit in u32"))?;
             out.cell_offsets.push(total);
         }
-        out.validate()?;
-        Ok(out)
+        out.validate()
     }
 
     /// Room for n rows of `cells` cells in all, so packing never reallocates.

@@ -157,21 +157,34 @@ impl BmsModel {
     /// with the solved intercepts. The first failing row (lowest index) is
     /// the error.
     pub fn stage1(&self, data: &BmsData, beta: &[f64]) -> Result<(RowKernelInputs, Vec<f64>)> {
+        let mut inputs = RowKernelInputs::default();
+        let intercept = self.stage1_into(data, beta, &mut inputs)?;
+        Ok((inputs, intercept))
+    }
+
+    /// [`BmsModel::stage1`] packed into `inputs`, reusing its memory;
+    /// returns the intercepts.
+    pub fn stage1_into(&self, data: &BmsData, beta: &[f64], inputs: &mut RowKernelInputs) -> Result<Vec<f64>> {
         self.check(data, beta)?;
         let rows: Vec<Result<RowStage1>> = (0..data.n())
             .into_par_iter()
             .map(|i| self.stage1_row(&self.theta(data, beta, i), data.z[i], data.y[i], data.w[i], i))
             .collect();
         let rows = rows.into_iter().collect::<Result<Vec<_>>>()?;
-        let intercept = rows.iter().map(|r| r.calibrated.a).collect();
-        let inputs = RowKernelInputs::pack(self.bases.p_h(), self.bases.p_w(), self.bases.s_f, &rows)?;
-        Ok((inputs, intercept))
+        inputs.pack_into(self.bases.p_h(), self.bases.p_w(), self.bases.s_f, &rows)?;
+        Ok(rows.iter().map(|r| r.calibrated.a).collect())
     }
 
     /// Stage 1 and Stage 2 for all rows at beta.
     pub fn evaluate(&self, data: &BmsData, beta: &[f64]) -> Result<RowEvaluation> {
-        let (inputs, intercept) = self.stage1(data, beta)?;
-        let out = evaluate_rows(&inputs)?;
+        self.evaluate_with(data, beta, &mut RowKernelInputs::default())
+    }
+
+    /// [`BmsModel::evaluate`] with `bundle` as the Stage-1 bundle's memory,
+    /// so that repeated evaluations (a fit) allocate it once.
+    pub fn evaluate_with(&self, data: &BmsData, beta: &[f64], bundle: &mut RowKernelInputs) -> Result<RowEvaluation> {
+        let intercept = self.stage1_into(data, beta, bundle)?;
+        let out = evaluate_rows(bundle)?;
         Ok(RowEvaluation {
             neglog: out.neglog,
             grad: out.grad,

@@ -100,25 +100,69 @@ fn apply_rule<const N: usize>(a: f64, b: f64, f: &impl Fn(f64) -> [f64; N]) -> (
 /// 4, ... (the integrands of this crate decay at least like exp(-z^2/2), so
 /// their mass sits near that end and plain bisection of a tail such as
 /// [4, 40] spends four levels reaching it). The nearest panel is popped first.
-fn initial_panels(a: f64, b: f64) -> Vec<(f64, f64, u32)> {
+fn initial_panels(a: f64, b: f64) -> Panels {
     // (a < b holds here: the caller returned early otherwise.)
+    let mut out = Panels::default();
     if b - a <= 2.0 || (a < 0.0 && b > 0.0) {
-        return vec![(a, b, 0)];
+        out.push((a, b, 0));
+        return out;
     }
     let right = a >= 0.0;
     let (near, far) = if right { (a, b) } else { (b, a) };
-    let mut edges = vec![near];
-    let mut w = 1.0;
-    while edges.len() < 8 && w < (far - near).abs() {
-        edges.push(if right { near + w } else { near - w });
+    let mut edges = [0.0; MAX_INITIAL + 1];
+    let (mut k, mut w) = (1, 1.0);
+    edges[0] = near;
+    while k < MAX_INITIAL && w < (far - near).abs() {
+        edges[k] = if right { near + w } else { near - w };
+        k += 1;
         w = 2.0 * w + 1.0;
     }
-    edges.push(far);
-    edges
-        .windows(2)
-        .rev()
-        .map(|e| if right { (e[0], e[1], 0) } else { (e[1], e[0], 0) })
-        .collect()
+    edges[k] = far;
+    for e in edges[..=k].windows(2).rev() {
+        out.push(if right { (e[0], e[1], 0) } else { (e[1], e[0], 0) });
+    }
+    out
+}
+
+/// Most initial panels, the depth of bisection, and so the most panels a
+/// depth-first bisection ever holds: the initial panels but the one being
+/// split, one pending sibling a level, and the deepest pair.
+const MAX_INITIAL: usize = 8;
+const MAX_DEPTH: u32 = 48;
+const STACK_CAP: usize = MAX_INITIAL + MAX_DEPTH as usize + 1;
+
+/// A stack of panels (lo, hi, depth) on the stack, not the heap: the
+/// quadrature runs a few times a cell at every evaluation, and allocating
+/// its stack was a visible share of a CPU fit.
+struct Panels {
+    items: [(f64, f64, u32); STACK_CAP],
+    len: usize,
+}
+
+impl Default for Panels {
+    fn default() -> Self {
+        Self {
+            items: [(0.0, 0.0, 0); STACK_CAP],
+            len: 0,
+        }
+    }
+}
+
+impl Panels {
+    /// Never past STACK_CAP: see its bound.
+    fn push(&mut self, panel: (f64, f64, u32)) {
+        self.items[self.len] = panel;
+        self.len += 1;
+    }
+
+    fn pop(&mut self) -> Option<(f64, f64, u32)> {
+        self.len = self.len.checked_sub(1)?;
+        Some(self.items[self.len])
+    }
+
+    fn as_slice(&self) -> &[(f64, f64, u32)] {
+        &self.items[..self.len]
+    }
 }
 
 /// A quick estimate of the integral of f over the finite [a, b]: the 5-point
@@ -131,7 +175,7 @@ pub fn gauss5_panels<const N: usize>(a: f64, b: f64, f: &impl Fn(f64) -> [f64; N
     if b <= a {
         return out;
     }
-    for &(lo, hi, _) in initial_panels(a, b).iter().rev() {
+    for &(lo, hi, _) in initial_panels(a, b).as_slice().iter().rev() {
         let (mid, half) = (0.5 * (lo + hi), 0.5 * (hi - lo));
         for (xi, wi) in x.iter().zip(w) {
             let v = f(mid + half * xi);
@@ -177,7 +221,7 @@ pub fn adaptive_with<const N: usize>(a: f64, b: f64, rel_tol: [f64; N], f: &impl
         let converged = (0..N).all(|k| (value[k] - check[k]).abs() <= rel_tol[k] * scale[k] + f64::MIN_POSITIVE);
         let mid = 0.5 * (lo + hi);
         // Depth and panel caps bound the work on integrands with kinks.
-        if converged || depth >= 48 || panels > MAX_PANELS || !(mid > lo && mid < hi) {
+        if converged || depth >= MAX_DEPTH || panels > MAX_PANELS || !(mid > lo && mid < hi) {
             for k in 0..N {
                 out[k] += value[k];
             }
