@@ -318,7 +318,9 @@ __device__ __forceinline__ void scatter_row(double* mine, int lane, int r, int p
 // and writes one partial. Each row Hessian and design row is read once, lane
 // u reading column u of H_i (coalesced). Shared memory: (W + 1) p + r
 // doubles + r ints, so very wide p uses the two-phase path instead.
-// MODE 0: full rows; 1: packed rows (upper triangle), read in place.
+// MODE 0: full rows; 1: packed rows read in place; 2: packed rows first
+// copied into the warp's shared buffer (2 r (r + 1) / 2 doubles more per
+// warp) with contiguous loads, then read from there.
 template <int MODE>
 __device__ __forceinline__ void hvp_fused_body(
     double* sh, i64 n, int rows_per_block, int r, int p_m, int p_g, int p_total,
@@ -326,7 +328,7 @@ __device__ __forceinline__ void hvp_fused_body(
     const double* __restrict__ x_g, const int* __restrict__ primary_to_beta,
     const double* __restrict__ v, double* __restrict__ partial)
 {
-    const int P = MODE;
+    const int P = MODE == 0 ? 0 : 1;
     const int W = blockDim.x >> 5;
     const int lane = threadIdx.x & 31, w = threadIdx.x >> 5;
     double* vs = sh;
@@ -334,6 +336,7 @@ __device__ __forceinline__ void hvp_fused_body(
     double* dc = acc + W * p_total;
     int* p2b = (int*)(dc + r);
     const i64 hs = hstride(r, P);
+    double* stg = dc + r + (r + 1) / 2 + (i64)w * 2 * hs;
     for (int a = threadIdx.x; a < p_total; a += blockDim.x) vs[a] = v[a];
     for (int a = threadIdx.x; a < W * p_total; a += blockDim.x) acc[a] = 0.0;
     for (int u = threadIdx.x; u < r; u += blockDim.x) {
@@ -350,6 +353,15 @@ __device__ __forceinline__ void hvp_fused_body(
         const double *xma = x_m + ra * p_m, *xga = x_g + ra * p_g;
         const double *xmb = x_m + rb * p_m, *xgb = x_g + rb * p_g;
         const double *ha = hess + ra * hs, *hb = hess + rb * hs;
+        if (MODE == 2) {
+            // Both rows are adjacent in memory: one contiguous copy.
+            const i64 len = (has_b ? 2 : 1) * hs;
+            __syncwarp();
+            for (i64 k = lane; k < len; k += 32) stg[k] = ha[k];
+            __syncwarp();
+            ha = stg;
+            hb = has_b ? stg + hs : stg;
+        }
         double qa = 0.0, ba = 0.0, qb = 0.0, bb = 0.0;
         for (int c = lane; c < p_m; c += 32) { qa += xma[c] * vs[c]; qb += xmb[c] * vs[c]; }
         for (int c = lane; c < p_g; c += 32) { ba += xga[c] * vs[p_m + c]; bb += xgb[c] * vs[p_m + c]; }
@@ -386,8 +398,10 @@ extern "C" __global__ void hvp_fused(
     extern __shared__ double sh[];
     if (mode == 0)
         hvp_fused_body<0>(sh, n, rows_per_block, r, p_m, p_g, p_total, hess, x_m, x_g, primary_to_beta, v, partial);
-    else
+    else if (mode == 1)
         hvp_fused_body<1>(sh, n, rows_per_block, r, p_m, p_g, p_total, hess, x_m, x_g, primary_to_beta, v, partial);
+    else
+        hvp_fused_body<2>(sh, n, rows_per_block, r, p_m, p_g, p_total, hess, x_m, x_g, primary_to_beta, v, partial);
 }
 
 // Packed copy of full row Hessians: out[row, k] = full[row, s, u] for the

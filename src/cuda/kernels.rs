@@ -113,14 +113,24 @@ pub(crate) fn row_action(g: &Gpu, a: &RowArgs, k: usize, v: &CudaSlice<f64>, t: 
 /// Warps per block of the fused HVP.
 pub(crate) const FUSED_WARPS: usize = 8;
 
-/// Shared memory the fused HVP needs, in bytes: v, the warps'
-/// accumulators, dc and the primary map.
-pub(crate) fn hvp_fused_shared_bytes(r: usize, p_total: usize) -> usize {
-    ((FUSED_WARPS + 1) * p_total + r + r.div_ceil(2)) * 8
+/// Shared memory the fused HVP needs, in bytes: accumulators, dc and the
+/// primary map, plus (packed rows staged: `staged_row_len` > 0) two rows per warp.
+pub(crate) fn hvp_fused_shared_bytes(r: usize, p_total: usize, staged_row_len: usize) -> usize {
+    ((FUSED_WARPS + 1) * p_total + r + r.div_ceil(2) + FUSED_WARPS * 2 * staged_row_len) * 8
 }
 
 /// Largest shared memory a kernel launch may ask for without opting in.
 pub(crate) const SHARED_LIMIT: usize = 48 << 10;
+
+/// The fused HVP's storage mode for an operator: 0 full rows, 1 packed rows
+/// read in place, 2 packed rows staged through shared memory (when they fit).
+pub(crate) fn hvp_fused_mode(a: &RowArgs) -> i32 {
+    match a.packed {
+        false => 0,
+        true if hvp_fused_shared_bytes(a.r, a.p_total, a.row_len()) <= SHARED_LIMIT => 2,
+        true => 1,
+    }
+}
 
 /// partial[block, :] = sum over the block's rows of P_i^T H_i P_i v, one pass.
 pub(crate) fn hvp_fused(
@@ -133,9 +143,9 @@ pub(crate) fn hvp_fused(
     let blocks = a.n.div_ceil(rows_per_block);
     need("v", v.len(), a.p_total)?;
     need("partial", partial.len(), blocks * a.p_total)?;
-    // The kernel's MODE: 0 full rows, 1 packed rows.
-    let mode = a.packed as i32;
-    let shared = hvp_fused_shared_bytes(a.r, a.p_total);
+    let mode = hvp_fused_mode(a);
+    let staged = if mode == 2 { a.row_len() } else { 0 };
+    let shared = hvp_fused_shared_bytes(a.r, a.p_total, staged);
     if shared > SHARED_LIMIT {
         return Err(Error::invalid("hvp_fused shared bytes", shared, "must be <= 48 KiB"));
     }

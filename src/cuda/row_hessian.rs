@@ -42,7 +42,7 @@ struct Scratch {
 /// Rows per block of the fused HVP, or `None` when p is too wide for its
 /// shared-memory accumulators (the two-phase path serves those).
 fn fused_rows_per_block(n: usize, r: usize, p_total: usize) -> Option<usize> {
-    (kernels::hvp_fused_shared_bytes(r, p_total) <= kernels::SHARED_LIMIT)
+    (kernels::hvp_fused_shared_bytes(r, p_total, 0) <= kernels::SHARED_LIMIT)
         .then(|| n.div_ceil(FUSED_BLOCKS).max(FUSED_MIN_ROWS))
 }
 
