@@ -147,6 +147,25 @@ __device__ void stage_part(const CellPart& o, const double* moments, int j, int 
     }
 }
 
+// Item e of a tile's (cell, part) pass: part-major and grouped by the kind
+// of part (the link parts, then the score parts, then part 0), so that a
+// warp's lanes mostly take one path through cell_part; cell-major, every
+// warp took all three paths in turn.
+__device__ __forceinline__ void tile_item(int e, int nc, int p_h, int p_w, int* j, int* part)
+{
+    const int nw = nc * p_w, nh = nc * p_h;
+    if (e < nw) {
+        *part = 1 + p_h + e / nc;
+        *j = e % nc;
+    } else if (e < nw + nh) {
+        *part = 1 + (e - nw) / nc;
+        *j = (e - nw) % nc;
+    } else {
+        *part = 0;
+        *j = e - nw - nh;
+    }
+}
+
 // G block (bu, bv) of 8 x 8 += sum over the tile's nc cells of W X^T, W =
 // X M, one cell (k = 4) a step. Lane l holds G[8 bu + l/4][8 bv + 2 (l%4)
 // + {0, 1}] in c0, c1 (the fragment layout of mma.m8n8k4.f64); rows and
@@ -239,7 +258,8 @@ __device__ void bms_row_body(
         __syncthreads();
         // A thread per (cell, part).
         for (int e = tid; e < nc * parts; e += nt) {
-            const int j = e / parts, part = e - j * parts;
+            int j, part;
+            tile_item(e, nc, p_h, p_w, &j, &part);
             const double* cell = t.cell + j * CELL_READ;
             CellPart o;
             if (BASES)
