@@ -556,8 +556,10 @@ __device__ double quick_seed(const Model& m, double q, double b, double a0)
 // step that leaves the bracket is replaced by bisection. A usable step below
 // STEP_STOP (relative) with L = F F_aa / F_a^2 at most STOP_CURVATURE ends
 // it without another evaluation: the new iterate's error is then about one
-// ulp at most (L^2 step / 4 <= 2.5e-18; F_a, F_aa accurate to SLOPE_TOL
-// move it by about SLOPE_TOL times the step: 1e-16). A Newton fallback
+// ulp at most where A keeps its sign (L^2 step / 4 <= 2.5e-18; F_a, F_aa
+// accurate to SLOPE_TOL, relative to the integral of |A E|, move it by
+// about SLOPE_TOL times the step: 1e-16; more where A changes sign, see
+// calibration.rs). A Newton fallback
 // step (|L| large) never ends it early (calibration.rs: newton).
 __device__ unsigned solve_newton(const Model& m, double q, double b, double a0, double* out)
 {

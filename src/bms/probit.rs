@@ -106,7 +106,9 @@ fn erfcx_large(y: f64) -> f64 {
 
 /// x rounded toward zero, as `f64::trunc`, which on the baseline x86-64
 /// target is a libm call (3% of a CPU fit); the conversion to an integer is
-/// one instruction. Beyond 2^52 every f64 is an integer already.
+/// one instruction. Beyond 2^52 every f64 is an integer already. Unlike
+/// `f64::trunc` it gives +0.0 for x in (-1, 0); the callers only square the
+/// result or add it to x.
 fn trunc(x: f64) -> f64 {
     if x.abs() < 4_503_599_627_370_496.0 {
         x as i64 as f64
