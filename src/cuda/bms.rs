@@ -184,8 +184,8 @@ const CELL_READ: usize = 14;
 /// The cells a Stage-2 tile holds and its dynamic shared-memory bytes, for
 /// rows of at most `cells` cells: each cell takes 7 r + CELL_READ doubles
 /// (its X vectors, three scalars a coordinate, its edges, segments and
-/// moments: `tile_layout` in bms_row.cu), the row r more. The tiles of a row are
-/// balanced, so a row of 40 cells is two tiles of 20, not 32 and 8.
+/// moments: `tile_layout` in bms_row.cu), the row r more. The tiles of a
+/// row are balanced, so a row of 40 cells is two tiles of 20, not 32 and 8.
 pub(crate) fn stage2_tile(gpu: &Gpu, r: usize, cells: usize) -> Result<(usize, usize)> {
     let cell = (7 * r + CELL_READ) * 8;
     let most = (STAGE2_TILE_BYTES / cell).clamp(1, STAGE2_TILE);
