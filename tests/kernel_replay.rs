@@ -1,0 +1,170 @@
+//! The device kernels' logic, checked without a GPU. `kernels/bms_stage1.cu`
+//! and `kernels/bms_row.cu` are compiled as C++ (`tests/replay/shim.h`
+//! stands in for the CUDA built-ins) and run one thread a block over a
+//! generated seed-shape problem: every strided loop runs in turn and Stage 2
+//! takes its scalar path instead of the tensor cores (which only a GPU run
+//! checks). The replay's intercepts and rows are compared with the CPU
+//! model's (as tests/gpu_bms.rs compares the device's), and two Stage-2 tile
+//! sizes with each other bitwise (every sum runs over a row's cells in cell
+//! order whatever the tile). Skipped, with a message, where no C++ compiler
+//! is found.
+
+mod common;
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use matfree::bms::generator::{generate, Generated, GeneratorConfig};
+use matfree::bms::quadrature::gauss_kronrod_21;
+use matfree::bms::CubicBasis;
+
+/// The first C++ compiler that answers `--version`.
+fn compiler() -> Option<&'static str> {
+    ["c++", "g++", "clang++"].into_iter().find(|cc| {
+        Command::new(cc)
+            .arg("--version")
+            .output()
+            .is_ok_and(|o| o.status.success())
+    })
+}
+
+fn put(out: &mut Vec<u8>, values: &[f64]) {
+    out.extend((values.len() as u64).to_le_bytes());
+    values.iter().for_each(|v| out.extend(v.to_le_bytes()));
+}
+
+/// A basis as the kernels take it: knots, pieces `[segments][dim][4]` and
+/// the combination with beta `[segments][4]` (nothing for an absent basis).
+fn basis_arrays(basis: Option<&CubicBasis>, beta: &[f64]) -> [Vec<f64>; 3] {
+    let Some(b) = basis else {
+        return [vec![], vec![], vec![]];
+    };
+    let segments = 0..b.segments();
+    [
+        b.knots().to_vec(),
+        segments.clone().flat_map(|s| b.segment(s).concat()).collect(),
+        segments.flat_map(|s| b.combine(s, beta)).collect(),
+    ]
+}
+
+/// The problem in the driver's input order (tests/replay/driver.cpp).
+fn problem_bytes(g: &Generated) -> Vec<u8> {
+    let (layout, bases, data, beta) = (g.model.layout(), g.model.bases(), &g.data, &g.beta);
+    let blk = layout.block();
+    let direct: Vec<f64> = layout
+        .direct_blocks()
+        .into_iter()
+        .flat_map(|(r, _)| beta[r].to_vec())
+        .collect();
+    let (beta_h, beta_w) = direct.split_at(bases.p_h());
+    let dim = |b: Option<&CubicBasis>| b.map_or(0, |b| b.dim()) as f64;
+    let (score, link) = (bases.score.as_ref(), bases.link.as_ref());
+    let rigid = direct.iter().all(|v| *v == 0.0) as u8 as f64;
+    let header = [
+        data.n() as f64,
+        blk.p_m as f64,
+        blk.p_g as f64,
+        bases.p_h() as f64,
+        bases.p_w() as f64,
+        dim(score),
+        dim(link),
+        bases.s_f,
+        rigid,
+    ];
+    let (x, wk, wg) = gauss_kronrod_21();
+    let mut out = Vec::new();
+    put(&mut out, &header);
+    basis_arrays(score, beta_h).iter().for_each(|a| put(&mut out, a));
+    basis_arrays(link, beta_w).iter().for_each(|a| put(&mut out, a));
+    put(&mut out, &[x, wk, wg].concat());
+    for a in [
+        data.designs.x_m(),
+        data.designs.x_g(),
+        &beta[blk.m_range()],
+        &beta[blk.g_range()],
+        beta_h,
+        beta_w,
+        &data.z,
+        &data.y,
+        &data.w,
+    ] {
+        put(&mut out, a);
+    }
+    out
+}
+
+/// The driver's output: intercepts, neglog, gradients, Hessians, status.
+fn read_arrays(path: &Path) -> Vec<Vec<f64>> {
+    let bytes = std::fs::read(path).unwrap();
+    let mut arrays = Vec::new();
+    let mut at = 0;
+    while at < bytes.len() {
+        let n = u64::from_le_bytes(bytes[at..at + 8].try_into().unwrap()) as usize;
+        at += 8;
+        let values = bytes[at..at + 8 * n]
+            .chunks_exact(8)
+            .map(|c| f64::from_le_bytes(c.try_into().unwrap()))
+            .collect();
+        at += 8 * n;
+        arrays.push(values);
+    }
+    arrays
+}
+
+/// Compile the driver with the kernels into `dir`.
+fn build(cc: &str, dir: &Path) -> PathBuf {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let exe = dir.join("replay");
+    let status = Command::new(cc)
+        .args(["-O1", "-std=c++17", "-o"])
+        .arg(&exe)
+        .arg("-I")
+        .arg(root.join("kernels"))
+        .arg("-I")
+        .arg(root.join("tests/replay"))
+        .arg(root.join("tests/replay/driver.cpp"))
+        .status()
+        .unwrap();
+    assert!(status.success(), "{cc} could not compile the kernels as C++");
+    exe
+}
+
+#[test]
+fn host_replay_of_the_device_kernels_matches_the_cpu_model() {
+    let Some(cc) = compiler() else {
+        println!("kernel_replay: skipped (no C++ compiler: c++, g++ or clang++)");
+        return;
+    };
+    let dir = std::env::temp_dir().join(format!("matfree-replay-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let exe = build(cc, &dir);
+    let g = generate(GeneratorConfig::seed_shape(300)).unwrap();
+    let input = dir.join("problem.bin");
+    std::fs::write(&input, problem_bytes(&g)).unwrap();
+    let run = |tile: usize| {
+        let out = dir.join(format!("rows-{tile}.bin"));
+        let status = Command::new(&exe)
+            .arg(&input)
+            .arg(&out)
+            .arg(tile.to_string())
+            .status()
+            .unwrap();
+        assert!(status.success(), "replay with tile {tile} failed");
+        read_arrays(&out)
+    };
+    let (nine, one) = (run(9), run(1));
+    std::fs::remove_dir_all(&dir).ok();
+    let bits = |a: &[Vec<f64>]| a.iter().flatten().map(|v| v.to_bits()).collect::<Vec<_>>();
+    assert!(bits(&nine) == bits(&one), "tiles of 9 and 1 cells differ");
+    let [a, neglog, grad, hess, status] = &nine[..] else {
+        panic!("the driver wrote {} arrays, not 5", nine.len());
+    };
+    assert!(status.iter().all(|s| *s == 0.0), "rejected rows: {status:?}");
+    let want = g.model.evaluate(&g.data, &g.beta).unwrap();
+    for (i, (x, y)) in a.iter().zip(&want.intercept).enumerate() {
+        assert!((x - y).abs() <= 1e-12 * (1.0 + y.abs()), "a[{i}] {x} vs {y}");
+    }
+    common::assert_close("neglog", neglog, &want.neglog, 1e-8);
+    common::assert_close("grad", grad, &want.grad, 1e-8);
+    common::assert_close("hess", hess, &want.hess, 1e-8);
+}
