@@ -317,4 +317,19 @@ mod tests {
         let want1 = 0.5 * (1.3f64 * 1.3 + 2.7 * 2.7);
         assert!((got[1] - want1).abs() < 1e-12, "{}", got[1]);
     }
+
+    /// Noise (a hash of x's bits, in [0, 1)) at tolerance 0: the two rules
+    /// never agree, so panels are split down to the depth cap, depth first,
+    /// from the most initial panels (a wide interval away from 0), until the
+    /// panel cap ends it. The stack then holds up to 52 panels (a capacity
+    /// of 51 fails here) against STACK_CAP = 57; the sum must stay in
+    /// [0, b - a] (the Kronrod weights are positive).
+    #[test]
+    fn noise_drives_the_bisection_to_the_depth_cap_within_the_stack() {
+        let (a, b) = (0.5, 300.0);
+        assert_eq!(initial_panels(a, b).as_slice().len(), MAX_INITIAL);
+        let noise = |x: f64| (x.to_bits().wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 11) as f64 / (1u64 << 53) as f64;
+        let got = adaptive(a, b, 0.0, &|x: f64| [noise(x)]);
+        assert!((0.0..=b - a).contains(&got[0]), "{}", got[0]);
+    }
 }
