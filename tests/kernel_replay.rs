@@ -1,7 +1,8 @@
 //! The device kernels' logic, checked without a GPU. `kernels/bms_stage1.cu`
 //! and `kernels/bms_row.cu` are compiled as C++ (`tests/replay/shim.h`
-//! stands in for the CUDA built-ins) and run one thread a block over a
-//! generated seed-shape problem: every strided loop runs in turn and Stage 2
+//! stands in for the CUDA built-ins) and run one thread a block over
+//! generated problems (the seed shape, r = 4, 33 and 64, and each basis
+//! absent in turn): every strided loop runs in turn and Stage 2
 //! takes its scalar path instead of the tensor cores (which only a GPU run
 //! checks). The replay's intercepts and rows are compared with the CPU
 //! model's (as tests/gpu_bms.rs compares the device's), and two Stage-2 tile
@@ -129,6 +130,37 @@ fn build(cc: &str, dir: &Path) -> PathBuf {
     exe
 }
 
+/// One problem through the replay at tiles of 9 and 1 cells, checked.
+fn check_problem(exe: &Path, dir: &Path, label: &str, g: &Generated) {
+    let input = dir.join(format!("problem-{label}.bin"));
+    std::fs::write(&input, problem_bytes(g)).unwrap();
+    let run = |tile: usize| {
+        let out = dir.join(format!("rows-{label}-{tile}.bin"));
+        let status = Command::new(exe)
+            .arg(&input)
+            .arg(&out)
+            .arg(tile.to_string())
+            .status()
+            .unwrap();
+        assert!(status.success(), "{label}: replay with tile {tile} failed");
+        read_arrays(&out)
+    };
+    let (nine, one) = (run(9), run(1));
+    let bits = |a: &[Vec<f64>]| a.iter().flatten().map(|v| v.to_bits()).collect::<Vec<_>>();
+    assert!(bits(&nine) == bits(&one), "{label}: tiles of 9 and 1 cells differ");
+    let [a, neglog, grad, hess, status] = &nine[..] else {
+        panic!("{label}: the driver wrote {} arrays, not 5", nine.len());
+    };
+    assert!(status.iter().all(|s| *s == 0.0), "{label}: rejected rows: {status:?}");
+    let want = g.model.evaluate(&g.data, &g.beta).unwrap();
+    for (i, (x, y)) in a.iter().zip(&want.intercept).enumerate() {
+        assert!((x - y).abs() <= 1e-12 * (1.0 + y.abs()), "{label}: a[{i}] {x} vs {y}");
+    }
+    common::assert_close(&format!("neglog {label}"), neglog, &want.neglog, 1e-8);
+    common::assert_close(&format!("grad {label}"), grad, &want.grad, 1e-8);
+    common::assert_close(&format!("hess {label}"), hess, &want.hess, 1e-8);
+}
+
 #[test]
 fn host_replay_of_the_device_kernels_matches_the_cpu_model() {
     let Some(cc) = compiler() else {
@@ -138,33 +170,27 @@ fn host_replay_of_the_device_kernels_matches_the_cpu_model() {
     let dir = std::env::temp_dir().join(format!("matfree-replay-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     let exe = build(cc, &dir);
-    let g = generate(GeneratorConfig::seed_shape(300)).unwrap();
-    let input = dir.join("problem.bin");
-    std::fs::write(&input, problem_bytes(&g)).unwrap();
-    let run = |tile: usize| {
-        let out = dir.join(format!("rows-{tile}.bin"));
-        let status = Command::new(&exe)
-            .arg(&input)
-            .arg(&out)
-            .arg(tile.to_string())
-            .status()
-            .unwrap();
-        assert!(status.success(), "replay with tile {tile} failed");
-        read_arrays(&out)
-    };
-    let (nine, one) = (run(9), run(1));
-    std::fs::remove_dir_all(&dir).ok();
-    let bits = |a: &[Vec<f64>]| a.iter().flatten().map(|v| v.to_bits()).collect::<Vec<_>>();
-    assert!(bits(&nine) == bits(&one), "tiles of 9 and 1 cells differ");
-    let [a, neglog, grad, hess, status] = &nine[..] else {
-        panic!("the driver wrote {} arrays, not 5", nine.len());
-    };
-    assert!(status.iter().all(|s| *s == 0.0), "rejected rows: {status:?}");
-    let want = g.model.evaluate(&g.data, &g.beta).unwrap();
-    for (i, (x, y)) in a.iter().zip(&want.intercept).enumerate() {
-        assert!((x - y).abs() <= 1e-12 * (1.0 + y.abs()), "a[{i}] {x} vs {y}");
+    // The seed shape (r = 20), then r = 4, 33 and 64 above the warp width,
+    // and each basis absent in turn.
+    let shapes = [
+        (300, 14, 12, 10, 8),
+        (200, 3, 2, 1, 1),
+        (120, 3, 2, 20, 11),
+        (60, 3, 2, 40, 22),
+    ];
+    let absent = [(100, 3, 2, 0, 5), (100, 3, 2, 6, 0)];
+    for (k, (n, p_m, p_g, p_h, p_w)) in shapes.into_iter().chain(absent).enumerate() {
+        let cfg = GeneratorConfig {
+            n,
+            p_m,
+            p_g,
+            p_h,
+            p_w,
+            s_f: if k == 0 { 1.0 } else { 0.8 },
+            seed: 1 + k as u64,
+        };
+        let g = generate(cfg).unwrap();
+        check_problem(&exe, &dir, &format!("r{}-{k}", 2 + p_h + p_w), &g);
     }
-    common::assert_close("neglog", neglog, &want.neglog, 1e-8);
-    common::assert_close("grad", grad, &want.grad, 1e-8);
-    common::assert_close("hess", hess, &want.hess, 1e-8);
+    std::fs::remove_dir_all(&dir).ok();
 }
