@@ -5,8 +5,9 @@
 //! absent in turn): every strided loop runs in turn and Stage 2
 //! takes its scalar path instead of the tensor cores (which only a GPU run
 //! checks). The replay's intercepts and rows are compared with the CPU
-//! model's (as tests/gpu_bms.rs compares the device's), and two Stage-2 tile
-//! sizes with each other bitwise (every sum runs over a row's cells in cell
+//! model's (as tests/gpu_bms.rs compares the device's), Stage 2 over the
+//! CPU's Stage-1 bundle (`bms_row`) too, and two Stage-2 tile sizes with
+//! each other bitwise (every sum runs over a row's cells in cell
 //! order whatever the tile). Skipped, with a message, where no C++ compiler
 //! is found.
 
@@ -17,7 +18,7 @@ use std::process::Command;
 
 use matfree::bms::generator::{generate, Generated, GeneratorConfig};
 use matfree::bms::quadrature::gauss_kronrod_21;
-use matfree::bms::CubicBasis;
+use matfree::bms::{evaluate_rows, CubicBasis, RowKernelInputs, RowKernelOutputs};
 
 /// The first C++ compiler that answers `--version`.
 fn compiler() -> Option<&'static str> {
@@ -94,6 +95,46 @@ fn problem_bytes(g: &Generated) -> Vec<u8> {
     out
 }
 
+/// The CPU Stage-1 bundle in the driver's bundle order.
+fn bundle_bytes(inp: &RowKernelInputs) -> Vec<u8> {
+    let mut out = Vec::new();
+    put(
+        &mut out,
+        &[inp.n_rows as f64, inp.r as f64, inp.p_h as f64, inp.p_w as f64],
+    );
+    put(
+        &mut out,
+        &inp.cell_offsets.iter().map(|&o| o as f64).collect::<Vec<_>>(),
+    );
+    for a in [
+        &inp.mu_1,
+        &inp.mu_2,
+        &inp.y,
+        &inp.w,
+        &inp.cell_c0,
+        &inp.cell_c1,
+        &inp.cell_c2,
+        &inp.cell_c3,
+        &inp.cell_a,
+        &inp.cell_aa,
+        &inp.cell_r,
+        &inp.cell_ar,
+        &inp.cell_sbb,
+        &inp.cell_sbh,
+        &inp.cell_sbw,
+        &inp.cell_moments,
+        &inp.chi_obs,
+        &inp.xi_obs,
+        &inp.rho_u,
+        &inp.tau_u,
+        &inp.r_uv,
+        &inp.e_obs,
+    ] {
+        put(&mut out, a);
+    }
+    out
+}
+
 /// The driver's output: intercepts, neglog, gradients, Hessians, status.
 fn read_arrays(path: &Path) -> Vec<Vec<f64>> {
     let bytes = std::fs::read(path).unwrap();
@@ -130,35 +171,60 @@ fn build(cc: &str, dir: &Path) -> PathBuf {
     exe
 }
 
-/// One problem through the replay at tiles of 9 and 1 cells, checked.
-fn check_problem(exe: &Path, dir: &Path, label: &str, g: &Generated) {
-    let input = dir.join(format!("problem-{label}.bin"));
-    std::fs::write(&input, problem_bytes(g)).unwrap();
+/// Run the replay on `bytes` (`mode`: "" for both stages, "bundle") at
+/// tiles of 9 and 1 cells; the two must agree bitwise. Returns the arrays.
+fn replay(exe: &Path, dir: &Path, label: &str, mode: &str, bytes: &[u8]) -> Vec<Vec<f64>> {
+    let input = dir.join(format!("in-{label}-{mode}.bin"));
+    std::fs::write(&input, bytes).unwrap();
     let run = |tile: usize| {
-        let out = dir.join(format!("rows-{label}-{tile}.bin"));
-        let status = Command::new(exe)
-            .arg(&input)
-            .arg(&out)
-            .arg(tile.to_string())
-            .status()
-            .unwrap();
-        assert!(status.success(), "{label}: replay with tile {tile} failed");
+        let out = dir.join(format!("out-{label}-{mode}-{tile}.bin"));
+        let mut cmd = Command::new(exe);
+        cmd.arg(&input).arg(&out).arg(tile.to_string());
+        if !mode.is_empty() {
+            cmd.arg(mode);
+        }
+        assert!(
+            cmd.status().unwrap().success(),
+            "{label} {mode}: replay with tile {tile} failed"
+        );
         read_arrays(&out)
     };
     let (nine, one) = (run(9), run(1));
     let bits = |a: &[Vec<f64>]| a.iter().flatten().map(|v| v.to_bits()).collect::<Vec<_>>();
-    assert!(bits(&nine) == bits(&one), "{label}: tiles of 9 and 1 cells differ");
-    let [a, neglog, grad, hess, status] = &nine[..] else {
-        panic!("{label}: the driver wrote {} arrays, not 5", nine.len());
-    };
-    assert!(status.iter().all(|s| *s == 0.0), "{label}: rejected rows: {status:?}");
-    let want = g.model.evaluate(&g.data, &g.beta).unwrap();
-    for (i, (x, y)) in a.iter().zip(&want.intercept).enumerate() {
+    assert!(
+        bits(&nine) == bits(&one),
+        "{label} {mode}: tiles of 9 and 1 cells differ"
+    );
+    assert_eq!(nine.len(), 5, "{label} {mode}: the driver writes 5 arrays");
+    assert!(
+        nine[4].iter().all(|s| *s == 0.0),
+        "{label} {mode}: rejected rows: {:?}",
+        nine[4]
+    );
+    nine
+}
+
+/// Rows (neglog, gradients, Hessians) against the CPU's, as gpu_bms checks
+/// the device's.
+fn check_rows(label: &str, got: &[Vec<f64>], want: &RowKernelOutputs) {
+    common::assert_close(&format!("neglog {label}"), &got[1], &want.neglog, 1e-8);
+    common::assert_close(&format!("grad {label}"), &got[2], &want.grad, 1e-8);
+    common::assert_close(&format!("hess {label}"), &got[3], &want.hess, 1e-8);
+}
+
+/// One problem through both replays: the device's two stages from the
+/// bases, against the CPU model; Stage 2 over the CPU's bundle, against the
+/// CPU's Stage 2 on it.
+fn check_problem(exe: &Path, dir: &Path, label: &str, g: &Generated) {
+    let got = replay(exe, dir, label, "", &problem_bytes(g));
+    let (inp, intercept) = g.model.stage1(&g.data, &g.beta).unwrap();
+    for (i, (x, y)) in got[0].iter().zip(&intercept).enumerate() {
         assert!((x - y).abs() <= 1e-12 * (1.0 + y.abs()), "{label}: a[{i}] {x} vs {y}");
     }
-    common::assert_close(&format!("neglog {label}"), neglog, &want.neglog, 1e-8);
-    common::assert_close(&format!("grad {label}"), grad, &want.grad, 1e-8);
-    common::assert_close(&format!("hess {label}"), hess, &want.hess, 1e-8);
+    let want = evaluate_rows(&inp).unwrap();
+    check_rows(&format!("{label} stages"), &got, &want);
+    let got = replay(exe, dir, label, "bundle", &bundle_bytes(&inp));
+    check_rows(&format!("{label} bundle"), &got, &want);
 }
 
 #[test]

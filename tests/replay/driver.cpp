@@ -1,10 +1,15 @@
-// Runs the BMS kernels on the host (see shim.h): reads the problem that
-// tests/kernel_replay.rs wrote, launches bms_calibrate, bms_observed and
-// bms_cell_moments a block (of one thread) at a time, then bms_row_bases with
-// the tile size given, and writes the intercepts, per-row neglog, gradient,
-// Hessian and status. Files are arrays of f64, each after its u64 length.
+// Runs the BMS kernels on the host (see shim.h). Files are arrays of f64,
+// each after its u64 length.
 //
-//     replay IN OUT TILE
+//     replay IN OUT TILE           both stages from the bases
+//     replay IN OUT TILE bundle    Stage 2 over a CPU Stage-1 bundle
+//
+// Both stages: reads the problem that tests/kernel_replay.rs wrote, launches
+// bms_calibrate, bms_observed and bms_cell_moments a block (of one thread)
+// at a time, then bms_row_bases with the tile size given, and writes the
+// intercepts, per-row neglog, gradient, Hessian and status. Bundle: reads a
+// RowKernelInputs bundle, launches bms_row, and writes the same minus the
+// intercepts (an empty array in their place).
 #include "shim.h"
 #include "bms_stage1.cu"
 #include "bms_row.cu"
@@ -34,11 +39,55 @@ static void put(FILE* f, const V& v)
     fwrite(v.data(), 8, n, f);
 }
 
+static void write_rows(const char* path, const V& a, const V& neglog, const V& grad, const V& hess,
+                       const V& status)
+{
+    FILE* o = fopen(path, "wb");
+    if (!o) { perror(path); exit(2); }
+    put(o, a);
+    put(o, neglog);
+    put(o, grad);
+    put(o, hess);
+    put(o, status);
+    fclose(o);
+}
+
+// Stage 2 over a bundle in RowKernelInputs order: [n, r, p_h, p_w], the
+// offsets, mu_1, mu_2, y, w, the cell arrays (c0..c3, a, aa, r, ar, sbb, sbh,
+// sbw, moments) and the observed ones (chi, xi, rho, tau, r_uv, e_obs).
+static int bundle(FILE* f, const char* out, int tile)
+{
+    const V hdr = get(f);
+    const int n = (int)hdr[0], r = (int)hdr[1], p_h = (int)hdr[2], p_w = (int)hdr[3];
+    const V off = get(f);
+    std::vector<unsigned> offsets(off.begin(), off.end());
+    V rows[4], cells[12], obs[6];
+    for (V& v : rows) v = get(f);
+    for (V& v : cells) v = get(f);
+    for (V& v : obs) v = get(f);
+    fclose(f);
+    // Zero-length arrays (no h or w block) still need a valid pointer.
+    for (V& v : cells) if (v.empty()) v.push_back(0.0);
+    V neglog(n), grad((size_t)n * r), hess((size_t)n * r * r), f_au((size_t)n * r);
+    std::vector<unsigned> st(n);
+    for (int i = 0; i < n; ++i) {
+        blockIdx.x = i;
+        bms_row(n, r, p_h, p_w, rows[0].data(), rows[1].data(), rows[2].data(), rows[3].data(), offsets.data(),
+                tile, cells[0].data(), cells[1].data(), cells[2].data(), cells[3].data(), cells[4].data(),
+                cells[5].data(), cells[6].data(), cells[7].data(), cells[8].data(), cells[9].data(),
+                cells[10].data(), cells[11].data(), obs[0].data(), obs[1].data(), obs[2].data(), obs[3].data(),
+                obs[4].data(), obs[5].data(), f_au.data(), neglog.data(), grad.data(), hess.data(), st.data());
+    }
+    write_rows(out, V(), neglog, grad, hess, V(st.begin(), st.end()));
+    return 0;
+}
+
 int main(int argc, char** argv)
 {
-    if (argc != 4) { fprintf(stderr, "usage: replay IN OUT TILE\n"); return 2; }
+    if (argc != 4 && argc != 5) { fprintf(stderr, "usage: replay IN OUT TILE [bundle]\n"); return 2; }
     FILE* f = fopen(argv[1], "rb");
     if (!f) { perror(argv[1]); return 2; }
+    if (argc == 5) return bundle(f, argv[2], atoi(argv[3]));
     const V hdr = get(f);
     const int n = (int)hdr[0], p_m = (int)hdr[1], p_g = (int)hdr[2], p_h = (int)hdr[3], p_w = (int)hdr[4];
     const int dh = (int)hdr[5], dw = (int)hdr[6], rigid = (int)hdr[8];
@@ -81,13 +130,6 @@ int main(int argc, char** argv)
     }
     V status(n);
     for (int i = 0; i < n; ++i) status[i] = st[i] != 0u ? st[i] : ost[i];
-    FILE* o = fopen(argv[2], "wb");
-    if (!o) { perror(argv[2]); return 2; }
-    put(o, a);
-    put(o, neglog);
-    put(o, grad);
-    put(o, hess);
-    put(o, status);
-    fclose(o);
+    write_rows(argv[2], a, neglog, grad, hess, status);
     return 0;
 }
