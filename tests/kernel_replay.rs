@@ -106,30 +106,8 @@ fn bundle_bytes(inp: &RowKernelInputs) -> Vec<u8> {
         &mut out,
         &inp.cell_offsets.iter().map(|&o| o as f64).collect::<Vec<_>>(),
     );
-    for a in [
-        &inp.mu_1,
-        &inp.mu_2,
-        &inp.y,
-        &inp.w,
-        &inp.cell_c0,
-        &inp.cell_c1,
-        &inp.cell_c2,
-        &inp.cell_c3,
-        &inp.cell_a,
-        &inp.cell_aa,
-        &inp.cell_r,
-        &inp.cell_ar,
-        &inp.cell_sbb,
-        &inp.cell_sbh,
-        &inp.cell_sbw,
-        &inp.cell_moments,
-        &inp.chi_obs,
-        &inp.xi_obs,
-        &inp.rho_u,
-        &inp.tau_u,
-        &inp.r_uv,
-        &inp.e_obs,
-    ] {
+    let k = inp.kernel_arrays();
+    for a in k.rows.iter().chain(&k.cells).chain(&k.observed) {
         put(&mut out, a);
     }
     out

@@ -175,6 +175,16 @@ macro_rules! f64_fields {
     };
 }
 
+/// A bundle's arrays in the row kernel's argument order.
+pub struct KernelArrays<'a> {
+    /// mu_1, mu_2, y, w.
+    pub rows: [&'a [f64]; 4],
+    /// c0..c3, a, aa, r, ar, sbb, sbh, sbw, moments.
+    pub cells: [&'a [f64]; 12],
+    /// chi, xi, rho, tau, r_uv, e_obs.
+    pub observed: [&'a [f64]; 6],
+}
+
 impl RowKernelInputs {
     /// Pack Stage-1 rows into the bundle and validate it.
     pub fn pack(p_h: usize, p_w: usize, s_f: f64, rows: &[RowStage1]) -> Result<Self> {
@@ -265,6 +275,36 @@ impl RowKernelInputs {
             shape(&[n, r])?,
             shape(&[n, r, r])?,
         ])
+    }
+
+    /// The arrays in the row kernel's argument order (`bms_row` in
+    /// kernels/bms_row.cu), for whoever hands them to it.
+    pub fn kernel_arrays(&self) -> KernelArrays<'_> {
+        KernelArrays {
+            rows: [&self.mu_1, &self.mu_2, &self.y, &self.w],
+            cells: [
+                &self.cell_c0,
+                &self.cell_c1,
+                &self.cell_c2,
+                &self.cell_c3,
+                &self.cell_a,
+                &self.cell_aa,
+                &self.cell_r,
+                &self.cell_ar,
+                &self.cell_sbb,
+                &self.cell_sbh,
+                &self.cell_sbw,
+                &self.cell_moments,
+            ],
+            observed: [
+                &self.chi_obs,
+                &self.xi_obs,
+                &self.rho_u,
+                &self.tau_u,
+                &self.r_uv,
+                &self.e_obs,
+            ],
+        }
     }
 
     /// Every f64 array with its name, for the shared checks.

@@ -28,7 +28,7 @@ use crate::{Error, Result};
 pub use basis::CubicBasis;
 pub use calibration::solve_intercept;
 pub use cells::Bases;
-pub use inputs::{RowKernelInputs, RowStage1};
+pub use inputs::{KernelArrays, RowKernelInputs, RowStage1};
 pub use objective::{bms_penalty, BmsObjective};
 pub use row_kernel::{evaluate_rows, RowKernelOutputs};
 

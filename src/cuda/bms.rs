@@ -61,23 +61,8 @@ fn upload(gpu: &Gpu, inp: &RowKernelInputs) -> Result<DeviceBundle> {
             gpu.upload(x)
         }
     };
-    let rows = [&inp.mu_1, &inp.mu_2, &inp.y, &inp.w].map(|x| up(x));
-    let cells = [
-        &inp.cell_c0,
-        &inp.cell_c1,
-        &inp.cell_c2,
-        &inp.cell_c3,
-        &inp.cell_a,
-        &inp.cell_aa,
-        &inp.cell_r,
-        &inp.cell_ar,
-        &inp.cell_sbb,
-        &inp.cell_sbh,
-        &inp.cell_sbw,
-        &inp.cell_moments,
-    ]
-    .map(|x| up(x));
-    let observed = [&inp.chi_obs, &inp.xi_obs, &inp.rho_u, &inp.tau_u, &inp.r_uv, &inp.e_obs].map(|x| up(x));
+    let k = inp.kernel_arrays();
+    let (rows, cells, observed) = (k.rows.map(up), k.cells.map(up), k.observed.map(up));
     Ok(DeviceBundle {
         rows: collect_array(rows)?,
         offsets: gpu.upload(&inp.cell_offsets)?,
