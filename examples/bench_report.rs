@@ -88,30 +88,13 @@ fn gpu_pcg_rows(
     );
     let (whole, steady) = (40.0 / long, 30.0 / (long - short));
     let reused = 40.0 / pcg_seconds(be, op, &jac, b, 40, true)?;
-    ctx.push(
-        "gpu",
-        shape,
-        &format!("pcg_reused_40{suffix}"),
-        1.0 / reused,
-        None,
-        Some(reused),
-    );
-    ctx.push(
-        "gpu",
-        shape,
-        &format!("pcg_fixed_40{suffix}"),
-        1.0 / whole,
-        None,
-        Some(whole),
-    );
-    ctx.push(
-        "gpu",
-        shape,
-        &format!("pcg_marginal_10_40{suffix}"),
-        1.0 / steady,
-        None,
-        Some(steady),
-    );
+    for (name, rate) in [
+        ("pcg_reused_40", reused),
+        ("pcg_fixed_40", whole),
+        ("pcg_marginal_10_40", steady),
+    ] {
+        ctx.push("gpu", shape, &format!("{name}{suffix}"), 1.0 / rate, None, Some(rate));
+    }
     Ok(())
 }
 
