@@ -101,6 +101,12 @@ pub fn solve_intercept(bases: &Bases, theta: &[f64], row: usize) -> Result<Calib
     Ok(Calibrated { a, f_a, cells })
 }
 
+/// The bracket's first step from a0, which is also how far the iterations
+/// may step from a0 before a bracket (F need not be monotone further out).
+fn first_step(a0: f64) -> f64 {
+    0.5 * (1.0 + a0.abs())
+}
+
 /// A bracket [lo, hi] with F(lo) <= 0 <= F(hi), grown from a0, with F by
 /// the adaptive rule or (Quick) the quick one.
 fn bracket(bases: &Bases, theta: &[f64], a0: f64, f0: f64, row: usize, rule: Rule) -> Result<(f64, f64)> {
@@ -109,7 +115,7 @@ fn bracket(bases: &Bases, theta: &[f64], a0: f64, f0: f64, row: usize, rule: Rul
         Rule::Quick => residual_and_slopes(bases, theta, a, Rule::Quick).0,
     };
     let dir = if f0 < 0.0 { 1.0 } else { -1.0 };
-    let (mut near, mut step) = (a0, 0.5 * (1.0 + a0.abs()));
+    let (mut near, mut step) = (a0, first_step(a0));
     for _ in 0..64 {
         let far = near + dir * step;
         let ff = f(far);
@@ -208,7 +214,7 @@ const QUICK_ITERS: usize = 8;
 /// iteration misbehaves otherwise (F_a <= 0, anything non-finite, a
 /// quick bracket that fails) it returns a0, as if it had not run.
 fn quick_seed(bases: &Bases, theta: &[f64], a0: f64) -> f64 {
-    let cap = 0.5 * (1.0 + a0.abs());
+    let cap = first_step(a0);
     let mut a = a0;
     for _ in 0..QUICK_ITERS {
         let (f, f_a, f_aa) = residual_and_slopes(bases, theta, a, Rule::Quick);
@@ -265,7 +271,7 @@ fn newton(bases: &Bases, theta: &[f64], a0: f64, row: usize, rule: Rule) -> Resu
     if f == 0.0 {
         return Ok(a0);
     }
-    let (f0, cap) = (f, 0.5 * (1.0 + a0.abs()));
+    let (f0, cap) = (f, first_step(a0));
     let mut a = a0;
     let (mut lo, mut hi) = if f < 0.0 {
         (a, f64::INFINITY)
