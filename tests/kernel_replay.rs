@@ -53,11 +53,7 @@ fn basis_arrays(basis: Option<&CubicBasis>, beta: &[f64]) -> [Vec<f64>; 3] {
 fn problem_bytes(g: &Generated) -> Vec<u8> {
     let (layout, bases, data, beta) = (g.model.layout(), g.model.bases(), &g.data, &g.beta);
     let blk = layout.block();
-    let direct: Vec<f64> = layout
-        .direct_blocks()
-        .into_iter()
-        .flat_map(|(r, _)| beta[r].to_vec())
-        .collect();
+    let direct = g.model.direct_beta(beta);
     let (beta_h, beta_w) = direct.split_at(bases.p_h());
     let dim = |b: Option<&CubicBasis>| b.map_or(0, |b| b.dim()) as f64;
     let (score, link) = (bases.score.as_ref(), bases.link.as_ref());

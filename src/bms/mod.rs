@@ -123,6 +123,16 @@ impl BmsModel {
         check_matrix("beta", beta, self.layout.p_total(), 1)
     }
 
+    /// The coefficients every row's theta takes from beta as they are:
+    /// beta_h then beta_w (empty for an absent block).
+    pub fn direct_beta(&self, beta: &[f64]) -> Vec<f64> {
+        self.layout
+            .direct_blocks()
+            .into_iter()
+            .flat_map(|(range, _)| beta[range].to_vec())
+            .collect()
+    }
+
     /// Row i's primary coordinates theta = (q, b, beta_h, beta_w).
     pub fn theta(&self, data: &BmsData, beta: &[f64], i: usize) -> Vec<f64> {
         let blk = self.layout.block();

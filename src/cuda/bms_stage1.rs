@@ -292,11 +292,7 @@ impl DeviceStage1 {
     fn beta_parts(&self, beta: &[f64]) -> Result<BetaParts> {
         let (layout, bases, gpu) = (self.model.layout(), self.model.bases(), self.gpu());
         let blk = layout.block();
-        let direct: Vec<f64> = layout
-            .direct_blocks()
-            .into_iter()
-            .flat_map(|(range, _)| beta[range].to_vec())
-            .collect();
+        let direct = self.model.direct_beta(beta);
         let (beta_h, beta_w) = direct.split_at(bases.p_h());
         let up = |x: &[f64]| if x.is_empty() { gpu.zeros(1) } else { gpu.upload(x) };
         Ok(BetaParts {
