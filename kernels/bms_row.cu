@@ -5,7 +5,8 @@
 // cores, 8 x 8 at a time) and runs over the row's cells in cell order: no
 // atomics, bitwise repeatable. The output buffers double as width-general
 // scratch: out_grad holds F_u, then a_u, then g; out_hess holds the Q sums
-// G, then F_uv (upper), then a_uv, then H; f_au is [n, r].
+// G, then H (each pair's F_uv and a_uv live only in its thread); f_au is
+// [n, r].
 
 #define INV_TWO_PI 0.15915494309189535
 #define SQRT_2_OVER_PI 0.7978845608028654
@@ -101,8 +102,7 @@ struct BasesSource {
 
 // A tile of cells in dynamic shared memory: X ([tile][r][4]), the
 // scalars ([tile][r]), each cell's edges, segments and moments as read
-// ([tile][CELL_READ]),
-// then the row's running sum of D(S_1u) ([r]).
+// ([tile][CELL_READ]), then the row's running sum of D(S_1u) ([r]).
 struct Tile {
     double *X, *dX, *dXA, *dS, *cell, *sum_S;
 };

@@ -549,8 +549,7 @@ __device__ double quick_seed(const Model& m, double q, double b, double a0)
 }
 
 // Halley on a seeded by a0, the quick seed (calibration.rs: newton). The
-// bracket is grown
-// (from a0) only when a step is unusable: F_a <= 0, a step outside what the
+// bracket is grown (from a0) only when a step is unusable: F_a <= 0, a step outside what the
 // signs seen so far allow, or, before any bracket, a step longer than the
 // bracket's first step (F need not be monotone far from a0). From then on a
 // step that leaves the bracket is replaced by bisection. A usable step below
