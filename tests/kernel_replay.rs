@@ -1,8 +1,8 @@
 //! The device kernels' logic, checked without a GPU. `kernels/bms_stage1.cu`
 //! and `kernels/bms_row.cu` are compiled as C++ (`tests/replay/shim.h`
 //! stands in for the CUDA built-ins) and run one thread a block over
-//! generated problems (the seed shape, r = 4, 33 and 64, and each basis
-//! absent in turn): every strided loop runs in turn and Stage 2
+//! generated problems (the seed shape, r = 4, 33 and 64, each basis absent
+//! in turn, and gpu_bms's non-monotone calibrations): every strided loop runs in turn and Stage 2
 //! takes its scalar path instead of the tensor cores (which only a GPU run
 //! checks). The replay's intercepts and rows are compared with the CPU
 //! model's (as tests/gpu_bms.rs compares the device's), Stage 2 over the
@@ -236,5 +236,28 @@ fn host_replay_of_the_device_kernels_matches_the_cpu_model() {
         let g = generate(cfg).unwrap();
         check_problem(&exe, &dir, &format!("r{}-{k}", 2 + p_h + p_w), &g);
     }
+    check_problem(&exe, &dir, "non-monotone", &non_monotone());
     std::fs::remove_dir_all(&dir).ok();
+}
+
+/// tests/gpu_bms.rs's non-monotone calibrations: a link deviation of slope
+/// -2 outside its knots and b = 0, so F rises only between the knots and
+/// several rows find their root only after bracketing.
+fn non_monotone() -> Generated {
+    use matfree::bms::{Bases, BmsData, BmsModel};
+    use matfree::Designs;
+    use std::sync::Arc;
+    let link = CubicBasis::uniform(-2.0, 2.0, 2).unwrap();
+    let bw = -2.0 / link.segment(0)[0][1];
+    let model = BmsModel::new(Bases::new(None, Some(link), 1.0).unwrap(), 1, 1).unwrap();
+    let qs: Vec<f64> = (0..30).map(|k| -1.0 + 0.1 * k as f64).collect();
+    let n = qs.len();
+    let designs = Designs::new(n, 1, 1, qs, vec![1.0; n]).unwrap();
+    let data = BmsData::new(Arc::new(designs), vec![0.3; n], vec![1.0; n], vec![1.0; n]).unwrap();
+    Generated {
+        model,
+        data,
+        beta: vec![1.0, 0.0, bw, 0.0],
+        intercept: vec![],
+    }
 }

@@ -88,7 +88,7 @@ pub fn solve_intercept(bases: &Bases, theta: &[f64], row: usize) -> Result<Calib
     let a = if theta[2..].iter().all(|v| *v == 0.0) {
         a0
     } else {
-        newton(bases, theta, quick_seed(bases, theta, a0), row)?
+        newton(bases, theta, quick_seed(bases, theta, a0), row, Rule::Adaptive)?
     };
     let (cells, f_a) = cells_at(bases, theta, a);
     if !(f_a.is_finite() && f_a > 0.0 && a.is_finite()) {
@@ -97,9 +97,13 @@ pub fn solve_intercept(bases: &Bases, theta: &[f64], row: usize) -> Result<Calib
     Ok(Calibrated { a, f_a, cells })
 }
 
-/// A bracket [lo, hi] with F(lo) <= 0 <= F(hi), grown from a0.
-fn bracket(bases: &Bases, theta: &[f64], a0: f64, f0: f64, row: usize) -> Result<(f64, f64)> {
-    let f = |a: f64| residual(theta[0], &bases.jets(theta, a));
+/// A bracket [lo, hi] with F(lo) <= 0 <= F(hi), grown from a0, with F by
+/// the adaptive rule or (Quick) the quick one.
+fn bracket(bases: &Bases, theta: &[f64], a0: f64, f0: f64, row: usize, rule: Rule) -> Result<(f64, f64)> {
+    let f = |a: f64| match rule {
+        Rule::Adaptive => residual(theta[0], &bases.jets(theta, a)),
+        Rule::Quick => residual_and_slopes(bases, theta, a, Rule::Quick).0,
+    };
     let dir = if f0 < 0.0 { 1.0 } else { -1.0 };
     let (mut near, mut step) = (a0, 0.5 * (1.0 + a0.abs()));
     for _ in 0..64 {
@@ -192,9 +196,13 @@ const QUICK_ITERS: usize = 8;
 /// taken with one 5-point Gauss rule a panel (the adaptive rule's first
 /// panels, no error test), a twentieth of an adaptive evaluation's integrand
 /// values. The adaptive iteration then usually ends after one evaluation
-/// (its first step is below STEP_STOP). Where the quick iteration
-/// misbehaves (F_a <= 0, a step further from a0 than the bracket's first
-/// step, anything non-finite) it returns a0, as if it had not run.
+/// (its first step is below STEP_STOP). A step further from a0 than the
+/// bracket's first step (the root lies far from the rigid value, as when
+/// the link deviates a lot) hands over to [`newton`] on the quick rule,
+/// which brackets from a0 as the adaptive iteration would, only cheaply; the
+/// adaptive iteration then starts at the root it finds. Where the quick
+/// iteration misbehaves otherwise (F_a <= 0, anything non-finite, a
+/// quick bracket that fails) it returns a0, as if it had not run.
 fn quick_seed(bases: &Bases, theta: &[f64], a0: f64) -> f64 {
     let cap = 0.5 * (1.0 + a0.abs());
     let mut a = a0;
@@ -204,8 +212,11 @@ fn quick_seed(bases: &Bases, theta: &[f64], a0: f64) -> f64 {
             return a0;
         }
         let (next, _) = halley_step(a, f, f_a, f_aa);
-        if !next.is_finite() || (next - a0).abs() > cap {
+        if !next.is_finite() {
             return a0;
+        }
+        if (next - a0).abs() > cap {
+            return newton(bases, theta, a0, 0, Rule::Quick).unwrap_or(a0);
         }
         let done = (next - a).abs() <= QUICK_STOP * (1.0 + a.abs());
         a = next;
@@ -236,8 +247,14 @@ fn halley_step(a: f64, f: f64, f_a: f64, f_aa: f64) -> (f64, f64) {
 /// increasing roots within that first step of a0, the one the iteration
 /// reaches from a0 is returned; the device kernel
 /// (`kernels/bms_stage1.cu`) follows the same rule.
-fn newton(bases: &Bases, theta: &[f64], a0: f64, row: usize) -> Result<f64> {
-    let (mut f, mut f_a, mut f_aa) = residual_and_slopes(bases, theta, a0, Rule::Adaptive);
+///
+/// On the quick rule (`rule` Quick, a seed only) it stops at QUICK_STOP.
+fn newton(bases: &Bases, theta: &[f64], a0: f64, row: usize, rule: Rule) -> Result<f64> {
+    let stop = match rule {
+        Rule::Adaptive => STEP_STOP,
+        Rule::Quick => QUICK_STOP,
+    };
+    let (mut f, mut f_a, mut f_aa) = residual_and_slopes(bases, theta, a0, rule);
     if !f.is_finite() {
         return Err(reject(row, format!("F({a0}) = {f}")));
     }
@@ -257,7 +274,7 @@ fn newton(bases: &Bases, theta: &[f64], a0: f64, row: usize) -> Result<f64> {
         let inside = |lo: f64, hi: f64| f_a > 0.0 && step_to > lo && step_to < hi;
         let mut usable = inside(lo, hi) && (bracketed || (step_to - a0).abs() <= cap);
         if !usable && !bracketed {
-            (lo, hi) = bracket(bases, theta, a0, f0, row)?;
+            (lo, hi) = bracket(bases, theta, a0, f0, row, rule)?;
             bracketed = true;
             usable = inside(lo, hi);
         }
@@ -266,12 +283,12 @@ fn newton(bases: &Bases, theta: &[f64], a0: f64, row: usize) -> Result<f64> {
         let scale = 1.0 + a.abs();
         let done = step <= 4.0 * f64::EPSILON * scale
             || hi - lo <= 4.0 * f64::EPSILON * scale
-            || (usable && step <= STEP_STOP * scale && l.abs() <= STOP_CURVATURE);
+            || (usable && step <= stop * scale && l.abs() <= STOP_CURVATURE);
         a = next;
         if done {
             return Ok(a);
         }
-        (f, f_a, f_aa) = residual_and_slopes(bases, theta, a, Rule::Adaptive);
+        (f, f_a, f_aa) = residual_and_slopes(bases, theta, a, rule);
         if !f.is_finite() {
             return Err(reject(row, format!("F({a}) = {f}")));
         }
