@@ -498,14 +498,21 @@ __device__ double residual(const Model& m, double q, double b, double a, double*
     return upper ? normcdf(-q) - mass : mass - normcdf(q);
 }
 
-// A bracket lo < hi with F(lo) <= 0 <= F(hi), grown from a0.
+// The bracket's first step from a0, which is also how far the iterations
+// may step from a0 before a bracket (calibration.rs: first_step).
+__device__ __forceinline__ double first_step(double a0) { return 0.5 * (1.0 + fabs(a0)); }
+
+// A bracket lo < hi with F(lo) <= 0 <= F(hi), grown from a0, with F by
+// the adaptive rule or (QUICK) the quick one.
+template <bool QUICK>
 __device__ unsigned bracket(const Model& m, double q, double b, double a0, double f0, double* lo, double* hi)
 {
     const double dir = f0 < 0.0 ? 1.0 : -1.0;
-    double near_a = a0, step = 0.5 * (1.0 + fabs(a0));
+    double near_a = a0, step = first_step(a0);
     for (int s = 0; s < BRACKET_STEPS; ++s) {
         const double far_a = near_a + dir * step;
-        const double ff = residual<false>(m, q, b, far_a, 0);
+        double slopes[2];
+        const double ff = QUICK ? residual<true>(m, q, b, far_a, slopes) : residual<false>(m, q, b, far_a, 0);
         if (!isfinite(ff)) return CAL_NON_FINITE;
         if (ff * dir >= 0.0) {
             if (dir > 0.0) { *lo = near_a; *hi = far_a; } else { *lo = far_a; *hi = near_a; }
@@ -526,13 +533,18 @@ __device__ __forceinline__ double halley_step(double a, double f, double fa, dou
     return fabs(L) < HALLEY_LIMIT ? a - newton / (1.0 - 0.5 * L) : a - newton;
 }
 
+template <bool QUICK>
+__device__ unsigned solve_newton(const Model& m, double q, double b, double a0, double* out);
+
 // A seed for the adaptive iteration (calibration.rs: quick_seed): Halley
-// from a0 on the quick rule's F, F_a, F_aa; a0 itself where that
-// misbehaves (F_a <= 0, a step further from a0 than the bracket's first
-// step, anything non-finite).
+// from a0 on the quick rule's F, F_a, F_aa. A step further from a0 than the
+// bracket's first step hands over to solve_newton on the quick rule, which
+// brackets from a0 as the adaptive iteration would; a0 itself where the
+// quick iteration misbehaves otherwise (F_a <= 0, anything non-finite, a
+// quick bracket that fails).
 __device__ double quick_seed(const Model& m, double q, double b, double a0)
 {
-    const double cap = 0.5 * (1.0 + fabs(a0));
+    const double cap = first_step(a0);
     double a = a0;
     for (int it = 0; it < QUICK_ITERS; ++it) {
         double d[2];
@@ -540,7 +552,11 @@ __device__ double quick_seed(const Model& m, double q, double b, double a0)
         if (!isfinite(f) || !(d[0] > 0.0)) return a0;
         double L;
         const double next = halley_step(a, f, d[0], d[1], &L);
-        if (!isfinite(next) || fabs(next - a0) > cap) return a0;
+        if (!isfinite(next)) return a0;
+        if (fabs(next - a0) > cap) {
+            double s;
+            return solve_newton<true>(m, q, b, a0, &s) == CAL_OK ? s : a0;
+        }
         const bool done = fabs(next - a) <= QUICK_STOP * (1.0 + fabs(a));
         a = next;
         if (done) break;
@@ -559,12 +575,15 @@ __device__ double quick_seed(const Model& m, double q, double b, double a0)
 // accurate to SLOPE_TOL, relative to the integral of |A E|, move it by
 // about SLOPE_TOL times the step: 1e-16; more where A changes sign, see
 // calibration.rs). A Newton fallback
-// step (|L| large) never ends it early (calibration.rs: newton).
+// step (|L| large) never ends it early (calibration.rs: newton). On the
+// quick rule (QUICK, a seed only) it stops at QUICK_STOP.
+template <bool QUICK>
 __device__ unsigned solve_newton(const Model& m, double q, double b, double a0, double* out)
 {
+    const double stop = QUICK ? QUICK_STOP : STEP_STOP;
     double a = a0, d[2];
-    double f = residual<false>(m, q, b, a, d);
-    const double f0 = f, cap = 0.5 * (1.0 + fabs(a0));
+    double f = residual<QUICK>(m, q, b, a, d);
+    const double f0 = f, cap = first_step(a0);
     *out = a;
     if (!isfinite(f)) return CAL_NON_FINITE;
     if (f == 0.0) return CAL_OK;
@@ -575,7 +594,7 @@ __device__ unsigned solve_newton(const Model& m, double q, double b, double a0, 
         const double fa = d[0], step = halley_step(a, f, fa, d[1], &L);
         bool usable = fa > 0.0 && step > lo && step < hi && (bracketed || fabs(step - a0) <= cap);
         if (!usable && !bracketed) {
-            const unsigned st = bracket(m, q, b, a0, f0, &lo, &hi);
+            const unsigned st = bracket<QUICK>(m, q, b, a0, f0, &lo, &hi);
             if (st != CAL_OK) return st;
             bracketed = true;
             usable = fa > 0.0 && step > lo && step < hi;
@@ -583,12 +602,12 @@ __device__ unsigned solve_newton(const Model& m, double q, double b, double a0, 
         const double next = usable ? step : 0.5 * (lo + hi);
         const double tol = 4.0 * DBL_EPS * (1.0 + fabs(a));
         const bool done = fabs(next - a) <= tol || hi - lo <= tol ||
-                          (usable && fabs(next - a) <= STEP_STOP * (1.0 + fabs(a)) &&
+                          (usable && fabs(next - a) <= stop * (1.0 + fabs(a)) &&
                            fabs(L) <= STOP_CURVATURE);
         a = next;
         *out = a;
         if (done) return CAL_OK;
-        f = residual<false>(m, q, b, a, d);
+        f = residual<QUICK>(m, q, b, a, d);
         if (!isfinite(f)) return CAL_NON_FINITE;
         if (f == 0.0) return CAL_OK;
         if (f < 0.0) lo = a; else hi = a;
@@ -633,7 +652,7 @@ extern "C" __global__ void __launch_bounds__(128, 4) bms_calibrate(
     const double a0 = q * sqrt(1.0 + (s_f * b) * (s_f * b)) / s_f;
     double a = a0;
     unsigned st = CAL_OK;
-    if (!rigid) st = solve_newton(m, q, b, quick_seed(m, q, b, a0), &a);
+    if (!rigid) st = solve_newton<false>(m, q, b, quick_seed(m, q, b, a0), &a);
     if (st == CAL_OK && !isfinite(a)) st = CAL_NON_FINITE;
     out_q[row] = q;
     out_b[row] = b;

@@ -10,12 +10,10 @@
 //! adaptive iterate takes one quadrature pass per cell for F (of Phi(eta)
 //! phi(z)), F_a and F_aa together; the full moments are computed once, at
 //! the root. The device kernel (`bms_calibrate`) follows the same steps,
-//! but for one: where the quick seed's step leaves its cap, the device
-//! still returns a0 (and its adaptive iteration brackets), where this hands
-//! over to the quick bracketed iteration. Both reach the same roots, to an
-//! ulp (tests/kernel_replay.rs checks them against each other). Its 5-point
-//! rule's weights are constants within a few ulp of `gauss_legendre(5)`'s,
-//! so the two agree to rounding, not bitwise.
+//! the quick seed's handover included (tests/kernel_replay.rs checks the
+//! two against each other); its 5-point rule's weights are constants within
+//! a few ulp of `gauss_legendre(5)`'s, so the two agree to rounding, not
+//! bitwise.
 
 use std::f64::consts::PI;
 
