@@ -32,6 +32,7 @@
 #define RECURRENCE_TOL 1e-12
 #define SKIP_FRACTION 1e-3
 #define SQRT_2PI 2.5066282746310002
+#define INV_SQRT_2PI 0.3989422804014327
 #define MAX_DEPTH 48
 #define MAX_PANELS 100000
 // A depth-first bisection holds at most MAX_DEPTH + 1 panels beyond the
@@ -112,6 +113,27 @@ __device__ double norm_pdf(double x)
     if (isinf(x)) return 0.0;
     const double xh = trunc(16.0 * x) / 16.0, del = (x - xh) * (x + xh);
     return exp(-0.5 * xh * xh) * exp(-0.5 * del) * exp(-LN_SQRT_2PI);
+}
+
+// exp(-x^2 / 2) to about an ulp with one exp: x^2 = h + l exactly (an FMA
+// gives l), and exp(-(h + l) / 2) = exp(-h / 2) (1 - l / 2) to rounding,
+// as |l| <= ulp(h) / 2. Zero past x^2 = 1500 (where exp underflows
+// anyway, and l would be infinite); NaN stays NaN.
+__device__ __forceinline__ double half_gauss(double x)
+{
+    const double h = x * x;
+    if (h > 1500.0) return 0.0;
+    const double l = fma(x, x, -h), e = exp(-0.5 * h);
+    return fma(e, -0.5 * l, e);
+}
+
+// Phi(s) from g = exp(-s^2 / 2) (half_gauss(s)): the tail Phi(-|s|) =
+// erfcx(|s| / sqrt 2) g / 2, which erfcx gives without an exp of its own
+// for a non-negative argument, and one minus it for s >= 0.
+__device__ __forceinline__ double phi_cdf(double s, double g)
+{
+    const double tail = 0.5 * erfcx(fabs(s) * 0.7071067811865476) * g;
+    return s < 0.0 ? tail : 1.0 - tail;
 }
 
 __device__ double representative(double lo, double hi)
@@ -241,13 +263,17 @@ template <int N, int KIND>
 __device__ __forceinline__ void integrand(double z, const double* eta, bool upper, double* out)
 {
     const double e = horner(eta, z);
-    if (KIND == 1) {
-        out[0] = normcdf(upper ? -e : e) * norm_pdf(z);
-    } else if (KIND == 2) {
-        const double ez = exp(-0.5 * (z * z + e * e)), A = horner(eta + 4, z), AA = horner(eta + 8, z);
-        out[0] = normcdf(upper ? -e : e) * norm_pdf(z);
-        out[1] = A * ez;
-        out[2] = (AA - A * A * e) * ez;
+    if (KIND == 1 || KIND == 2) {
+        // Two exps and an erfcx a node (normcdf, a split phi(z) and E took
+        // an erfc and three): phi(z) and E = exp(-(z^2 + eta^2) / 2) share
+        // exp(-z^2 / 2), and Phi(+-eta) and E share exp(-eta^2 / 2).
+        const double gz = half_gauss(z), ge = half_gauss(e);
+        out[0] = phi_cdf(upper ? -e : e, ge) * (gz * INV_SQRT_2PI);
+        if (KIND == 2) {
+            const double ez = gz * ge, A = horner(eta + 4, z), AA = horner(eta + 8, z);
+            out[1] = A * ez;
+            out[2] = (AA - A * A * e) * ez;
+        }
     } else {
         double zk = exp(-0.5 * (z * z + e * e));
         for (int k = 0; k < N; ++k) { out[k] = zk; zk *= z; }
