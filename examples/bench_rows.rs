@@ -100,8 +100,9 @@ fn device_stages(
         .collect();
     let b = g.model.bases();
     let (n, r, slots) = (g.data.n(), b.r(), stage1.slots());
-    // Each slot's edges and moments; Stage 2 builds the rest in shared memory.
-    let slot_bytes = (8 * n * slots * (2 + 10)) as f64;
+    // Each slot's edges, segments and moments; Stage 2 builds the rest in
+    // shared memory.
+    let slot_bytes = (8 * n * slots * (4 + 10)) as f64;
     let hess_bytes = (8 * n * r * r) as f64;
     Ok(serde_json::json!({
         "setup_upload_and_allocate_s": setup_s, "evaluate_median_s": times[2], "evaluate_all_s": times,

@@ -243,16 +243,14 @@ __device__ void bms_row_body(
     for (i64 t0 = lo; t0 < hi; t0 += tile) {
         const int nc = (int)min((i64)tile, hi - t0);
         const bool first = t0 == lo;
-        // The tile's edges and moments, read together (coalesced) so that
-        // no (cell, part) item waits on global memory of its own.
-        // The segments are found here, once a cell, not once a part.
+        // The tile's edges, segments and moments, read together
+        // (coalesced) so that no (cell, part) item waits on global memory
+        // of its own.
         for (int e = tid; e < nc * CELL_READ; e += nt) {
             const int j = e / CELL_READ, q = e - j * CELL_READ;
-            const double* edges = BASES ? src.bounds + 2 * (t0 + j) : nullptr;
             double v = 0.0;
             if (q >= CELL_MOMENTS) v = k.m[(t0 + j) * 10 + q - CELL_MOMENTS];
-            else if (BASES && q < 2) v = edges[q];
-            else if (BASES) v = (double)cell_segment(src.m, a_row, b_row, edges[0], edges[1], q - 2);
+            else if (BASES) v = src.bounds[4 * (t0 + j) + q];
             t.cell[e] = v;
         }
         __syncthreads();

@@ -757,7 +757,9 @@ __device__ void cell_part(const Model& m, double a, double b, double lo, int seg
     scale4(o.s, t, s_f);
 }
 
-// Per cell slot (one thread each): the cell's edges and its moments. An
+// Per cell slot (one thread each): the cell's edges, the score and link
+// segments that hold on it (bounds: lo, hi, seg_h, seg_w a slot; Stage 2
+// reads them instead of searching the knots again) and its moments. An
 // empty slot (fewer cells, or a row whose intercept failed: its cells at a
 // possibly non-finite a would only cost quadrature that cannot converge)
 // gets NaN edges and zero moments; Stage 2 (bms_row_bases) builds the
@@ -782,8 +784,10 @@ extern "C" __global__ void __launch_bounds__(128, 4) bms_cell_moments(
     double lo, hi;
     if (row_status[row] != CAL_OK || !cell_bounds(m, a, b, slot, &lo, &hi)) {
         const double nan = __longlong_as_double(0x7ff8000000000000LL);
-        bounds[2 * c] = nan;
-        bounds[2 * c + 1] = nan;
+        bounds[4 * c] = nan;
+        bounds[4 * c + 1] = nan;
+        bounds[4 * c + 2] = 0.0;
+        bounds[4 * c + 3] = 0.0;
         for (int k = 0; k < MOMENTS; ++k) cm[c * MOMENTS + k] = 0.0;
         return;
     }
@@ -793,8 +797,10 @@ extern "C" __global__ void __launch_bounds__(128, 4) bms_cell_moments(
     eta_and_a(p, a, b, m.s_f, eta, A);
     double mom[MOMENTS];
     cell_moments(eta, lo, hi, gl, mom);
-    bounds[2 * c] = lo;
-    bounds[2 * c + 1] = hi;
+    bounds[4 * c] = lo;
+    bounds[4 * c + 1] = hi;
+    bounds[4 * c + 2] = p.seg_h;
+    bounds[4 * c + 3] = p.seg_w;
     for (int k = 0; k < MOMENTS; ++k) cm[c * MOMENTS + k] = mom[k];
 }
 

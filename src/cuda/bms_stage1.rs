@@ -102,7 +102,8 @@ struct Work {
     rows: [CudaSlice<f64>; 4],
     /// Row i's cell slots are [offsets[i], offsets[i + 1]) = [i slots, ...).
     offsets: CudaSlice<u32>,
-    /// Each slot's edges (NaN: empty) and moments: `[n slots, 2]`, `[n slots, 10]`.
+    /// Each slot's edges (NaN: empty), its score and link segments, and its
+    /// moments: `[n slots, 4]` (lo, hi, seg_h, seg_w), `[n slots, 10]`.
     bounds: CudaSlice<f64>,
     moments: CudaSlice<f64>,
     /// chi, xi, rho, tau, r_1v (row 1 of r_uv, its only non-zero row and
@@ -359,7 +360,7 @@ impl DeviceStage1 {
         self.push_model(&mut b, &s, parts);
         b.arg(&work.b).arg(&work.a).arg(&work.status);
         b.arg(&mut work.bounds).arg(&mut work.moments);
-        // SAFETY: bounds holds 2 and moments 10 values per cell slot, n *
+        // SAFETY: bounds holds 4 and moments 10 values per cell slot, n *
         // slots slots (Work::allocate); one thread per cell slot.
         unsafe { b.launch(grid(self.designs.n() * self.slots)) }.map_err(|e| cuda_err("bms_cell_moments", e))?;
         Ok(())
@@ -391,7 +392,7 @@ impl DeviceStage1 {
         }
         out.push(&mut b);
         // SAFETY: row arrays hold n values, offsets n + 1, bounds and
-        // moments 2 and 10 per slot, the observed jets n and n r; the
+        // moments 4 and 10 per slot, the observed jets n and n r; the
         // dynamic shared memory is the tile stage2_tile sized (the kernel
         // carves `tile` cells' vectors and scalars); one block per row.
         unsafe { b.launch(row_grid(n, self.tile.1)) }.map_err(|e| cuda_err("bms_row_bases", e))?;
@@ -461,7 +462,7 @@ impl Work {
             status: gpu.zeros(n)?,
             rows: [z(n)?, z(n)?, gpu.upload(&data.y)?, gpu.upload(&data.w)?],
             offsets: gpu.upload(&offsets)?,
-            bounds: z(2 * c)?,
+            bounds: z(4 * c)?,
             moments: z(10 * c)?,
             observed: [z(n)?, z(n)?, z(n * r)?, z(n * r)?, z(n * r)?, z(n)?],
         })

@@ -113,7 +113,7 @@ int main(int argc, char** argv)
                      chi.data(), xi.data(), rho.data(), tau.data(), r1v.data(), m1.data(), m2.data());
     }
     const long long cells = (long long)n * slots;
-    V bounds(2 * cells), moments(10 * cells);
+    V bounds(4 * cells), moments(10 * cells);
     for (long long c = 0; c < cells; ++c) {
         blockIdx.x = (unsigned)c;
         bms_cell_moments(n, slots, MODEL, b.data(), a.data(), st.data(), bounds.data(), moments.data());
