@@ -5,11 +5,12 @@
 // Three kernels, launched in order on one stream:
 //   bms_calibrate  one thread per row: q, b from the design rows, then the
 //                  intercept a (closed form for rigid rows, else Newton on
-//                  F(a) safeguarded by a bracket, as on the CPU).
-//   bms_cell_moments  one thread per (row, cell slot): the cell's edges and
-//                  moments. Every row owns `slots` = kh + kw + 1 slots; a row
-//                  with fewer cells (b = 0, or coinciding edges) marks the
-//                  rest empty, which adds exact zeros in Stage 2. The cells'
+//                  F(a) safeguarded by a bracket, as on the CPU), and the
+//                  edges of the row's cells at a.
+//   bms_cell_moments  one thread per (row, cell slot): the cell's segments
+//                  and moments. Every row owns `slots` = kh + kw + 1 slots; a
+//                  row with fewer cells (b = 0, or coinciding edges) marks
+//                  the rest empty, which adds exact zeros in Stage 2. The cells'
 //                  coefficient arrays are built by Stage 2 itself
 //                  (bms_row_bases in bms_row.cu, compiled with this file)
 //                  from the edges and the bases: cell_part below.
@@ -69,7 +70,6 @@ struct Basis {
 struct Model {
     Basis h, w;
     double s_f;
-    const double* gl;  // 21-point Gauss-Kronrod nodes, Kronrod weights, Gauss weights (0 off Gauss nodes) on [-1, 1]
 };
 
 __device__ __forceinline__ double horner(const double* p, double x)
@@ -179,18 +179,26 @@ __device__ bool next_edge(const Model& m, double a, double b, Edges& it, double*
     }
 }
 
-// The edges of cell slot c; false when the row has fewer cells.
-__device__ bool cell_bounds(const Model& m, double a, double b, int c, double* lo, double* hi)
+// Every cell slot's edges lo, hi into bounds[4 c], bounds[4 c + 1] (NaN
+// past the row's cells, and for every slot of a row whose intercept
+// failed), written once a row by the calibration, so that the cells
+// kernel's thread for slot c reads them instead of walking c edges.
+__device__ void row_edges(const Model& m, double a, double b, bool ok, double* bounds, int slots)
 {
-    Edges it = {0, 0, false, 0.0};
-    double left = -INF_D, e;
-    for (int k = 0;; ++k) {
-        const bool more = next_edge(m, a, b, it, &e);
-        const double right = more ? e : INF_D;
-        if (k == c) { *lo = left; *hi = right; return true; }
-        if (!more) return false;
-        left = right;
+    int c = 0;
+    if (ok) {
+        Edges it = {0, 0, false, 0.0};
+        double left = -INF_D, e;
+        for (bool more = true; more && c < slots; ++c) {
+            more = next_edge(m, a, b, it, &e);
+            const double right = more ? e : INF_D;
+            bounds[4 * c] = left;
+            bounds[4 * c + 1] = right;
+            left = right;
+        }
     }
+    const double nan = __longlong_as_double(0x7ff8000000000000LL);
+    for (; c < slots; ++c) { bounds[4 * c] = nan; bounds[4 * c + 1] = nan; }
 }
 
 // ---------------------------------------------------------------------------
@@ -280,13 +288,37 @@ __device__ __forceinline__ void integrand(double z, const double* eta, bool uppe
     }
 }
 
+// The 21-point Gauss-Kronrod rule on [-1, 1] in constant memory, with the
+// literals of quadrature.rs's KRONROD_21 (a test there checks that the two
+// agree bitwise): nodes, Kronrod weights, Gauss weights (0 off the Gauss
+// nodes). A warp reads one node at a time, which the constant cache
+// broadcasts; read from global memory, every node waited on a load.
+__device__ __constant__ double GK21[63] = {
+    // nodes
+    -0.9956571630258081, -0.9739065285171717, -0.9301574913557082, -0.8650633666889845, -0.7808177265864169,
+    -0.6794095682990244, -0.5627571346686047, -0.4333953941292472, -0.2943928627014602, -0.14887433898163122,
+    -0.0, 0.14887433898163122, 0.2943928627014602, 0.4333953941292472, 0.5627571346686047, 0.6794095682990244,
+    0.7808177265864169, 0.8650633666889845, 0.9301574913557082, 0.9739065285171717, 0.9956571630258081,
+    // Kronrod weights
+    0.011694638867371874, 0.032558162307964725, 0.054755896574351995, 0.07503967481091996,
+    0.0931254545836976, 0.10938715880229764, 0.12349197626206584, 0.13470921731147334, 0.14277593857706009,
+    0.14773910490133849, 0.1494455540029169, 0.14773910490133849, 0.14277593857706009, 0.13470921731147334,
+    0.12349197626206584, 0.10938715880229764, 0.0931254545836976, 0.07503967481091996, 0.054755896574351995,
+    0.032558162307964725, 0.011694638867371874,
+    // Gauss weights
+    0.0, 0.06667134430868814, 0.0, 0.1494513491505806, 0.0, 0.21908636251598204, 0.0, 0.26926671930999635,
+    0.0, 0.29552422471475287, 0.0, 0.29552422471475287, 0.0, 0.26926671930999635, 0.0, 0.21908636251598204,
+    0.0, 0.1494513491505806, 0.0, 0.06667134430868814, 0.0,
+};
+
 // Both rules on [lo, hi] from the 21 integrand values: s (Kronrod), abs_s
-// (Kronrod of |f|) and g (the embedded 10-point Gauss rule). gk holds the
+// (Kronrod of |f|) and g (the embedded 10-point Gauss rule), by GK21: the
 // nodes, Kronrod weights and Gauss weights (zero off the Gauss nodes).
 template <int N, int KIND>
-__device__ void apply_kronrod(const double* gk, double lo, double hi, const double* eta, bool upper, double* s,
+__device__ void apply_kronrod(double lo, double hi, const double* eta, bool upper, double* s,
                               double* abs_s, double* g)
 {
+    const double* gk = GK21;
     const double mid = 0.5 * (lo + hi), half = 0.5 * (hi - lo);
     for (int k = 0; k < N; ++k) { s[k] = 0.0; abs_s[k] = 0.0; g[k] = 0.0; }
     for (int i = 0; i < 21; ++i) {
@@ -372,7 +404,7 @@ __device__ bool negligible(double lo, double hi, const double* eta, const double
 }
 
 template <int N, int KIND>
-__device__ void adaptive(double a, double b, const double* eta, bool upper, const double* gl, double* out)
+__device__ void adaptive(double a, double b, const double* eta, bool upper, double* out)
 {
     for (int k = 0; k < N; ++k) out[k] = 0.0;
     if (b <= a) return;
@@ -389,7 +421,7 @@ __device__ void adaptive(double a, double b, const double* eta, bool upper, cons
         if (negligible<N, KIND>(lo, hi, eta, scale)) continue;
         ++panels;
         double value[N], abs_v[N], check[N];
-        apply_kronrod<N, KIND>(gl, lo, hi, eta, upper, value, abs_v, check);
+        apply_kronrod<N, KIND>(lo, hi, eta, upper, value, abs_v, check);
         bool converged = true;
         for (int k = 0; k < N; ++k) {
             scale[k] = fmax(scale[k], abs_v[k]);
@@ -448,10 +480,10 @@ __device__ bool affine_moments(double alpha, double beta, double lo, double hi, 
     return true;
 }
 
-__device__ void cell_moments(const double* eta, double lo, double hi, const double* gl, double* m)
+__device__ void cell_moments(const double* eta, double lo, double hi, double* m)
 {
     if (eta[2] == 0.0 && eta[3] == 0.0 && affine_moments(eta[0], eta[1], lo, hi, m)) return;
-    adaptive<MOMENTS, 0>(fmax(lo, -Z_CLIP), fmin(hi, Z_CLIP), eta, false, gl, m);
+    adaptive<MOMENTS, 0>(fmax(lo, -Z_CLIP), fmin(hi, Z_CLIP), eta, false, m);
 }
 
 // ---------------------------------------------------------------------------
@@ -508,13 +540,13 @@ __device__ double residual(const Model& m, double q, double b, double a, double*
             if (QUICK)
                 gauss5_panels<3, 2>(fmax(left, -QUICK_CLIP), fmin(right, QUICK_CLIP), jet, upper, v);
             else
-                adaptive<3, 2>(fmax(left, -Z_CLIP), fmin(right, Z_CLIP), jet, upper, m.gl, v);
+                adaptive<3, 2>(fmax(left, -Z_CLIP), fmin(right, Z_CLIP), jet, upper, v);
             mass += v[0];
             fa += v[1] / TWO_PI;
             faa += v[2] / TWO_PI;
         } else {
             double v[1];
-            adaptive<1, 1>(fmax(left, -Z_CLIP), fmin(right, Z_CLIP), jet, upper, m.gl, v);
+            adaptive<1, 1>(fmax(left, -Z_CLIP), fmin(right, Z_CLIP), jet, upper, v);
             mass += v[0];
         }
         if (!more) break;
@@ -643,22 +675,20 @@ __device__ unsigned solve_newton(const Model& m, double q, double b, double a0, 
 
 __device__ Model make_model(int kh, int dh, const double* knots_h, const double* pieces_h, const double* comb_h,
                             int kw, int dw, const double* knots_w, const double* pieces_w, const double* comb_w,
-                            double s_f, const double* gl)
+                            double s_f)
 {
     Model m;
     m.h.k = kh; m.h.dim = dh; m.h.knots = knots_h; m.h.pieces = pieces_h; m.h.comb = comb_h;
     m.w.k = kw; m.w.dim = dw; m.w.knots = knots_w; m.w.pieces = pieces_w; m.w.comb = comb_w;
     m.s_f = s_f;
-    m.gl = gl;
     return m;
 }
 
 #define MODEL_PARAMS                                                                                   \
     int kh, int dh, const double* __restrict__ knots_h, const double* __restrict__ pieces_h,           \
         const double* __restrict__ comb_h, int kw, int dw, const double* __restrict__ knots_w,          \
-        const double* __restrict__ pieces_w, const double* __restrict__ comb_w, double s_f,             \
-        const double* __restrict__ gl
-#define MODEL_ARGS kh, dh, knots_h, pieces_h, comb_h, kw, dw, knots_w, pieces_w, comb_w, s_f, gl
+        const double* __restrict__ pieces_w, const double* __restrict__ comb_w, double s_f
+#define MODEL_ARGS kh, dh, knots_h, pieces_h, comb_h, kw, dw, knots_w, pieces_w, comb_w, s_f
 
 // At most 102 registers (5 blocks an SM): unbounded, the compiler took 178
 // and only 2 blocks fit; the FP64 dependency chains of the quadrature need
@@ -669,7 +699,7 @@ extern "C" __global__ void __launch_bounds__(128, 5) bms_calibrate(
     int n, int p_m, int p_g, const double* __restrict__ x_m, const double* __restrict__ x_g,
     const double* __restrict__ beta_m, const double* __restrict__ beta_g, int rigid, MODEL_PARAMS,
     double* __restrict__ out_q, double* __restrict__ out_b, double* __restrict__ out_a,
-    unsigned int* __restrict__ out_status)
+    unsigned int* __restrict__ out_status, int slots, double* __restrict__ bounds)
 {
     const i64 row = (i64)blockIdx.x * blockDim.x + threadIdx.x;
     if (row >= n) return;
@@ -686,6 +716,7 @@ extern "C" __global__ void __launch_bounds__(128, 5) bms_calibrate(
     out_b[row] = b;
     out_a[row] = a;
     out_status[row] = st;
+    row_edges(m, a, b, st == CAL_OK, bounds + row * slots * 4, slots);
 }
 
 // One part of a cell's coefficient arrays (cells.rs, Bases::cell), scaled
@@ -711,14 +742,21 @@ __device__ void times_z(const double* p, double* out)
 
 // The parts are independent, so Stage 2 builds a tile's cells a thread per
 // (cell, part), each part from the pieces it needs on the cell's segments
-// seg_h, seg_w (cell_segment, found once a cell). An empty slot (lo NaN)
-// gets zeros, so Stage 2 adds exact zeros for it.
+// seg_h, seg_w (found once a cell, by bms_cell_moments). Every part sets
+// x, ar and s, and part 0 also eta, A and AA, the fields Stage 2 reads;
+// nothing else is written (zeroing all six arrays first cost 24 of a
+// part's instructions). An empty slot (lo NaN) gets zeros, so Stage 2 adds
+// exact zeros for it.
 __device__ void cell_part(const Model& m, double a, double b, double lo, int seg_h, int seg_w, int p_h, int part,
                           CellPart& o)
 {
     const double s_f = m.s_f;
-    for (int k = 0; k < 4; ++k) { o.x[k] = 0.0; o.ar[k] = 0.0; o.s[k] = 0.0; o.eta[k] = 0.0; o.A[k] = 0.0; o.AA[k] = 0.0; }
-    if (isnan(lo)) return;
+    if (isnan(lo)) {
+        for (int k = 0; k < 4; ++k) { o.x[k] = 0.0; o.ar[k] = 0.0; o.s[k] = 0.0; }
+        if (part == 0)
+            for (int k = 0; k < 4; ++k) { o.eta[k] = 0.0; o.A[k] = 0.0; o.AA[k] = 0.0; }
+        return;
+    }
     double t[4];
     if (part == 0) {
         Pieces p;
@@ -743,6 +781,7 @@ __device__ void cell_part(const Model& m, double a, double b, double lo, int seg
         const double* bh = m.h.pieces + ((i64)seg_h * m.h.dim + j) * 4;
         scale4(o.x, bh, s_f * b);
         scale4(o.s, bh, s_f);
+        for (int k = 0; k < 4; ++k) o.ar[k] = 0.0;
         return;
     }
     const int l = part - 1 - p_h;
@@ -781,11 +820,8 @@ extern "C" __global__ void __launch_bounds__(128, 4) bms_cell_moments(
     const i64 row = t - (i64)slot * n, c = row * slots + slot;
     const Model m = make_model(MODEL_ARGS);
     const double a = row_a[row], b = row_b[row];
-    double lo, hi;
-    if (row_status[row] != CAL_OK || !cell_bounds(m, a, b, slot, &lo, &hi)) {
-        const double nan = __longlong_as_double(0x7ff8000000000000LL);
-        bounds[4 * c] = nan;
-        bounds[4 * c + 1] = nan;
+    const double lo = bounds[4 * c], hi = bounds[4 * c + 1];
+    if (row_status[row] != CAL_OK || isnan(lo)) {
         bounds[4 * c + 2] = 0.0;
         bounds[4 * c + 3] = 0.0;
         for (int k = 0; k < MOMENTS; ++k) cm[c * MOMENTS + k] = 0.0;
@@ -796,9 +832,7 @@ extern "C" __global__ void __launch_bounds__(128, 4) bms_cell_moments(
     double eta[4], A[4];
     eta_and_a(p, a, b, m.s_f, eta, A);
     double mom[MOMENTS];
-    cell_moments(eta, lo, hi, gl, mom);
-    bounds[4 * c] = lo;
-    bounds[4 * c + 1] = hi;
+    cell_moments(eta, lo, hi, mom);
     bounds[4 * c + 2] = p.seg_h;
     bounds[4 * c + 3] = p.seg_w;
     for (int k = 0; k < MOMENTS; ++k) cm[c * MOMENTS + k] = mom[k];

@@ -17,7 +17,6 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use matfree::bms::generator::{generate, Generated, GeneratorConfig};
-use matfree::bms::quadrature::gauss_kronrod_21;
 use matfree::bms::{evaluate_rows, CubicBasis, RowKernelInputs, RowKernelOutputs};
 
 /// The first C++ compiler that answers `--version`.
@@ -69,12 +68,10 @@ fn problem_bytes(g: &Generated) -> Vec<u8> {
         bases.s_f,
         rigid,
     ];
-    let (x, wk, wg) = gauss_kronrod_21();
     let mut out = Vec::new();
     put(&mut out, &header);
     basis_arrays(score, beta_h).iter().for_each(|a| put(&mut out, a));
     basis_arrays(link, beta_w).iter().for_each(|a| put(&mut out, a));
-    put(&mut out, &[x, wk, wg].concat());
     for a in [
         data.designs.x_m(),
         data.designs.x_g(),

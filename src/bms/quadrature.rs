@@ -12,7 +12,9 @@ const MAX_PANELS: usize = 100_000;
 /// is symmetric. Exact for polynomials of degree 31 (Kronrod) and 19
 /// (Gauss). The device quadrature integrates with the Kronrod rule and
 /// judges it by the Gauss rule, reusing 10 of its 21 values, where the CPU's
-/// 20-point rule checked against a separate 10-point rule costs 30.
+/// 20-point rule checked against a separate 10-point rule costs 30. The
+/// device holds the same literals (GK21 in kernels/bms_stage1.cu; a test
+/// below compares them bitwise).
 const KRONROD_21: [[f64; 3]; 11] = [
     [0.0, 0.1494455540029169, 0.0],
     [0.14887433898163122, 0.14773910490133849, 0.29552422471475287],
@@ -245,6 +247,30 @@ mod tests {
         for k in [2usize, 10, 38] {
             let s: f64 = x.iter().zip(&w).map(|(x, w)| w * x.powi(k as i32)).sum();
             assert!((s - 2.0 / (k as f64 + 1.0)).abs() < 1e-14, "x^{k}: {s}");
+        }
+    }
+
+    /// The device kernels hold the rule as literals (GK21 in
+    /// kernels/bms_stage1.cu, in constant memory); they must be this rule's
+    /// values bit for bit, in the order nodes, Kronrod weights, Gauss weights.
+    #[test]
+    fn device_kronrod_table_is_this_rule_bitwise() {
+        let src = include_str!("../../kernels/bms_stage1.cu");
+        let start = src.find("GK21[63] = {").expect("GK21 in bms_stage1.cu") + "GK21[63] = {".len();
+        let body = &src[start..start + src[start..].find("};").expect("GK21's closing brace")];
+        let device: Vec<f64> = body
+            .lines()
+            .map(|l| l.split("//").next().unwrap())
+            .flat_map(|l| l.split(','))
+            .map(str::trim)
+            .filter(|t| !t.is_empty())
+            .map(|t| t.parse::<f64>().unwrap_or_else(|e| panic!("GK21 entry {t:?}: {e}")))
+            .collect();
+        let (x, wk, wg) = gauss_kronrod_21();
+        let host = [x, wk, wg].concat();
+        assert_eq!(device.len(), host.len(), "GK21 holds 63 values");
+        for (i, (d, h)) in device.iter().zip(&host).enumerate() {
+            assert_eq!(d.to_bits(), h.to_bits(), "GK21[{i}]: {d:e} vs {h:e}");
         }
     }
 

@@ -21,7 +21,6 @@ use cudarc::driver::{CudaSlice, LaunchArgs, LaunchConfig, PushKernelArg};
 use super::bms::{check_status, row_grid, stage2_tile, DeviceRowEvaluation, RowOutputs};
 use super::row_hessian::DeviceDesigns;
 use super::runtime::{cuda_err, Gpu};
-use crate::bms::quadrature::gauss_kronrod_21;
 use crate::bms::{BmsData, BmsModel, CubicBasis};
 use crate::designs::check_matrix;
 use crate::{Error, Result};
@@ -121,7 +120,6 @@ pub struct DeviceStage1 {
     slots: usize,
     /// Cells a Stage-2 tile holds, and its shared-memory bytes.
     tile: (usize, usize),
-    gl: CudaSlice<f64>,
     z: CudaSlice<f64>,
     work: Mutex<Work>,
 }
@@ -181,8 +179,6 @@ impl DeviceStage1 {
             let rule = format!("n and n * {slots} cell slots must fit the kernels' 32-bit indices");
             return Err(Error::invalid("n", n, rule));
         }
-        let (x, wk, wg) = gauss_kronrod_21();
-        let gl = gpu.upload(&[x, wk, wg].concat())?;
         let work = Work::allocate(&gpu, model, data, slots)?;
         let tile = stage2_tile(&gpu, bases.r(), slots)?;
         Ok(Self {
@@ -192,7 +188,6 @@ impl DeviceStage1 {
             link,
             slots,
             tile,
-            gl,
             z: gpu.upload(&data.z)?,
             work: Mutex::new(work),
         })
@@ -329,8 +324,7 @@ impl DeviceStage1 {
             .arg(&self.link.knots_buf)
             .arg(&self.link.pieces)
             .arg(&parts.comb_w)
-            .arg(&s.s_f)
-            .arg(&self.gl);
+            .arg(&s.s_f);
     }
 
     fn calibrate(&self, parts: &BetaParts, work: &mut Work) -> Result<()> {
@@ -341,12 +335,16 @@ impl DeviceStage1 {
         b.arg(&n).arg(&p_m).arg(&p_g).arg(d.x_m()).arg(d.x_g());
         b.arg(&parts.beta_m).arg(&parts.beta_g).arg(&parts.rigid);
         self.push_model(&mut b, &s, parts);
+        let slots = self.slots as i32;
         b.arg(&mut work.q)
             .arg(&mut work.b)
             .arg(&mut work.a)
-            .arg(&mut work.status);
+            .arg(&mut work.status)
+            .arg(&slots)
+            .arg(&mut work.bounds);
         // SAFETY: designs n x p_m and n x p_g, beta blocks of those widths,
-        // basis buffers as uploaded; outputs hold n values; one thread a row.
+        // basis buffers as uploaded; outputs hold n values, bounds 4 per
+        // slot of the n x slots; one thread a row.
         unsafe { b.launch(grid(d.n())) }.map_err(|e| cuda_err("bms_calibrate", e))?;
         Ok(())
     }

@@ -92,19 +92,21 @@ int main(int argc, char** argv)
     const int n = (int)hdr[0], p_m = (int)hdr[1], p_g = (int)hdr[2], p_h = (int)hdr[3], p_w = (int)hdr[4];
     const int dh = (int)hdr[5], dw = (int)hdr[6], rigid = (int)hdr[8];
     const double s_f = hdr[7];
-    const V kh = get(f), ph = get(f), ch = get(f), kw = get(f), pw = get(f), cw = get(f), gl = get(f);
+    const V kh = get(f), ph = get(f), ch = get(f), kw = get(f), pw = get(f), cw = get(f);
     const V xm = get(f), xg = get(f), bm = get(f), bg = get(f), bh = get(f), bw = get(f), z = get(f);
     const V y = get(f), w = get(f);
     fclose(f);
     const int r = 2 + p_h + p_w, slots = (int)(kh.size() + kw.size()) + 1, tile = atoi(argv[3]);
     const int khn = (int)kh.size(), kwn = (int)kw.size();
-#define MODEL khn, dh, kh.data(), ph.data(), ch.data(), kwn, dw, kw.data(), pw.data(), cw.data(), s_f, gl.data()
+#define MODEL khn, dh, kh.data(), ph.data(), ch.data(), kwn, dw, kw.data(), pw.data(), cw.data(), s_f
     V q(n), b(n), a(n);
     std::vector<unsigned> st(n), ost(n);
+    const long long cells = (long long)n * slots;
+    V bounds(4 * cells), moments(10 * cells);
     for (int i = 0; i < n; ++i) {
         blockIdx.x = i;
         bms_calibrate(n, p_m, p_g, xm.data(), xg.data(), bm.data(), bg.data(), rigid, MODEL, q.data(), b.data(),
-                      a.data(), st.data());
+                      a.data(), st.data(), slots, bounds.data());
     }
     V e(n), chi(n), xi(n), rho((size_t)n * r), tau((size_t)n * r), r1v((size_t)n * r), m1(n), m2(n);
     for (int i = 0; i < n; ++i) {
@@ -112,8 +114,6 @@ int main(int argc, char** argv)
         bms_observed(n, p_h, p_w, MODEL, bh.data(), bw.data(), q.data(), b.data(), a.data(), z.data(), e.data(),
                      chi.data(), xi.data(), rho.data(), tau.data(), r1v.data(), m1.data(), m2.data());
     }
-    const long long cells = (long long)n * slots;
-    V bounds(4 * cells), moments(10 * cells);
     for (long long c = 0; c < cells; ++c) {
         blockIdx.x = (unsigned)c;
         bms_cell_moments(n, slots, MODEL, b.data(), a.data(), st.data(), bounds.data(), moments.data());
