@@ -19,7 +19,7 @@ use std::f64::consts::PI;
 
 use super::basis::poly_eval;
 use super::cells::{Bases, Cell, CellJet, Z_CLIP};
-use super::probit::{norm_cdf, norm_pdf, norm_sf};
+use super::probit::{cdf_pdf_and_gauss, norm_cdf, norm_sf};
 use super::quadrature::{adaptive, adaptive_with, gauss5_panels};
 use crate::{Error, Result};
 
@@ -58,7 +58,7 @@ pub fn residual(q: f64, cells: &[CellJet]) -> f64 {
         .map(|c| {
             let f = |z: f64| {
                 let e = poly_eval(&c.eta, z);
-                [if upper { norm_sf(e) } else { norm_cdf(e) } * norm_pdf(z)]
+                [cdf_pdf_and_gauss(if upper { -e } else { e }, z).0]
             };
             adaptive(c.lo.max(-Z_CLIP), c.hi.min(Z_CLIP), 1e-14, &f)[0]
         })
@@ -171,8 +171,7 @@ fn residual_and_slopes(bases: &Bases, theta: &[f64], a: f64, rule: Rule) -> (f64
         let f = |z: f64| {
             let e = poly_eval(&c.eta, z);
             let (d1, d2) = (poly_eval(&c.a, z), poly_eval(&c.aa, z));
-            let w = (-0.5 * (z * z + e * e)).exp();
-            let phi = if upper { norm_sf(e) } else { norm_cdf(e) } * norm_pdf(z);
+            let (phi, w) = cdf_pdf_and_gauss(if upper { -e } else { e }, z);
             [phi, d1 * w, (d2 - d1 * d1 * e) * w]
         };
         let v = match rule {
@@ -316,6 +315,7 @@ fn newton(bases: &Bases, theta: &[f64], a0: f64, row: usize, rule: Rule) -> Resu
 mod tests {
     use super::*;
     use crate::bms::basis::CubicBasis;
+    use crate::bms::probit::norm_pdf;
 
     fn bases() -> Bases {
         Bases::new(

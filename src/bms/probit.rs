@@ -191,6 +191,46 @@ pub fn norm_cdf(x: f64) -> f64 {
     }
 }
 
+/// exp(-x^2 / 2) with one exp: x^2 = h + l exactly (l by an FMA), and
+/// exp(-(h + l) / 2) = exp(-h / 2) (1 - l / 2) to rounding, as |l| is at
+/// most half an ulp of h. Zero past x^2 = 1500, where exp underflows anyway
+/// (and l would not be finite); NaN stays NaN.
+pub fn half_gauss(x: f64) -> f64 {
+    let h = x * x;
+    if h > 1500.0 {
+        return 0.0;
+    }
+    let e = (-0.5 * h).exp();
+    e - 0.5 * x.mul_add(x, -h) * e
+}
+
+/// Phi(s) given g = exp(-s^2 / 2) (`half_gauss(s)`): the tail Phi(-|s|) =
+/// erfc(|s| / sqrt 2) / 2 is erfcx(|s| / sqrt 2) g / 2, which needs no exp
+/// of its own (1 - erf near 0 needs none either), and Phi(s) is one minus
+/// it for s >= 0.
+pub fn norm_cdf_given(s: f64, g: f64) -> f64 {
+    let y = s.abs() * FRAC_1_SQRT_2;
+    let tail = if y <= 0.46875 {
+        0.5 * (1.0 - erf_small(y))
+    } else {
+        0.5 * erfcx_large(y) * g
+    };
+    if s < 0.0 {
+        tail
+    } else {
+        1.0 - tail
+    }
+}
+
+/// Phi(s) phi(z) and exp(-(s^2 + z^2) / 2), the calibration's integrand
+/// values, from two exps: the density and the Gaussian share exp(-z^2 / 2),
+/// the distribution function and the Gaussian exp(-s^2 / 2) (the device's
+/// `integrand` in kernels/bms_stage1.cu takes the same steps).
+pub fn cdf_pdf_and_gauss(s: f64, z: f64) -> (f64, f64) {
+    let (gz, gs) = (half_gauss(z), half_gauss(s));
+    (norm_cdf_given(s, gs) * (gz * inv_sqrt_2pi()), gz * gs)
+}
+
 /// The upper tail 1 - Phi(x) = Phi(-x), accurate for large positive x.
 pub fn norm_sf(x: f64) -> f64 {
     norm_cdf(-x)
@@ -246,6 +286,36 @@ pub fn log_ndtr(x: f64) -> f64 {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The calibration's shared-exp pieces against the separate functions:
+    /// exp(-x^2/2) against phi(x) sqrt(2 pi) (both split x^2 exactly; a few
+    /// ulp apart, as each rounds a product of two factors), and
+    /// Phi(s) from it against `norm_cdf`, across both tails and the switch
+    /// at |s| = 0.46875 sqrt 2.
+    #[test]
+    fn shared_exp_pieces_match_the_separate_functions() {
+        let mut s = -37.0;
+        while s <= 9.0 {
+            let g = half_gauss(s);
+            let pdf = norm_pdf(s) / inv_sqrt_2pi();
+            assert!(rel(g, pdf) <= 8e-16, "half_gauss({s}) = {g:e} vs {pdf:e}");
+            let (got, want) = (norm_cdf_given(s, g), norm_cdf(s));
+            assert!(rel(got, want) <= 8e-16, "Phi({s}) = {got:e} vs {want:e}");
+            let (m, w) = cdf_pdf_and_gauss(s, 0.5 * s - 1.0);
+            let z = 0.5 * s - 1.0;
+            // (Compared where the product is normal: past that both are
+            // subnormal noise.)
+            let product = want * norm_pdf(z);
+            assert!(product < 1e-290 || rel(m, product) <= 2e-15, "Phi({s}) phi({z})");
+            let e = (-0.5 * (s * s + z * z)).exp();
+            assert!(e < 1e-290 || rel(w, e) <= 1e-13, "E at ({s}, {z})");
+            s += 0.0173;
+        }
+        assert_eq!(half_gauss(40.0), 0.0);
+        assert!(half_gauss(f64::NAN).is_nan() && norm_cdf_given(f64::NAN, f64::NAN).is_nan());
+        assert_eq!(norm_cdf_given(f64::NEG_INFINITY, 0.0), 0.0);
+        assert_eq!(norm_cdf_given(f64::INFINITY, 0.0), 1.0);
+    }
 
     #[test]
     fn trunc_matches_the_standard_library() {
