@@ -494,7 +494,7 @@ __device__ void cell_moments(const double* eta, double lo, double hi, double* m)
 // each of the adaptive rule's first panels, nearest 0 first, no error test,
 // over |z| <= QUICK_CLIP. It only seeds the adaptive iteration.
 #define QUICK_CLIP 8.0
-#define QUICK_STOP 1e-3
+#define QUICK_STOP 3e-3  // calibration.rs: QUICK_STOP
 #define QUICK_ITERS 8
 __device__ __constant__ double G5_X[5] = {-0.9061798459386640, -0.5384693101056831, 0.0, 0.5384693101056831,
                                           0.9061798459386640};
