@@ -187,20 +187,20 @@ impl Bases {
         let c = |q: &Cubic| poly_compose_affine(q, a, b);
         let sf = |q: Cubic| poly_scale(&q, s_f);
         let z = [0.0, 1.0, 0.0, 0.0];
-        // Sized once: these run for every cell at every evaluation.
+        // One vector, sized once: r, ar, sbh, sbw in turn (Cell::coef).
         let parts = 1 + bh.len() + bw.len();
-        let mut r_coef = Vec::with_capacity(parts);
-        r_coef.push(sf(poly_add(&poly_add(&z, &p.h), &poly_times_z(&p.l1))));
-        r_coef.extend(bh.iter().map(|q| sf(poly_scale(q, b))));
-        r_coef.extend(bw.iter().map(|q| sf(c(q))));
-        let mut ar = Vec::with_capacity(parts);
-        ar.push(sf(poly_times_z(&p.l2)));
-        ar.extend(bh.iter().map(|_| zero));
-        let mut sbw = Vec::with_capacity(bw.len());
-        for q in bw {
-            let bw1 = c(&poly_deriv(q));
-            ar.push(sf(bw1));
-            sbw.push(sf(poly_times_z(&bw1)));
+        let mut coef = Vec::with_capacity(2 * parts + bh.len() + bw.len());
+        coef.push(sf(poly_add(&poly_add(&z, &p.h), &poly_times_z(&p.l1))));
+        coef.extend(bh.iter().map(|q| sf(poly_scale(q, b))));
+        coef.extend(bw.iter().map(|q| sf(c(q))));
+        coef.push(sf(poly_times_z(&p.l2)));
+        coef.extend(bh.iter().map(|_| zero));
+        coef.extend(bw.iter().map(|q| sf(c(&poly_deriv(q)))));
+        coef.extend(bh.iter().map(|&q| sf(q)));
+        // sbw_l = z times ar's link entry l (a shift of its coefficients).
+        let ar_w = parts + 1 + bh.len();
+        for l in 0..bw.len() {
+            coef.push(poly_times_z(&coef[ar_w + l]));
         }
         Cell {
             lo,
@@ -208,11 +208,10 @@ impl Bases {
             eta: jet.eta,
             a: jet.a,
             aa: jet.aa,
-            r: r_coef,
-            ar,
             sbb: sf(poly_times_z(&poly_times_z(&p.l2))),
-            sbh: bh.iter().map(|&q| sf(q)).collect(),
-            sbw,
+            coef,
+            parts,
+            p_h: bh.len(),
             moments: [0.0; MOMENTS],
         }
     }
@@ -336,21 +335,42 @@ pub struct Cell {
     pub a: Cubic,
     /// d2 eta / da2.
     pub aa: Cubic,
-    /// d eta / d theta_u for u = 1..r-1 (index u - 1).
-    pub r: Vec<Cubic>,
-    /// d2 eta / da d theta_u for u = 1..r-1 (index u - 1).
-    pub ar: Vec<Cubic>,
     /// d2 eta / db2.
     pub sbb: Cubic,
-    /// `d2 eta / db d beta_h[j]`.
-    pub sbh: Vec<Cubic>,
-    /// `d2 eta / db d beta_w[l]`.
-    pub sbw: Vec<Cubic>,
+    /// The per-coordinate cubics in one allocation (a cell is built at every
+    /// evaluation; four vectors a cell were about a tenth of a CPU fit in
+    /// the allocator): [`Cell::r`], [`Cell::ar`], [`Cell::sbh`] and
+    /// [`Cell::sbw`] in turn.
+    coef: Vec<Cubic>,
+    /// r - 1, the length of `r` and `ar`.
+    parts: usize,
+    /// p_h, the length of `sbh`.
+    p_h: usize,
     /// m_0..m_9.
     pub moments: [f64; MOMENTS],
 }
 
 impl Cell {
+    /// d eta / d theta_u for u = 1..r-1 (index u - 1).
+    pub fn r(&self) -> &[Cubic] {
+        &self.coef[..self.parts]
+    }
+
+    /// d2 eta / da d theta_u for u = 1..r-1 (index u - 1).
+    pub fn ar(&self) -> &[Cubic] {
+        &self.coef[self.parts..2 * self.parts]
+    }
+
+    /// `d2 eta / db d beta_h[j]`.
+    pub fn sbh(&self) -> &[Cubic] {
+        &self.coef[2 * self.parts..2 * self.parts + self.p_h]
+    }
+
+    /// `d2 eta / db d beta_w[l]`.
+    pub fn sbw(&self) -> &[Cubic] {
+        &self.coef[2 * self.parts + self.p_h..]
+    }
+
     /// Compute the cell's moments from its eta.
     pub fn fill_moments(&mut self) {
         self.moments = moments(&self.eta, self.lo, self.hi);
@@ -604,11 +624,11 @@ mod tests {
                     let close = |x: f64, y: f64| (x - y).abs() < 1e-12 * (1.0 + y.abs());
                     assert!(close(ev(&c.eta), o.e) && close(ev(&c.a), o.chi) && close(ev(&c.aa), o.xi));
                     for u in 1..r {
-                        assert!(close(ev(&c.r[u - 1]), o.rho[u]), "rho[{u}] at z = {z}, b = {b}");
-                        assert!(close(ev(&c.ar[u - 1]), o.tau[u]), "tau[{u}] at z = {z}, b = {b}");
+                        assert!(close(ev(&c.r()[u - 1]), o.rho[u]), "rho[{u}] at z = {z}, b = {b}");
+                        assert!(close(ev(&c.ar()[u - 1]), o.tau[u]), "tau[{u}] at z = {z}, b = {b}");
                     }
                     assert!(close(ev(&c.sbb), o.r_uv[r + 1]));
-                    for (j, p) in c.sbh.iter().chain(&c.sbw).enumerate() {
+                    for (j, p) in c.sbh().iter().chain(c.sbw()).enumerate() {
                         assert!(close(ev(p), o.r_uv[r + 2 + j]), "r_uv[1, {}]", 2 + j);
                     }
                 }

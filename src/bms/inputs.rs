@@ -120,11 +120,11 @@ fn push_cell(out: &mut RowKernelInputs, c: &Cell) {
     out.cell_c3.push(c.eta[3]);
     out.cell_a.extend_from_slice(&c.a);
     out.cell_aa.extend_from_slice(&c.aa);
-    c.r.iter().for_each(|p| out.cell_r.extend_from_slice(p));
-    c.ar.iter().for_each(|p| out.cell_ar.extend_from_slice(p));
+    c.r().iter().for_each(|p| out.cell_r.extend_from_slice(p));
+    c.ar().iter().for_each(|p| out.cell_ar.extend_from_slice(p));
     out.cell_sbb.extend_from_slice(&c.sbb);
-    c.sbh.iter().for_each(|p| out.cell_sbh.extend_from_slice(p));
-    c.sbw.iter().for_each(|p| out.cell_sbw.extend_from_slice(p));
+    c.sbh().iter().for_each(|p| out.cell_sbh.extend_from_slice(p));
+    c.sbw().iter().for_each(|p| out.cell_sbw.extend_from_slice(p));
     out.cell_moments.extend_from_slice(&c.moments);
 }
 
