@@ -174,6 +174,41 @@ fn packing_into_a_used_bundle_equals_a_fresh_pack() {
     }
 }
 
+/// `stage1_into` builds the bundle in two parallel passes (per-row values,
+/// then each row's cells into its share); it must give bitwise the bundle
+/// and intercepts that packing every row's `stage1_row` gives, also into a
+/// bundle last filled at another beta (more cells, other counts).
+#[test]
+fn two_pass_stage1_equals_packing_each_rows_stage1() {
+    let g = generate(GeneratorConfig {
+        n: 120,
+        p_m: 4,
+        p_g: 3,
+        p_h: 6,
+        p_w: 5,
+        s_f: 0.9,
+        seed: 11,
+    })
+    .unwrap();
+    let (model, data) = (&g.model, &g.data);
+    let bs = model.bases();
+    let rows: Vec<RowStage1> = (0..data.n())
+        .map(|i| model.stage1_row(&model.theta(data, &g.beta, i), data.z[i], data.y[i], data.w[i], i).unwrap())
+        .collect();
+    let want = RowKernelInputs::pack(bs.p_h(), bs.p_w(), bs.s_f, &rows).unwrap();
+    let mut bundle = RowKernelInputs::default();
+    let other: Vec<f64> = g.beta.iter().map(|b| 1.3 * b).collect();
+    for beta in [&other, &g.beta] {
+        let intercepts = model.stage1_into(data, beta, &mut bundle).unwrap();
+        assert_eq!(intercepts.len(), data.n());
+        if beta == &g.beta {
+            assert_eq!(bundle, want);
+            let solved: Vec<f64> = rows.iter().map(|r| r.calibrated.a).collect();
+            assert_eq!(intercepts, solved);
+        }
+    }
+}
+
 type Corruption = (&'static str, fn(&mut RowKernelInputs));
 
 #[test]

@@ -84,19 +84,30 @@ fn reject(row: usize, reason: String) -> Error {
 
 /// Solve a for row `row` (the index only names the row in errors).
 pub fn solve_intercept(bases: &Bases, theta: &[f64], row: usize) -> Result<Calibrated> {
+    let a = solve_root(bases, theta, row)?;
+    let (cells, f_a) = checked_cells(bases, theta, a, row)?;
+    Ok(Calibrated { a, f_a, cells })
+}
+
+/// The root a of [`solve_intercept`], without the cells at it.
+pub(crate) fn solve_root(bases: &Bases, theta: &[f64], row: usize) -> Result<f64> {
     bases.check_theta(theta)?;
     let (q, b) = (theta[0], theta[1]);
     let a0 = rigid_intercept(q, b, bases.s_f);
-    let a = if theta[2..].iter().all(|v| *v == 0.0) {
-        a0
-    } else {
-        newton(bases, theta, quick_seed(bases, theta, a0), row, Rule::Adaptive)?
-    };
+    if theta[2..].iter().all(|v| *v == 0.0) {
+        return Ok(a0);
+    }
+    newton(bases, theta, quick_seed(bases, theta, a0), row, Rule::Adaptive)
+}
+
+/// The cells with moments at the root a, and F_a from them, which must be
+/// finite and positive (as a itself must be finite).
+pub(crate) fn checked_cells(bases: &Bases, theta: &[f64], a: f64, row: usize) -> Result<(Vec<Cell>, f64)> {
     let (cells, f_a) = cells_at(bases, theta, a);
     if !(f_a.is_finite() && f_a > 0.0 && a.is_finite()) {
         return Err(reject(row, format!("F_a = {f_a} at a = {a}: must be finite and > 0")));
     }
-    Ok(Calibrated { a, f_a, cells })
+    Ok((cells, f_a))
 }
 
 /// The bracket's first step from a0, which is also how far the iterations

@@ -107,6 +107,11 @@ impl Bases {
         bounds
     }
 
+    /// How many cells a row of slope b has at intercept a.
+    pub(crate) fn cell_count(&self, b: f64, a: f64) -> usize {
+        self.bounds(b, a).len()
+    }
+
     /// The cells of row theta at intercept a, coefficients only (moments
     /// zero; see [`Cell::fill_moments`]).
     pub fn cells(&self, theta: &[f64], a: f64) -> Vec<Cell> {

@@ -113,6 +113,58 @@ pub struct RowStage1 {
     pub observed: Observed,
 }
 
+/// Stage 1 of one row without its cells: the per-row values, and how many
+/// cells the row has at its intercept.
+pub(crate) struct RowHead {
+    pub q: f64,
+    pub b: f64,
+    pub z_obs: f64,
+    pub y: f64,
+    pub w: f64,
+    pub observed: Observed,
+    pub cells: usize,
+}
+
+/// Doubles a cell takes in each cell array, in [`RowCells`]' order: c0..c3,
+/// a, aa, r, ar, sbb, sbh, sbw, moments.
+fn cell_widths(r: usize, p_h: usize, p_w: usize) -> [usize; 12] {
+    let c = COEFF4;
+    [1, 1, 1, 1, c, c, (r - 1) * c, (r - 1) * c, c, p_h * c, p_w * c, MOMENTS]
+}
+
+/// One row's share of the bundle's cell arrays (c0..c3, a, aa, r, ar, sbb,
+/// sbh, sbw, moments), which its cells are written into.
+pub(crate) struct RowCells<'a>([&'a mut [f64]; 12]);
+
+impl RowCells<'_> {
+    /// Write the row's cell j as [`RowKernelInputs::pack`] would.
+    pub(crate) fn put(&mut self, j: usize, c: &Cell) {
+        let one = [c.eta[0], c.eta[1], c.eta[2], c.eta[3]];
+        for (f, v) in one.into_iter().enumerate() {
+            self.0[f][j] = v;
+        }
+        let set = |dst: &mut [f64], parts: &[[f64; COEFF4]]| {
+            let w = parts.len() * COEFF4;
+            for (d, p) in dst[j * w..(j + 1) * w].chunks_exact_mut(COEFF4).zip(parts) {
+                d.copy_from_slice(p);
+            }
+        };
+        set(self.0[4], std::slice::from_ref(&c.a));
+        set(self.0[5], std::slice::from_ref(&c.aa));
+        set(self.0[6], c.r());
+        set(self.0[7], c.ar());
+        set(self.0[8], std::slice::from_ref(&c.sbb));
+        set(self.0[9], c.sbh());
+        set(self.0[10], c.sbw());
+        self.0[11][j * MOMENTS..(j + 1) * MOMENTS].copy_from_slice(&c.moments);
+    }
+
+    /// The number of cells this share holds.
+    pub(crate) fn cells(&self) -> usize {
+        self.0[0].len()
+    }
+}
+
 fn push_cell(out: &mut RowKernelInputs, c: &Cell) {
     out.cell_c0.push(c.eta[0]);
     out.cell_c1.push(c.eta[1]);
@@ -206,27 +258,98 @@ impl RowKernelInputs {
         let out = self;
         out.reserve(rows.len(), rows.iter().map(|row| row.calibrated.cells.len()).sum())?;
         for row in rows {
-            let phi = norm_pdf(row.q);
-            let o = &row.observed;
-            out.q.push(row.q);
-            out.b.push(row.b);
-            out.mu_1.push(phi);
-            out.mu_2.push(-row.q * phi);
-            out.z_obs.push(row.z_obs);
-            out.y.push(row.y);
-            out.w.push(row.w);
-            out.e_obs.push(o.e);
-            out.chi_obs.push(o.chi);
-            out.xi_obs.push(o.xi);
-            out.rho_u.extend_from_slice(&o.rho);
-            out.tau_u.extend_from_slice(&o.tau);
-            out.r_uv.extend_from_slice(&o.r_uv);
+            out.push_row(row.q, row.b, row.z_obs, row.y, row.w, &row.observed);
             row.calibrated.cells.iter().for_each(|c| push_cell(out, c));
             let total = u32::try_from(out.cell_c0.len())
                 .map_err(|_| Error::invalid("cell_offsets", out.cell_c0.len(), "total cells must fit in u32"))?;
             out.cell_offsets.push(total);
         }
         out.validate()
+    }
+
+    /// One row's per-row values and observed-point jets.
+    fn push_row(&mut self, q: f64, b: f64, z_obs: f64, y: f64, w: f64, o: &Observed) {
+        let phi = norm_pdf(q);
+        self.q.push(q);
+        self.b.push(b);
+        self.mu_1.push(phi);
+        self.mu_2.push(-q * phi);
+        self.z_obs.push(z_obs);
+        self.y.push(y);
+        self.w.push(w);
+        self.e_obs.push(o.e);
+        self.chi_obs.push(o.chi);
+        self.xi_obs.push(o.xi);
+        self.rho_u.extend_from_slice(&o.rho);
+        self.tau_u.extend_from_slice(&o.tau);
+        self.r_uv.extend_from_slice(&o.r_uv);
+    }
+
+    /// The first half of packing without the rows' cells in hand: each
+    /// row's per-row values from its head, and the cell arrays sized for the
+    /// heads' cell counts, handed out as each row's share ([`RowCells`]) for
+    /// the rows to fill in parallel. The cell arrays are only resized, not
+    /// cleared: every entry is written by the rows' fill, and clearing would
+    /// rewrite the whole bundle (about 80 MB at 1,500 rows) every time.
+    pub(crate) fn pack_heads(
+        &mut self,
+        p_h: usize,
+        p_w: usize,
+        s_f: f64,
+        heads: &[RowHead],
+    ) -> Result<Vec<RowCells<'_>>> {
+        (self.n_rows, self.r, self.p_h, self.p_w, self.s_f) = (heads.len(), 2 + p_h + p_w, p_h, p_w, s_f);
+        let n = heads.len();
+        let total = heads.iter().map(|h| h.cells).sum::<usize>();
+        u32::try_from(total).map_err(|_| Error::invalid("cell_offsets", total, "total cells must fit in u32"))?;
+        self.cell_offsets.clear();
+        self.cell_offsets.push(0);
+        let mut sum = 0;
+        for h in heads {
+            sum += h.cells;
+            self.cell_offsets.push(sum as u32);
+        }
+        let lengths = self.field_lengths(n, total)?;
+        for ((name, v), len) in f64_fields!(self, mut).into_iter().zip(lengths) {
+            if name.starts_with("cell_") {
+                v.resize(len, 0.0);
+            } else {
+                v.clear();
+                v.reserve_exact(len);
+            }
+        }
+        for h in heads {
+            self.push_row(h.q, h.b, h.z_obs, h.y, h.w, &h.observed);
+        }
+        let widths = cell_widths(self.r, p_h, p_w);
+        let mut rest: Vec<&mut [f64]> = [
+            &mut self.cell_c0,
+            &mut self.cell_c1,
+            &mut self.cell_c2,
+            &mut self.cell_c3,
+            &mut self.cell_a,
+            &mut self.cell_aa,
+            &mut self.cell_r,
+            &mut self.cell_ar,
+            &mut self.cell_sbb,
+            &mut self.cell_sbh,
+            &mut self.cell_sbw,
+            &mut self.cell_moments,
+        ]
+        .into_iter()
+        .map(|v| v.as_mut_slice())
+        .collect();
+        let shares = heads
+            .iter()
+            .map(|h| {
+                RowCells(std::array::from_fn(|f| {
+                    let (share, tail) = std::mem::take(&mut rest[f]).split_at_mut(h.cells * widths[f]);
+                    rest[f] = tail;
+                    share
+                }))
+            })
+            .collect();
+        Ok(shares)
     }
 
     /// Room for n rows of `cells` cells in all, so packing never reallocates.
