@@ -193,7 +193,11 @@ fn two_pass_stage1_equals_packing_each_rows_stage1() {
     let (model, data) = (&g.model, &g.data);
     let bs = model.bases();
     let rows: Vec<RowStage1> = (0..data.n())
-        .map(|i| model.stage1_row(&model.theta(data, &g.beta, i), data.z[i], data.y[i], data.w[i], i).unwrap())
+        .map(|i| {
+            model
+                .stage1_row(&model.theta(data, &g.beta, i), data.z[i], data.y[i], data.w[i], i)
+                .unwrap()
+        })
         .collect();
     let want = RowKernelInputs::pack(bs.p_h(), bs.p_w(), bs.s_f, &rows).unwrap();
     let mut bundle = RowKernelInputs::default();
