@@ -26,8 +26,8 @@ pub use dense::Cholesky;
 pub use error::{Result, SolverError};
 pub use logdet::PenalisedFactor;
 pub use newton::{
-    fd_hessian_derivative, newton, CostEstimate, Evaluation, Forcing, NewtonFit, NewtonIteration, NewtonOptions,
-    NewtonReport, Objective, Solver, Termination,
+    fd_hessian_derivative, newton, newton_from, CostEstimate, Evaluation, Forcing, NewtonFit, NewtonIteration,
+    NewtonOptions, NewtonReport, Objective, Solver, Termination,
 };
 pub use operator::{DenseOperator, LinearOperator};
 pub use pcg::{cg, BreakdownQuantity, Pcg, PcgInfo, PcgOptions, PcgSolution, StopReason};

@@ -358,8 +358,22 @@ pub struct NewtonFit<'a, B: Backend> {
     pub gradient: Vec<f64>,
     /// Unpenalised Hessian at beta.
     pub hessian: Box<dyn LinearOperator<B> + 'a>,
+    /// The objective's own value and gradient at beta (without the penalty).
+    pub unpenalised: (f64, Vec<f64>),
     /// What the solve did.
     pub report: NewtonReport,
+}
+
+impl<'a, B: Backend> NewtonFit<'a, B> {
+    /// The objective's evaluation at the final beta: a solve that starts
+    /// from this beta ([`newton_from`]) takes it instead of evaluating again.
+    pub fn into_evaluation(self) -> Evaluation<'a, B> {
+        Evaluation {
+            value: self.unpenalised.0,
+            gradient: self.unpenalised.1,
+            hessian: self.hessian,
+        }
+    }
 }
 
 /// A point with its penalised value and gradient.
@@ -368,6 +382,8 @@ struct Point<'a, B: Backend> {
     value: f64,
     grad: Vec<f64>,
     hessian: Box<dyn LinearOperator<B> + 'a>,
+    /// The objective's own value and gradient.
+    unpenalised: (f64, Vec<f64>),
 }
 
 /// The fixed inputs of one solve.
@@ -402,6 +418,11 @@ impl<'o, B: Backend> Problem<'_, 'o, B> {
         let Some(e) = self.objective.evaluate(&beta)? else {
             return Ok(None);
         };
+        self.point_from(beta, e)
+    }
+
+    /// The penalised point at beta from the objective's evaluation there.
+    fn point_from(&self, beta: Vec<f64>, e: Evaluation<'o, B>) -> Result<Option<Point<'o, B>>> {
         expect_len("objective gradient", e.gradient.len(), beta.len())?;
         expect_len("objective Hessian", e.hessian.dim(), beta.len())?;
         let sb = self.penalty.apply(self.lambda, &beta)?;
@@ -415,6 +436,7 @@ impl<'o, B: Backend> Problem<'_, 'o, B> {
             value,
             grad,
             hessian: e.hessian,
+            unpenalised: (e.value, e.gradient),
         }))
     }
 
@@ -438,6 +460,23 @@ pub fn newton<'o, B: Backend>(
     beta0: &[f64],
     opts: &NewtonOptions,
 ) -> Result<NewtonFit<'o, B>> {
+    newton_from(backend, objective, penalty, lambda, beta0, None, opts)
+}
+
+/// [`newton`] with the objective's evaluation at `beta0` already in hand
+/// (`start`, as [`NewtonFit::into_evaluation`] gives it), which the solve
+/// takes instead of evaluating there again: REML starts each inner solve at
+/// the last one's beta (objectives are deterministic, so the solve is the
+/// same either way). `start` must be the evaluation at exactly `beta0`.
+pub fn newton_from<'o, B: Backend>(
+    backend: &B,
+    objective: &'o dyn Objective<B>,
+    penalty: &Penalty,
+    lambda: &[f64],
+    beta0: &[f64],
+    start: Option<Evaluation<'o, B>>,
+    opts: &NewtonOptions,
+) -> Result<NewtonFit<'o, B>> {
     opts.validate()?;
     let p = objective.dim();
     expect_len("penalty dimension", penalty.dim(), p)?;
@@ -450,8 +489,13 @@ pub fn newton<'o, B: Backend>(
         s: PenaltyMatrix::from_penalty(backend, penalty, lambda)?,
         opts,
     };
-    let start = Instant::now();
-    let Some(mut cur) = prob.point(beta0.to_vec())? else {
+    let clock = Instant::now();
+    let evaluated = start.is_none();
+    let first = match start {
+        Some(e) => prob.point_from(beta0.to_vec(), e)?,
+        None => prob.point(beta0.to_vec())?,
+    };
+    let Some(mut cur) = first else {
         return Err(SolverError::invalid(
             "beta0",
             "a point",
@@ -459,6 +503,7 @@ pub fn newton<'o, B: Backend>(
         ));
     };
     let mut run = Run::new(opts);
+    run.evaluations = usize::from(evaluated);
     let termination = loop {
         if let Some(t) = run.converged(&cur, opts) {
             break t;
@@ -483,7 +528,7 @@ pub fn newton<'o, B: Backend>(
         objective: cur.value,
         grad_norm: inf_norm(&cur.grad),
         evaluations: run.evaluations,
-        seconds: start.elapsed().as_secs_f64(),
+        seconds: clock.elapsed().as_secs_f64(),
         iterations: run.iterations,
     };
     Ok(NewtonFit {
@@ -491,6 +536,7 @@ pub fn newton<'o, B: Backend>(
         objective: cur.value,
         gradient: cur.grad,
         hessian: cur.hessian,
+        unpenalised: cur.unpenalised,
         report,
     })
 }

@@ -20,7 +20,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::backend::Backend;
 use crate::logdet::PenalisedFactor;
-use crate::newton::{newton, NewtonOptions, NewtonReport, Objective};
+use crate::newton::{newton_from, Evaluation, NewtonOptions, NewtonReport, Objective};
 use crate::operator::expect_len;
 use crate::penalty::{Penalised, Penalty, PenaltyMatrix};
 use crate::{Result, SolverError};
@@ -138,41 +138,54 @@ pub fn laml<B: Backend>(
     opts: &RemlOptions,
 ) -> Result<LamlEvaluation> {
     opts.validate()?;
-    match laml_at(backend, objective, penalty, rho, beta0, opts)? {
-        Ok(e) => Ok(e),
-        Err(report) => Err(SolverError::invalid(
-            "inner Newton",
-            format!("{:?}", report.termination),
-            "must converge for V(rho) and its gradient",
-        )),
+    match laml_at(backend, objective, penalty, rho, beta0, None, opts)? {
+        Ok((e, _)) => Ok(e),
+        Err(report) => Err(not_converged(&report)),
     }
 }
 
-/// [`laml`] without option validation; an inner solve that does not
-/// converge is returned as its report.
-fn laml_at<B: Backend>(
+fn not_converged(report: &NewtonReport) -> SolverError {
+    SolverError::invalid(
+        "inner Newton",
+        format!("{:?}", report.termination),
+        "must converge for V(rho) and its gradient",
+    )
+}
+
+/// An evaluation of V(rho), with the objective's evaluation at its beta_hat
+/// (where the next inner solve starts), or the report of an inner solve
+/// that did not converge.
+type LamlResult<'o, B> = std::result::Result<(LamlEvaluation, Evaluation<'o, B>), NewtonReport>;
+
+/// [`laml`] without option validation, its inner solve from `beta0` with
+/// the objective's evaluation there when `start` has it; an inner solve
+/// that does not converge is returned as its report.
+fn laml_at<'o, B: Backend>(
     backend: &B,
-    objective: &dyn Objective<B>,
+    objective: &'o dyn Objective<B>,
     penalty: &Penalty,
     rho: &[f64],
     beta0: &[f64],
+    start: Option<Evaluation<'o, B>>,
     opts: &RemlOptions,
-) -> Result<std::result::Result<LamlEvaluation, NewtonReport>> {
+) -> Result<LamlResult<'o, B>> {
     expect_len("rho", rho.len(), penalty.n_blocks())?;
     let lambda: Vec<f64> = rho.iter().map(|r| r.exp()).collect();
     penalty.check_lambda(&lambda)?;
-    let fit = newton(backend, objective, penalty, &lambda, beta0, &opts.newton)?;
+    let fit = newton_from(backend, objective, penalty, &lambda, beta0, start, &opts.newton)?;
     if !fit.report.converged {
         return Ok(Err(fit.report));
     }
-    let s = PenaltyMatrix::from_penalty(backend, penalty, &lambda)?;
-    let a = Penalised::new(backend, fit.hessian.as_ref(), &s, 0.0)?;
-    let factor = PenalisedFactor::from_operator(&a)?;
-    let logdet = factor.logdet();
+    let (logdet, traces, gradient) = {
+        let s = PenaltyMatrix::from_penalty(backend, penalty, &lambda)?;
+        let a = Penalised::new(backend, fit.hessian.as_ref(), &s, 0.0)?;
+        let factor = PenalisedFactor::from_operator(&a)?;
+        let traces = factor.penalty_traces(penalty)?;
+        let gradient = gradient(objective, penalty, &lambda, &fit.beta, &factor, &traces, opts)?;
+        (factor.logdet(), traces, gradient)
+    };
     let log_pdet = penalty.log_pseudo_det(&lambda)?;
-    let traces = factor.penalty_traces(penalty)?;
-    let gradient = gradient(objective, penalty, &lambda, &fit.beta, &factor, &traces, opts)?;
-    Ok(Ok(LamlEvaluation {
+    let laml = LamlEvaluation {
         rho: rho.to_vec(),
         value: fit.objective + 0.5 * logdet - 0.5 * log_pdet,
         gradient,
@@ -180,9 +193,10 @@ fn laml_at<B: Backend>(
         logdet_penalised_hessian: logdet,
         log_pseudo_det_penalty: log_pdet,
         penalty_traces: traces,
-        beta: fit.beta,
-        newton: fit.report,
-    }))
+        beta: fit.beta.clone(),
+        newton: fit.report.clone(),
+    };
+    Ok(Ok((laml, fit.into_evaluation())))
 }
 
 /// dV/drho_k (see the module docs).
@@ -290,8 +304,13 @@ pub fn reml<B: Backend>(
         return Err(SolverError::invalid(format!("rho0[{k}]"), rho0[k], "must be finite"));
     }
     let start = Instant::now();
-    let eval = |rho: &[f64], beta: &[f64]| laml_at(backend, objective, penalty, rho, beta, opts);
-    let mut cur = laml(backend, objective, penalty, &clamp(rho0, opts), beta0, opts)?;
+    // Each outer trial's inner solve starts at the current beta_hat, whose
+    // evaluation the last accepted solve hands over (`at_beta`): one
+    // evaluation fewer a trial.
+    let eval = |rho: &[f64], beta: &[f64], at_beta| laml_at(backend, objective, penalty, rho, beta, at_beta, opts);
+    let (mut cur, at_beta) = laml_at(backend, objective, penalty, &clamp(rho0, opts), beta0, None, opts)?
+        .map_err(|report| not_converged(&report))?;
+    let mut at_beta = Some(at_beta);
     let mut bfgs = Bfgs::new(rho0.len());
     let mut iterations = Vec::new();
     let termination = loop {
@@ -303,7 +322,7 @@ pub fn reml<B: Backend>(
         }
         let t0 = Instant::now();
         let dir = bfgs.direction(&cur, opts);
-        let (next, halvings, newton_iterations) = outer_line_search(&cur, &dir, opts, &eval)?;
+        let (next, halvings, newton_iterations) = outer_line_search(&cur, &dir, opts, at_beta.take(), &eval)?;
         let mut record = RemlIteration {
             rho: cur.rho.clone(),
             value: cur.value,
@@ -313,7 +332,7 @@ pub fn reml<B: Backend>(
             newton_iterations,
             seconds: 0.0,
         };
-        let Some((t, next)) = next else {
+        let Some((t, (next, next_at_beta))) = next else {
             record.seconds = t0.elapsed().as_secs_f64();
             iterations.push(record);
             break RemlTermination::LineSearchFailed;
@@ -324,6 +343,7 @@ pub fn reml<B: Backend>(
         record.seconds = t0.elapsed().as_secs_f64();
         iterations.push(record);
         cur = next;
+        at_beta = Some(next_at_beta);
         if step.iter().all(|s| s.abs() <= opts.step_tol) {
             break RemlTermination::Step;
         }
@@ -361,15 +381,17 @@ fn projected_norm(e: &LamlEvaluation, opts: &RemlOptions) -> f64 {
 
 /// Halve t from 1 along `dir` (projected onto the bounds) until
 /// `V(rho + t dir) <= V + c g^T (rho_t - rho)`. A trial whose inner solve
-/// fails counts as a failed trial. Returns the accepted (t, evaluation), the
-/// halvings and the inner Newton iterations spent.
+/// fails counts as a failed trial. The first trial's inner solve takes
+/// `at_beta`, the objective's evaluation at `cur.beta`. Returns the accepted
+/// (t, evaluation), the halvings and the inner Newton iterations spent.
 #[allow(clippy::type_complexity)]
-fn outer_line_search(
+fn outer_line_search<'o, B: Backend>(
     cur: &LamlEvaluation,
     dir: &[f64],
     opts: &RemlOptions,
-    eval: &dyn Fn(&[f64], &[f64]) -> Result<std::result::Result<LamlEvaluation, NewtonReport>>,
-) -> Result<(Option<(f64, LamlEvaluation)>, usize, usize)> {
+    mut at_beta: Option<Evaluation<'o, B>>,
+    eval: &dyn Fn(&[f64], &[f64], Option<Evaluation<'o, B>>) -> Result<LamlResult<'o, B>>,
+) -> Result<(Option<(f64, (LamlEvaluation, Evaluation<'o, B>))>, usize, usize)> {
     let (mut t, mut newton_iters) = (1.0, 0);
     for halvings in 0..=opts.max_halvings {
         let trial: Vec<f64> = cur.rho.iter().zip(dir).map(|(r, d)| r + t * d).collect();
@@ -380,11 +402,11 @@ fn outer_line_search(
             .zip(&cur.gradient)
             .map(|((a, b), g)| g * (a - b))
             .sum();
-        match eval(&trial, &cur.beta)? {
-            Ok(e) => {
+        match eval(&trial, &cur.beta, at_beta.take())? {
+            Ok((e, next_at_beta)) => {
                 newton_iters += e.newton.iterations.len();
                 if e.value <= cur.value + opts.armijo * decrease {
-                    return Ok((Some((t, e)), halvings, newton_iters));
+                    return Ok((Some((t, (e, next_at_beta))), halvings, newton_iters));
                 }
             }
             // An inner solve that cannot converge at this rho: back off.

@@ -5,7 +5,9 @@
 mod common;
 
 use common::*;
-use matfree_solvers::{laml, newton, reml, CpuBackend, NewtonOptions, PenalisedFactor, RemlFit, RemlOptions};
+use matfree_solvers::{
+    laml, newton, reml, CpuBackend, Evaluation, NewtonOptions, Objective, PenalisedFactor, RemlFit, RemlOptions, Result,
+};
 
 fn f1(x: f64) -> f64 {
     (2.0 * std::f64::consts::PI * x).sin()
@@ -184,4 +186,50 @@ fn reml_rejects_invalid_inputs_by_field() {
     assert!(msg(&[0.0, 0.0], &bad).contains("fd_step"));
     let e = laml(&be, &obj, &pen, &[0.0, 0.0, 0.0], &beta0, &o).err().unwrap();
     assert!(e.to_string().contains("rho"));
+}
+
+/// The objective with a record of every beta it evaluated in full.
+struct Recording<'d> {
+    inner: Logistic<'d>,
+    seen: std::cell::RefCell<Vec<Vec<u64>>>,
+}
+
+impl Objective<CpuBackend> for Recording<'_> {
+    fn dim(&self) -> usize {
+        self.inner.dim()
+    }
+    fn evaluate(&self, beta: &[f64]) -> Result<Option<Evaluation<'_, CpuBackend>>> {
+        self.seen.borrow_mut().push(beta.iter().map(|b| b.to_bits()).collect());
+        self.inner.evaluate(beta)
+    }
+    fn value(&self, beta: &[f64]) -> Result<Option<f64>> {
+        self.inner.value(beta)
+    }
+    fn cheap_value(&self) -> bool {
+        self.inner.cheap_value()
+    }
+}
+
+/// Each outer trial's inner solve starts at the current beta_hat with the
+/// evaluation the accepted solve handed over, so no beta is evaluated twice
+/// in a whole REML fit (each trial used to evaluate beta_hat again), and the
+/// fit is the one the plain objective gives.
+#[test]
+fn reml_evaluates_no_beta_twice() {
+    let d = simulate(2000, 0.2, &[f1, zero], 2024);
+    let (pen, be) = (penalty(&d), CpuBackend::new());
+    let rec = Recording {
+        inner: Logistic::new(&d),
+        seen: Default::default(),
+    };
+    let fit = reml(&be, &rec, &pen, &[0.0, 0.0], &vec![0.0; d.p], &RemlOptions::default()).unwrap();
+    assert!(fit.report.iterations.len() >= 2, "a fit of several outer steps");
+    let mut seen = rec.seen.into_inner();
+    let n = seen.len();
+    seen.sort();
+    seen.dedup();
+    assert_eq!(seen.len(), n, "{} of {n} evaluations repeat a beta", n - seen.len());
+    let (_, plain) = fit_simulated();
+    assert_eq!(fit.laml.value.to_bits(), plain.laml.value.to_bits());
+    assert_eq!(fit.laml.beta, plain.laml.beta);
 }
