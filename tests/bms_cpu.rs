@@ -174,22 +174,43 @@ fn packing_into_a_used_bundle_equals_a_fresh_pack() {
     }
 }
 
+/// Every array of a bundle as bits (so -0.0 and 0.0 differ), with the offsets.
+fn bundle_bits(b: &RowKernelInputs) -> Vec<Vec<u64>> {
+    let k = b.kernel_arrays();
+    let mut all: Vec<&[f64]> = vec![&b.q, &b.b, &b.z_obs];
+    all.extend(k.rows.iter().chain(&k.cells).chain(&k.observed).copied());
+    let mut bits: Vec<Vec<u64>> = all.iter().map(|a| a.iter().map(|v| v.to_bits()).collect()).collect();
+    bits.push(b.cell_offsets.iter().map(|&o| u64::from(o)).collect());
+    bits.push(vec![
+        b.n_rows as u64,
+        b.r as u64,
+        b.p_h as u64,
+        b.p_w as u64,
+        b.s_f.to_bits(),
+    ]);
+    bits
+}
+
 /// `stage1_into` builds the bundle in two parallel passes (per-row values,
 /// then each row's cells into its share); it must give bitwise the bundle
 /// and intercepts that packing every row's `stage1_row` gives, also into a
-/// bundle last filled at another beta (more cells, other counts).
+/// bundle last filled by another model (more rows and cells, other widths)
+/// and by a smaller one.
 #[test]
 fn two_pass_stage1_equals_packing_each_rows_stage1() {
-    let g = generate(GeneratorConfig {
-        n: 120,
-        p_m: 4,
-        p_g: 3,
-        p_h: 6,
-        p_w: 5,
-        s_f: 0.9,
-        seed: 11,
-    })
-    .unwrap();
+    let problem = |n, p_h, p_w, seed| {
+        generate(GeneratorConfig {
+            n,
+            p_m: 4,
+            p_g: 3,
+            p_h,
+            p_w,
+            s_f: 0.9,
+            seed,
+        })
+        .unwrap()
+    };
+    let g = problem(120, 6, 5, 11);
     let (model, data) = (&g.model, &g.data);
     let bs = model.bases();
     let rows: Vec<RowStage1> = (0..data.n())
@@ -200,16 +221,20 @@ fn two_pass_stage1_equals_packing_each_rows_stage1() {
         })
         .collect();
     let want = RowKernelInputs::pack(bs.p_h(), bs.p_w(), bs.s_f, &rows).unwrap();
-    let mut bundle = RowKernelInputs::default();
-    let other: Vec<f64> = g.beta.iter().map(|b| 1.3 * b).collect();
-    for beta in [&other, &g.beta] {
-        let intercepts = model.stage1_into(data, beta, &mut bundle).unwrap();
-        assert_eq!(intercepts.len(), data.n());
-        if beta == &g.beta {
-            assert_eq!(bundle, want);
-            let solved: Vec<f64> = rows.iter().map(|r| r.calibrated.a).collect();
-            assert_eq!(intercepts, solved);
-        }
+    let solved: Vec<u64> = rows.iter().map(|r| r.calibrated.a.to_bits()).collect();
+    let (bigger, smaller) = (problem(200, 9, 7, 12), problem(30, 3, 2, 13));
+    for before in [&bigger, &smaller] {
+        let mut bundle = RowKernelInputs::default();
+        before
+            .model
+            .stage1_into(&before.data, &before.beta, &mut bundle)
+            .unwrap();
+        let intercepts = model.stage1_into(data, &g.beta, &mut bundle).unwrap();
+        assert!(
+            bundle_bits(&bundle) == bundle_bits(&want),
+            "the bundle differs from a fresh pack"
+        );
+        assert_eq!(intercepts.iter().map(|a| a.to_bits()).collect::<Vec<_>>(), solved);
     }
 }
 

@@ -138,25 +138,41 @@ pub(crate) struct RowCells<'a>([&'a mut [f64]; 12]);
 
 impl RowCells<'_> {
     /// Write the row's cell j as [`RowKernelInputs::pack`] would.
-    pub(crate) fn put(&mut self, j: usize, c: &Cell) {
-        let one = [c.eta[0], c.eta[1], c.eta[2], c.eta[3]];
-        for (f, v) in one.into_iter().enumerate() {
-            self.0[f][j] = v;
-        }
-        let set = |dst: &mut [f64], parts: &[[f64; COEFF4]]| {
-            let w = parts.len() * COEFF4;
-            for (d, p) in dst[j * w..(j + 1) * w].chunks_exact_mut(COEFF4).zip(parts) {
-                d.copy_from_slice(p);
+    /// The cell's widths must be the share's (the bundle was sized from the
+    /// same bases); a cell of other widths is an error, not a write at the
+    /// wrong offsets.
+    pub(crate) fn put(&mut self, j: usize, c: &Cell) -> Result<()> {
+        let cells = self.cells();
+        let parts: [&[[f64; COEFF4]]; 7] = [
+            std::slice::from_ref(&c.a),
+            std::slice::from_ref(&c.aa),
+            c.r(),
+            c.ar(),
+            std::slice::from_ref(&c.sbb),
+            c.sbh(),
+            c.sbw(),
+        ];
+        for (f, p) in parts.iter().enumerate() {
+            let width = self.0[4 + f].len() / cells.max(1);
+            if p.len() * COEFF4 != width || j >= cells {
+                let rule = format!(
+                    "cell {j} of {cells} with {} cubics where the bundle holds {width} values",
+                    p.len()
+                );
+                return Err(Error::invalid("cell", 4 + f, rule));
             }
-        };
-        set(self.0[4], std::slice::from_ref(&c.a));
-        set(self.0[5], std::slice::from_ref(&c.aa));
-        set(self.0[6], c.r());
-        set(self.0[7], c.ar());
-        set(self.0[8], std::slice::from_ref(&c.sbb));
-        set(self.0[9], c.sbh());
-        set(self.0[10], c.sbw());
+        }
+        for (f, v) in c.eta.iter().enumerate() {
+            self.0[f][j] = *v;
+        }
+        for (f, p) in parts.iter().enumerate() {
+            let w = p.len() * COEFF4;
+            for (d, q) in self.0[4 + f][j * w..(j + 1) * w].chunks_exact_mut(COEFF4).zip(p.iter()) {
+                d.copy_from_slice(q);
+            }
+        }
         self.0[11][j * MOMENTS..(j + 1) * MOMENTS].copy_from_slice(&c.moments);
+        Ok(())
     }
 
     /// The number of cells this share holds.
@@ -265,6 +281,16 @@ impl RowKernelInputs {
             out.cell_offsets.push(total);
         }
         out.validate()
+    }
+
+    /// Drop every row, keeping the arrays' memory: a bundle left this way
+    /// fails validation until it is packed again.
+    pub(crate) fn discard(&mut self) {
+        self.n_rows = 0;
+        self.cell_offsets.clear();
+        for (_, v) in f64_fields!(self, mut) {
+            v.clear();
+        }
     }
 
     /// One row's per-row values and observed-point jets.

@@ -209,11 +209,13 @@ impl BmsModel {
                     let rule = format!("{} cells at the root, {} counted before", cells.len(), share.cells());
                     return Some(Error::invalid("cells", i, rule));
                 }
-                cells.iter().enumerate().for_each(|(j, c)| share.put(j, c));
-                None
+                cells.iter().enumerate().find_map(|(j, c)| share.put(j, c).err())
             })
             .collect();
         if let Some(e) = verdicts.into_iter().flatten().next() {
+            // Half rebuilt (new rows, some old cells): leave no rows rather
+            // than a bundle that would validate.
+            inputs.discard();
             return Err(e);
         }
         inputs.validate()?;

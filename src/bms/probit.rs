@@ -191,17 +191,24 @@ pub fn norm_cdf(x: f64) -> f64 {
     }
 }
 
-/// exp(-x^2 / 2) with one exp: x^2 = h + l exactly (l by an FMA), and
-/// exp(-(h + l) / 2) = exp(-h / 2) (1 - l / 2) to rounding, as |l| is at
-/// most half an ulp of h. Zero past x^2 = 1500, where exp underflows anyway
-/// (and l would not be finite); NaN stays NaN.
+/// exp(-x^2 / 2) with one exp: x^2 = h + l exactly, and exp(-(h + l) / 2)
+/// = exp(-h / 2) (1 - l / 2) to rounding, as |l| is at most half an ulp of
+/// h. l comes from Dekker's product (x split in two halves of 26 bits),
+/// exact without an FMA: `mul_add` is a library call where the target has
+/// no FMA, and a slow one on CPUs without it. Zero past x^2 = 1500, where
+/// exp underflows anyway (and the split would overflow for huge x); NaN
+/// stays NaN.
 pub fn half_gauss(x: f64) -> f64 {
     let h = x * x;
     if h > 1500.0 {
         return 0.0;
     }
+    let c = 134_217_729.0 * x; // 2^27 + 1
+    let hi = c - (c - x);
+    let lo = x - hi;
+    let l = ((hi * hi - h) + 2.0 * hi * lo) + lo * lo;
     let e = (-0.5 * h).exp();
-    e - 0.5 * x.mul_add(x, -h) * e
+    e - 0.5 * l * e
 }
 
 /// Phi(s) given g = exp(-s^2 / 2) (`half_gauss(s)`): the tail Phi(-|s|) =
