@@ -22,6 +22,7 @@ use super::cells::{Cell, Observed, MOMENTS};
 use super::probit::norm_pdf;
 use crate::{Error, Result};
 use rayon::prelude::*;
+use std::borrow::Cow;
 
 /// Monomial coefficients per cubic.
 pub const COEFF4: usize = 4;
@@ -115,13 +116,15 @@ pub struct RowStage1 {
 
 /// Stage 1 of one row without its cells: the per-row values, and how many
 /// cells the row has at its intercept.
-pub(crate) struct RowHead {
+pub(crate) struct RowHead<'o> {
     pub q: f64,
     pub b: f64,
     pub z_obs: f64,
     pub y: f64,
     pub w: f64,
-    pub observed: Observed,
+    /// Owned where Stage 1 made it for the bundle, borrowed from a
+    /// [`RowStage1`] being packed.
+    pub observed: Cow<'o, Observed>,
     pub cells: usize,
 }
 
@@ -181,21 +184,6 @@ impl RowCells<'_> {
     }
 }
 
-fn push_cell(out: &mut RowKernelInputs, c: &Cell) {
-    out.cell_c0.push(c.eta[0]);
-    out.cell_c1.push(c.eta[1]);
-    out.cell_c2.push(c.eta[2]);
-    out.cell_c3.push(c.eta[3]);
-    out.cell_a.extend_from_slice(&c.a);
-    out.cell_aa.extend_from_slice(&c.aa);
-    c.r().iter().for_each(|p| out.cell_r.extend_from_slice(p));
-    c.ar().iter().for_each(|p| out.cell_ar.extend_from_slice(p));
-    out.cell_sbb.extend_from_slice(&c.sbb);
-    c.sbh().iter().for_each(|p| out.cell_sbh.extend_from_slice(p));
-    c.sbw().iter().for_each(|p| out.cell_sbw.extend_from_slice(p));
-    out.cell_moments.extend_from_slice(&c.moments);
-}
-
 /// The index of the first non-finite value. Checked a chunk at a time with
 /// a branch-free test the compiler vectorises, the chunks in parallel (the
 /// bundle is checked at every evaluation; a plain `position` scan was 3% of
@@ -243,6 +231,27 @@ macro_rules! f64_fields {
     };
 }
 
+/// The 12 cell arrays in the row kernel's order (c0..c3, a, aa, r, ar, sbb,
+/// sbh, sbw, moments), shared or mutable.
+macro_rules! cell_fields {
+    ($s:expr, $($m:tt)?) => {
+        [
+            &$($m)? $s.cell_c0,
+            &$($m)? $s.cell_c1,
+            &$($m)? $s.cell_c2,
+            &$($m)? $s.cell_c3,
+            &$($m)? $s.cell_a,
+            &$($m)? $s.cell_aa,
+            &$($m)? $s.cell_r,
+            &$($m)? $s.cell_ar,
+            &$($m)? $s.cell_sbb,
+            &$($m)? $s.cell_sbh,
+            &$($m)? $s.cell_sbw,
+            &$($m)? $s.cell_moments,
+        ]
+    };
+}
+
 /// A bundle's arrays in the row kernel's argument order.
 pub struct KernelArrays<'a> {
     /// mu_1, mu_2, y, w.
@@ -265,22 +274,25 @@ impl RowKernelInputs {
     /// memory: a fitting loop that packs every evaluation into one bundle
     /// allocates (and page-faults) the arrays once.
     pub fn pack_into(&mut self, p_h: usize, p_w: usize, s_f: f64, rows: &[RowStage1]) -> Result<()> {
-        (self.n_rows, self.r, self.p_h, self.p_w, self.s_f) = (rows.len(), 2 + p_h + p_w, p_h, p_w, s_f);
-        self.cell_offsets.clear();
-        self.cell_offsets.push(0);
-        for (_, v) in f64_fields!(self, mut) {
-            v.clear();
+        let heads: Vec<RowHead> = rows
+            .iter()
+            .map(|row| RowHead {
+                q: row.q,
+                b: row.b,
+                z_obs: row.z_obs,
+                y: row.y,
+                w: row.w,
+                observed: Cow::Borrowed(&row.observed),
+                cells: row.calibrated.cells.len(),
+            })
+            .collect();
+        let shares = self.pack_heads(p_h, p_w, s_f, &heads)?;
+        for (mut share, row) in shares.into_iter().zip(rows) {
+            for (j, c) in row.calibrated.cells.iter().enumerate() {
+                share.put(j, c)?;
+            }
         }
-        let out = self;
-        out.reserve(rows.len(), rows.iter().map(|row| row.calibrated.cells.len()).sum())?;
-        for row in rows {
-            out.push_row(row.q, row.b, row.z_obs, row.y, row.w, &row.observed);
-            row.calibrated.cells.iter().for_each(|c| push_cell(out, c));
-            let total = u32::try_from(out.cell_c0.len())
-                .map_err(|_| Error::invalid("cell_offsets", out.cell_c0.len(), "total cells must fit in u32"))?;
-            out.cell_offsets.push(total);
-        }
-        out.validate()
+        self.validate()
     }
 
     /// Drop every row, keeping the arrays' memory: a bundle left this way
@@ -348,23 +360,7 @@ impl RowKernelInputs {
             self.push_row(h.q, h.b, h.z_obs, h.y, h.w, &h.observed);
         }
         let widths = cell_widths(self.r, p_h, p_w);
-        let mut rest: Vec<&mut [f64]> = [
-            &mut self.cell_c0,
-            &mut self.cell_c1,
-            &mut self.cell_c2,
-            &mut self.cell_c3,
-            &mut self.cell_a,
-            &mut self.cell_aa,
-            &mut self.cell_r,
-            &mut self.cell_ar,
-            &mut self.cell_sbb,
-            &mut self.cell_sbh,
-            &mut self.cell_sbw,
-            &mut self.cell_moments,
-        ]
-        .into_iter()
-        .map(|v| v.as_mut_slice())
-        .collect();
+        let mut rest: Vec<&mut [f64]> = cell_fields!(self, mut).into_iter().map(|v| v.as_mut_slice()).collect();
         let shares = heads
             .iter()
             .map(|h| {
@@ -376,16 +372,6 @@ impl RowKernelInputs {
             })
             .collect();
         Ok(shares)
-    }
-
-    /// Room for n rows of `cells` cells in all, so packing never reallocates.
-    fn reserve(&mut self, n: usize, cells: usize) -> Result<()> {
-        self.cell_offsets.reserve_exact(n);
-        let lengths = self.field_lengths(n, cells)?;
-        for ((_, v), len) in f64_fields!(self, mut).into_iter().zip(lengths) {
-            v.reserve_exact(len);
-        }
-        Ok(())
     }
 
     /// The length of every f64 array (in `f64_fields` order) for n rows of
@@ -431,20 +417,7 @@ impl RowKernelInputs {
     pub fn kernel_arrays(&self) -> KernelArrays<'_> {
         KernelArrays {
             rows: [&self.mu_1, &self.mu_2, &self.y, &self.w],
-            cells: [
-                &self.cell_c0,
-                &self.cell_c1,
-                &self.cell_c2,
-                &self.cell_c3,
-                &self.cell_a,
-                &self.cell_aa,
-                &self.cell_r,
-                &self.cell_ar,
-                &self.cell_sbb,
-                &self.cell_sbh,
-                &self.cell_sbw,
-                &self.cell_moments,
-            ],
+            cells: cell_fields!(self,).map(|v| v.as_slice()),
             observed: [
                 &self.chi_obs,
                 &self.xi_obs,

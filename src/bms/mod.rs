@@ -16,6 +16,7 @@ pub mod quadrature;
 pub mod row_kernel;
 pub mod summary;
 
+use std::borrow::Cow;
 use std::sync::Arc;
 
 use rayon::prelude::*;
@@ -224,7 +225,7 @@ impl BmsModel {
 
     /// Row i's intercept, per-row values and cell count (Stage 1 without
     /// the cells).
-    fn row_head(&self, data: &BmsData, beta: &[f64], i: usize) -> Result<(RowHead, f64)> {
+    fn row_head(&self, data: &BmsData, beta: &[f64], i: usize) -> Result<(RowHead<'static>, f64)> {
         let theta = self.theta(data, beta, i);
         let a = solve_root(&self.bases, &theta, i)?;
         let head = RowHead {
@@ -233,7 +234,7 @@ impl BmsModel {
             z_obs: data.z[i],
             y: data.y[i],
             w: data.w[i],
-            observed: self.bases.observed(&theta, a, data.z[i]),
+            observed: Cow::Owned(self.bases.observed(&theta, a, data.z[i])),
             cells: self.bases.cell_count(theta[1], a),
         };
         Ok((head, a))
