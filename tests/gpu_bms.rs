@@ -300,12 +300,29 @@ fn device_stage1_brackets_non_monotone_calibrations_like_the_cpu() {
     // q = -2: no sign change from the start on either side.
     let d = data(&[0.5, -2.0]);
     assert!(solve_intercept(&bases, &[-2.0, 0.0, bw[0], bw[1]], 1).is_err());
-    match DeviceStage1::new(gpu, &model, &d).unwrap().evaluate(&beta) {
+    match DeviceStage1::new(gpu.clone(), &model, &d).unwrap().evaluate(&beta) {
         Err(Error::RowRejected { row, reason }) => {
             assert_eq!(row, 1);
             assert!(reason.contains("bracketing"), "{reason}");
         }
         other => panic!("expected row 1 rejected, got {:?}", other.err()),
+    }
+    // 400 rows, which DeviceStage1 evaluates in two parts on two streams:
+    // a rejection in the second part is reported with its index among all
+    // rows, and of two rejections (one a part) the first.
+    let mut qs: Vec<f64> = (0..400).map(|k| -1.0 + 0.002 * k as f64).collect();
+    for (bad, want) in [(330, 330), (150, 150)] {
+        qs[bad] = -2.0;
+        match DeviceStage1::new(gpu.clone(), &model, &data(&qs))
+            .unwrap()
+            .evaluate(&beta)
+        {
+            Err(Error::RowRejected { row, reason }) => {
+                assert_eq!(row, want);
+                assert!(reason.contains("bracketing"), "{reason}");
+            }
+            other => panic!("expected row {want} rejected, got {:?}", other.err()),
+        }
     }
 }
 

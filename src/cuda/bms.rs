@@ -4,9 +4,10 @@
 //! resident, wrapped as a [`DeviceRowHessian`]. The host receives the status
 //! verdict (one download), then the joint neglog and gradient.
 
+use std::ops::Range;
 use std::sync::Arc;
 
-use cudarc::driver::{CudaSlice, LaunchArgs, LaunchConfig, PushKernelArg};
+use cudarc::driver::{CudaSlice, CudaViewMut, LaunchArgs, LaunchConfig, PushKernelArg};
 
 use super::bms_stage1::DeviceStage1;
 use super::row_hessian::{DeviceDesigns, DeviceRowHessian};
@@ -102,35 +103,67 @@ pub fn evaluate_rows_device(
     Ok(rows)
 }
 
-/// Stage 2's outputs: per-row neglog, gradient, Hessian (also its scratch),
-/// F_au scratch and status.
+/// Stage 2's outputs: per-row neglog, gradient, Hessian and status.
 pub(crate) struct RowOutputs {
     pub neglog: CudaSlice<f64>,
     pub grad: CudaSlice<f64>,
     pub hess: CudaSlice<f64>,
-    pub f_au: CudaSlice<f64>,
     pub status: CudaSlice<u32>,
 }
 
+/// Rows of Stage 2's outputs, for a launch over part of the rows.
+pub(crate) struct RowOutputViews<'a> {
+    neglog: CudaViewMut<'a, f64>,
+    grad: CudaViewMut<'a, f64>,
+    hess: CudaViewMut<'a, f64>,
+    status: CudaViewMut<'a, u32>,
+}
+
+impl RowOutputViews<'_> {
+    /// The trailing arguments of both row kernels (after the observed jets).
+    pub(crate) fn push<'b>(&'b mut self, b: &mut LaunchArgs<'b>) {
+        b.arg(&mut self.neglog)
+            .arg(&mut self.grad)
+            .arg(&mut self.hess)
+            .arg(&mut self.status);
+    }
+}
+
 impl RowOutputs {
-    /// Fresh outputs for n rows of width r.
+    /// Outputs for n rows of width r, not initialised: the row kernels
+    /// write every value of every row they take (the Hessian in full, also
+    /// for a rejected row), and zeroing the n r^2 Hessians first cost a
+    /// memset of 624 MB an evaluation at seed.
     pub(crate) fn allocate(gpu: &Gpu, n: usize, r: usize) -> Result<Self> {
         if n > i32::MAX as usize {
             return Err(Error::invalid("n_rows", n, "must be < 2^31 for the row kernel's grid"));
         }
-        Ok(Self {
-            neglog: gpu.zeros(n)?,
-            grad: gpu.zeros(n * r)?,
-            hess: gpu.zeros(n * r * r)?,
-            f_au: gpu.zeros(n * r)?,
-            status: gpu.zeros(n)?,
-        })
+        // SAFETY: see above; each buffer is written by the row kernel
+        // before anything reads it.
+        unsafe {
+            Ok(Self {
+                neglog: gpu.unset(n)?,
+                grad: gpu.unset(n * r)?,
+                hess: gpu.unset(n * r * r)?,
+                status: gpu.unset(n)?,
+            })
+        }
+    }
+
+    /// Rows `rows` of every output (rows of width r).
+    pub(crate) fn rows_mut(&mut self, rows: &Range<usize>, r: usize) -> RowOutputViews<'_> {
+        let span = |w: usize| rows.start * w..rows.end * w;
+        RowOutputViews {
+            neglog: self.neglog.slice_mut(span(1)),
+            grad: self.grad.slice_mut(span(r)),
+            hess: self.hess.slice_mut(span(r * r)),
+            status: self.status.slice_mut(span(1)),
+        }
     }
 
     /// The trailing arguments of both row kernels (after the observed jets).
     pub(crate) fn push<'a>(&'a mut self, b: &mut LaunchArgs<'a>) {
-        b.arg(&mut self.f_au)
-            .arg(&mut self.neglog)
+        b.arg(&mut self.neglog)
             .arg(&mut self.grad)
             .arg(&mut self.hess)
             .arg(&mut self.status);
@@ -169,16 +202,20 @@ const CELL_READ: usize = 14;
 /// The cells a Stage-2 tile holds and its dynamic shared-memory bytes, for
 /// rows of at most `cells` cells: each cell takes 7 r + CELL_READ doubles
 /// (its X vectors, three scalars a coordinate, its edges, segments and
-/// moments: `tile_layout` in bms_row.cu), the row r more. The tiles of a
+/// moments: `tile_layout` in bms_row.cu), the row r^2 + 3 r more (its
+/// running sums: G, D(S_1u), D(X_u), D(AR_u)). The tiles of a
 /// row are balanced, so a row of 40 cells is two tiles of 20, not 32 and 8.
 pub(crate) fn stage2_tile(gpu: &Gpu, r: usize, cells: usize) -> Result<(usize, usize)> {
     let cell = (7 * r + CELL_READ) * 8;
     let most = (STAGE2_TILE_BYTES / cell).clamp(1, STAGE2_TILE);
     let tiles = cells.max(1).div_ceil(most);
     let tile = cells.max(1).div_ceil(tiles);
-    let bytes = tile * cell + r * 8;
+    let bytes = tile * cell + (3 * r + r * r) * 8;
     if bytes + (STAGE2_TILE * 7 + 4) * 8 > gpu.shared_optin {
-        let rule = format!("one cell's Stage-2 arrays ({cell} bytes) must fit the device's shared memory");
+        let rule = format!(
+            "one cell's Stage-2 arrays and a row's sums ({} bytes) must fit the device's shared memory",
+            cell + (3 * r + r * r) * 8
+        );
         return Err(Error::invalid("r", r, rule));
     }
     Ok((tile, bytes))
@@ -228,12 +265,27 @@ pub(crate) fn stage2(
 
 /// The status verdict: the first rejected row, if any (one counted download).
 pub(crate) fn check_status(gpu: &Gpu, status: &CudaSlice<u32>) -> Result<()> {
+    let n = status.len();
+    let mut key = gpu.zeros::<u64>(1)?;
+    let n32 = n as i32;
+    let mut b = gpu.stream.launch_builder(&gpu.f.first_rejected);
+    b.arg(&n32).arg(status).arg(&mut key);
+    let cfg = LaunchConfig {
+        grid_dim: (n.div_ceil(256) as u32, 1, 1),
+        block_dim: (256, 1, 1),
+        shared_mem_bytes: 0,
+    };
+    // SAFETY: status holds n values (n < 2^31, checked by
+    // RowOutputs::allocate), key one; one thread a status.
+    unsafe { b.launch(cfg) }.map_err(|e| cuda_err("first_rejected", e))?;
+    drop(b);
     gpu.count_sync();
-    let codes = gpu.stream.clone_dtoh(status).map_err(|e| cuda_err("row status", e))?;
-    match codes.iter().position(|&c| c != 0) {
-        None => Ok(()),
-        Some(row) => {
-            let reason = match codes[row] {
+    let key = gpu.stream.clone_dtoh(&key).map_err(|e| cuda_err("row status", e))?[0];
+    match key {
+        0 => Ok(()),
+        key => {
+            let row = (u32::MAX - (key >> 32) as u32) as usize;
+            let reason = match key as u32 {
                 1 => "F_a <= 0 or not finite (the calibration has no increasing root)".to_string(),
                 2 => "non-finite neglog, gradient or Hessian".to_string(),
                 3 => "no sign change of F found while bracketing the intercept a".to_string(),

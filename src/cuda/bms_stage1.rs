@@ -5,18 +5,27 @@
 //! memory instead of reading a bundle of them (about 2 KB a cell, 10.5 GB
 //! at the seed shape, written and read once per evaluation before). Per
 //! evaluation the host uploads only beta and the bases' per-segment
-//! combinations (a few KB) and reads back the status verdict.
+//! combinations (a few KB) and reads back the status verdict (8 bytes: the
+//! first rejected row, reduced on the device).
+//!
+//! An evaluation splits the rows into two parts (`part_ranges`), each on a
+//! stream of its own forked from the device's: each part's stream waits for
+//! beta's uploads and the outputs' allocation, and the device's stream waits
+//! for both parts before anything reads the rows.
 //!
 //! Every row owns `slots = k_h + k_w + 1` cell slots (the most cells a row
 //! can have: one more than the score and link knots together); a row with
 //! fewer cells (b = 0, or coinciding edges) marks the rest empty, which
 //! Stage 2 sums as exact zeros. The CPU Stage 1 (`bms::cells`,
-//! `bms::calibration`) is the oracle: same cells; its adaptive rule's
-//! acceptance test (the device integrates with the 21-point Kronrod rule).
+//! `bms::calibration`) is the oracle: the same cells; the device's adaptive
+//! quadrature takes the 21-point Kronrod rule and QUADPACK's error estimate
+//! where the CPU's takes two Gauss rules, so the two agree to the parity
+//! tests' tolerances, not bitwise.
 
+use std::ops::Range;
 use std::sync::{Arc, Mutex};
 
-use cudarc::driver::{CudaSlice, LaunchArgs, LaunchConfig, PushKernelArg};
+use cudarc::driver::{CudaSlice, CudaStream, CudaView, CudaViewMut, LaunchArgs, LaunchConfig, PushKernelArg};
 
 use super::bms::{check_status, row_grid, stage2_tile, DeviceRowEvaluation, RowOutputs};
 use super::row_hessian::DeviceDesigns;
@@ -25,11 +34,50 @@ use crate::bms::{BmsData, BmsModel, CubicBasis};
 use crate::designs::check_matrix;
 use crate::{Error, Result};
 
-/// Threads per block of the Stage-1 kernels (one thread per row or cell).
+/// Threads per block of the Stage-1 kernels (one thread per row or cell;
+/// `bms_observed` takes OBS_ROWS = 128 rows a block).
 /// `bms_calibrate` and `bms_cell_moments` are compiled with
 /// `__launch_bounds__(128, 4)`: a larger block would fail to launch, so
 /// change them together.
 const THREADS: u32 = 128;
+
+/// An evaluation splits its rows into this many contiguous parts, each on a
+/// stream of its own, so that one part's kernels run beside the other's and
+/// fill the SMs a kernel's last blocks leave idle. Seed row evaluation on the
+/// H200 (benches/RESULTS.md, session 7): one part 11.02-11.13 ms, two
+/// 10.03-10.06; three were no faster than two.
+const ROW_PARTS: usize = 2;
+/// A part takes at least this many rows (fewer take one part; the tests'
+/// problems of 300 and 500 rows take two).
+const MIN_PART_ROWS: usize = 128;
+
+/// The row ranges of an evaluation's parts.
+fn part_ranges(n: usize) -> Vec<Range<usize>> {
+    let parts = if n >= ROW_PARTS * MIN_PART_ROWS { ROW_PARTS } else { 1 };
+    let size = n.div_ceil(parts);
+    (0..parts).map(|k| k * size..((k + 1) * size).min(n)).collect()
+}
+
+/// Rows `rows` of a buffer of `width` values a row.
+fn rows_of<'a, T>(x: &'a CudaSlice<T>, rows: &Range<usize>, width: usize) -> CudaView<'a, T> {
+    x.slice(rows.start * width..rows.end * width)
+}
+
+fn rows_of_mut<'a, T>(x: &'a mut CudaSlice<T>, rows: &Range<usize>, width: usize) -> CudaViewMut<'a, T> {
+    x.slice_mut(rows.start * width..rows.end * width)
+}
+
+/// The rows one stream takes.
+struct Part<'a> {
+    rows: Range<usize>,
+    stream: &'a Arc<CudaStream>,
+}
+
+impl Part<'_> {
+    fn n(&self) -> usize {
+        self.rows.len()
+    }
+}
 
 fn grid(items: usize) -> LaunchConfig {
     LaunchConfig {
@@ -122,6 +170,9 @@ pub struct DeviceStage1 {
     tile: (usize, usize),
     z: CudaSlice<f64>,
     work: Mutex<Work>,
+    /// One stream a part of the rows (`part_ranges`); none where one part
+    /// takes them all (on the device's stream).
+    streams: Vec<Arc<CudaStream>>,
 }
 
 /// The scalars of the kernels' shared model arguments, kept alive for a launch.
@@ -181,6 +232,12 @@ impl DeviceStage1 {
         }
         let work = Work::allocate(&gpu, model, data, slots)?;
         let tile = stage2_tile(&gpu, bases.r(), slots)?;
+        // One part runs on the device's stream; more take a stream each.
+        let parts = part_ranges(n).len();
+        let streams = (0..if parts > 1 { parts } else { 0 })
+            .map(|_| gpu.stream.fork())
+            .collect::<std::result::Result<_, _>>()
+            .map_err(|e| cuda_err("creating a stream", e))?;
         Ok(Self {
             model: model.clone(),
             designs,
@@ -190,6 +247,7 @@ impl DeviceStage1 {
             tile,
             z: gpu.upload(&data.z)?,
             work: Mutex::new(work),
+            streams,
         })
     }
 
@@ -218,16 +276,49 @@ impl DeviceStage1 {
     /// The stream orders the next launch's reuse of the buffers after this one.
     pub fn launch(&self, beta: &[f64]) -> Result<PendingRows> {
         let (parts, mut work) = self.prepare(beta)?;
-        self.calibrate(&parts, &mut work)?;
-        self.cells(&parts, &mut work)?;
-        self.observed(&parts, &mut work)?;
-        let (rows, mut status) = self.stage2(&parts, &work)?;
-        self.merge_status(&work.status, &mut status)?;
+        let mut out = RowOutputs::allocate(self.gpu(), self.designs.n(), self.model.layout().r())?;
+        // Each part's stream waits for beta's uploads and the outputs.
+        for part in self.parts()? {
+            self.calibrate(&parts, &mut work, &part)?;
+            self.cells(&parts, &mut work, &part)?;
+            self.observed(&parts, &mut work, &part)?;
+            self.stage2(&parts, &work, &mut out, &part)?;
+            self.merge_status(&work.status, &mut out.status, &part)?;
+        }
+        self.join_parts()?;
+        let (rows, status) = out.finish(&self.designs, self.model.layout())?;
         Ok(PendingRows {
             gpu: self.gpu().clone(),
             rows,
             status,
         })
+    }
+
+    /// The parts of the rows with their streams, each made to wait for the
+    /// work queued so far on the device's stream.
+    fn parts(&self) -> Result<Vec<Part<'_>>> {
+        let main = &self.gpu().stream;
+        let ranges = part_ranges(self.designs.n());
+        if self.streams.is_empty() {
+            return Ok(ranges.into_iter().map(|rows| Part { rows, stream: main }).collect());
+        }
+        ranges
+            .into_iter()
+            .zip(&self.streams)
+            .map(|(rows, stream)| {
+                stream.join(main).map_err(|e| cuda_err("stream order", e))?;
+                Ok(Part { rows, stream })
+            })
+            .collect()
+    }
+
+    /// Make the device's stream wait for every part's work.
+    fn join_parts(&self) -> Result<()> {
+        let main = &self.gpu().stream;
+        for stream in &self.streams {
+            main.join(stream).map_err(|e| cuda_err("stream order", e))?;
+        }
+        Ok(())
     }
 
     /// Check beta, upload its parts and take the per-row buffers.
@@ -250,25 +341,31 @@ impl DeviceStage1 {
     pub fn profile(&self, beta: &[f64]) -> Result<Vec<(&'static str, f64)>> {
         let (parts, mut work) = self.prepare(beta)?;
         let gpu = self.gpu().clone();
-        let timed = |f: &mut dyn FnMut() -> Result<()>| -> Result<f64> {
+        let mut out = RowOutputs::allocate(&gpu, self.designs.n(), self.model.layout().r())?;
+        // Each kernel over every part, then the parts joined and waited for.
+        let mut timed = |f: &mut dyn FnMut(&mut Work, &mut RowOutputs, &Part) -> Result<()>| -> Result<f64> {
             gpu.synchronize()?;
             let t = std::time::Instant::now();
-            f()?;
+            for part in self.parts()? {
+                f(&mut work, &mut out, &part)?;
+            }
+            self.join_parts()?;
             gpu.synchronize()?;
             Ok(t.elapsed().as_secs_f64())
         };
+        let calibrate = timed(&mut |w, _, p| self.calibrate(&parts, w, p))?;
+        let cells = timed(&mut |w, _, p| self.cells(&parts, w, p))?;
+        let observed = timed(&mut |w, _, p| self.observed(&parts, w, p))?;
+        let stage2 = timed(&mut |w, o, p| {
+            self.stage2(&parts, w, o, p)?;
+            self.merge_status(&w.status, &mut o.status, p)
+        })?;
+        check_status(&gpu, &out.status)?;
         Ok(vec![
-            ("calibrate", timed(&mut || self.calibrate(&parts, &mut work))?),
-            ("cells", timed(&mut || self.cells(&parts, &mut work))?),
-            ("observed", timed(&mut || self.observed(&parts, &mut work))?),
-            (
-                "stage2",
-                timed(&mut || {
-                    let (_, mut status) = self.stage2(&parts, &work)?;
-                    self.merge_status(&work.status, &mut status)?;
-                    check_status(&gpu, &status)
-                })?,
-            ),
+            ("calibrate", calibrate),
+            ("cells", cells),
+            ("observed", observed),
+            ("stage2", stage2),
         ])
     }
 
@@ -327,121 +424,161 @@ impl DeviceStage1 {
             .arg(&s.s_f);
     }
 
-    fn calibrate(&self, parts: &BetaParts, work: &mut Work) -> Result<()> {
-        let (gpu, d) = (self.gpu(), &self.designs);
-        let (n, p_m, p_g) = (d.n() as i32, d.p_m() as i32, d.p_g() as i32);
+    fn calibrate(&self, parts: &BetaParts, work: &mut Work, part: &Part) -> Result<()> {
+        let (gpu, d, rows) = (self.gpu(), &self.designs, &part.rows);
+        let (n, p_m, p_g) = (part.n() as i32, d.p_m() as i32, d.p_g() as i32);
         let s = self.scalars();
-        let mut b = gpu.stream.launch_builder(&gpu.f.bms_calibrate);
-        b.arg(&n).arg(&p_m).arg(&p_g).arg(d.x_m()).arg(d.x_g());
+        let (x_m, x_g) = (rows_of(d.x_m(), rows, d.p_m()), rows_of(d.x_g(), rows, d.p_g()));
+        let mut q = rows_of_mut(&mut work.q, rows, 1);
+        let mut row_b = rows_of_mut(&mut work.b, rows, 1);
+        let mut a = rows_of_mut(&mut work.a, rows, 1);
+        let mut status = rows_of_mut(&mut work.status, rows, 1);
+        let mut bounds = rows_of_mut(&mut work.bounds, rows, 4 * self.slots);
+        let mut b = part.stream.launch_builder(&gpu.f.bms_calibrate);
+        b.arg(&n).arg(&p_m).arg(&p_g).arg(&x_m).arg(&x_g);
         b.arg(&parts.beta_m).arg(&parts.beta_g).arg(&parts.rigid);
         self.push_model(&mut b, &s, parts);
         let slots = self.slots as i32;
-        b.arg(&mut work.q)
-            .arg(&mut work.b)
-            .arg(&mut work.a)
-            .arg(&mut work.status)
+        b.arg(&mut q)
+            .arg(&mut row_b)
+            .arg(&mut a)
+            .arg(&mut status)
             .arg(&slots)
-            .arg(&mut work.bounds);
-        // SAFETY: designs n x p_m and n x p_g, beta blocks of those widths,
-        // basis buffers as uploaded; outputs hold n values, bounds 4 per
-        // slot of the n x slots; one thread a row.
-        unsafe { b.launch(grid(d.n())) }.map_err(|e| cuda_err("bms_calibrate", e))?;
+            .arg(&mut bounds);
+        // SAFETY: the part's rows of the designs (n x p_m and n x p_g) and
+        // of every output (a value a row, bounds 4 a slot); beta blocks of
+        // the designs' widths, basis buffers as uploaded; one thread a row.
+        unsafe { b.launch(grid(part.n())) }.map_err(|e| cuda_err("bms_calibrate", e))?;
         Ok(())
     }
 
-    fn cells(&self, parts: &BetaParts, work: &mut Work) -> Result<()> {
-        let gpu = self.gpu();
-        let (n, slots) = (self.designs.n() as i32, self.slots as i32);
+    fn cells(&self, parts: &BetaParts, work: &mut Work, part: &Part) -> Result<()> {
+        let (gpu, rows, slots) = (self.gpu(), &part.rows, self.slots);
+        let n = part.n() as i32;
         let s = self.scalars();
-        let mut b = gpu.stream.launch_builder(&gpu.f.bms_cell_moments);
-        b.arg(&n).arg(&slots);
+        let (row_b, a, status) = (
+            rows_of(&work.b, rows, 1),
+            rows_of(&work.a, rows, 1),
+            rows_of(&work.status, rows, 1),
+        );
+        let mut bounds = rows_of_mut(&mut work.bounds, rows, 4 * slots);
+        let mut moments = rows_of_mut(&mut work.moments, rows, 10 * slots);
+        let slots32 = slots as i32;
+        let mut b = part.stream.launch_builder(&gpu.f.bms_cell_moments);
+        b.arg(&n).arg(&slots32);
         self.push_model(&mut b, &s, parts);
-        b.arg(&work.b).arg(&work.a).arg(&work.status);
-        b.arg(&mut work.bounds).arg(&mut work.moments);
-        // SAFETY: bounds holds 4 and moments 10 values per cell slot, n *
-        // slots slots (Work::allocate); one thread per cell slot.
-        unsafe { b.launch(grid(self.designs.n() * self.slots)) }.map_err(|e| cuda_err("bms_cell_moments", e))?;
+        b.arg(&row_b).arg(&a).arg(&status);
+        b.arg(&mut bounds).arg(&mut moments);
+        // SAFETY: the part's rows: bounds 4 and moments 10 values per cell
+        // slot, `slots` slots a row (Work::allocate); one thread per slot.
+        unsafe { b.launch(grid(part.n() * slots)) }.map_err(|e| cuda_err("bms_cell_moments", e))?;
         Ok(())
     }
 
     /// Stage 2 from the slots' edges and moments: each row's cells' arrays
     /// are built from the bases in shared memory, a tile at a time.
-    fn stage2(&self, parts: &BetaParts, work: &Work) -> Result<(DeviceRowEvaluation, CudaSlice<u32>)> {
-        let (gpu, layout, bases) = (self.gpu(), self.model.layout(), self.model.bases());
-        let n = self.designs.n();
-        let mut out = RowOutputs::allocate(gpu, n, layout.r())?;
-        let (n32, r32) = (n as i32, layout.r() as i32);
+    fn stage2(&self, parts: &BetaParts, work: &Work, out: &mut RowOutputs, part: &Part) -> Result<()> {
+        let (gpu, layout, bases, rows) = (self.gpu(), self.model.layout(), self.model.bases(), &part.rows);
+        let (n32, r) = (part.n() as i32, layout.r());
+        let r32 = r as i32;
         let (ph, pw, tile) = (bases.p_h() as i32, bases.p_w() as i32, self.tile.0 as i32);
         let s = self.scalars();
-        let mut b = gpu.stream.launch_builder(&gpu.f.bms_row_bases);
+        let row_arrays = work.rows.each_ref().map(|x| rows_of(x, rows, 1));
+        // Slot offsets are i * slots: the first n + 1 serve any part, whose
+        // slot arrays start at its first row's.
+        let offsets = work.offsets.slice(0..part.n() + 1);
+        let (a, row_b) = (rows_of(&work.a, rows, 1), rows_of(&work.b, rows, 1));
+        let bounds = rows_of(&work.bounds, rows, 4 * self.slots);
+        let moments = rows_of(&work.moments, rows, 10 * self.slots);
+        let widths = [1, 1, r, r, r, 1];
+        let observed: Vec<_> = work
+            .observed
+            .iter()
+            .zip(widths)
+            .map(|(x, w)| rows_of(x, rows, w))
+            .collect();
+        let mut outs = out.rows_mut(rows, r);
+        let mut b = part.stream.launch_builder(&gpu.f.bms_row_bases);
         b.arg(&n32).arg(&r32).arg(&ph).arg(&pw);
-        for a in &work.rows {
-            b.arg(a);
+        for x in &row_arrays {
+            b.arg(x);
         }
-        b.arg(&work.offsets);
+        b.arg(&offsets);
         self.push_model(&mut b, &s, parts);
-        b.arg(&tile)
-            .arg(&work.a)
-            .arg(&work.b)
-            .arg(&work.bounds)
-            .arg(&work.moments);
-        for a in &work.observed {
-            b.arg(a);
+        b.arg(&tile).arg(&a).arg(&row_b).arg(&bounds).arg(&moments);
+        for x in &observed {
+            b.arg(x);
         }
-        out.push(&mut b);
-        // SAFETY: row arrays hold n values, offsets n + 1, bounds and
-        // moments 4 and 10 per slot, the observed jets n and n r; the
-        // dynamic shared memory is the tile stage2_tile sized (the kernel
-        // carves `tile` cells' vectors and scalars); one block per row.
-        unsafe { b.launch(row_grid(n, self.tile.1)) }.map_err(|e| cuda_err("bms_row_bases", e))?;
-        drop(b);
-        out.finish(&self.designs, layout)
+        outs.push(&mut b);
+        // SAFETY: the part's rows of every array: a value a row, bounds and
+        // moments 4 and 10 per slot, the observed jets n and n r, outputs
+        // n, n r and n r^2; offsets n + 1; the dynamic shared memory is the
+        // tile stage2_tile sized (the kernel carves `tile` cells' vectors
+        // and scalars); one block per row.
+        unsafe { b.launch(row_grid(part.n(), self.tile.1)) }.map_err(|e| cuda_err("bms_row_bases", e))?;
+        Ok(())
     }
 
-    fn observed(&self, parts: &BetaParts, work: &mut Work) -> Result<()> {
-        let gpu = self.gpu();
+    fn observed(&self, parts: &BetaParts, work: &mut Work, part: &Part) -> Result<()> {
+        let (gpu, rows) = (self.gpu(), &part.rows);
         let bases = self.model.bases();
-        let (n, p_h, p_w) = (self.designs.n() as i32, bases.p_h() as i32, bases.p_w() as i32);
+        let r = bases.r();
+        let (n, p_h, p_w) = (part.n() as i32, bases.p_h() as i32, bases.p_w() as i32);
         let s = self.scalars();
         let Work {
             q,
             b: row_b,
             a,
-            rows,
+            rows: row_arrays,
             observed,
             ..
         } = work;
+        let (q, row_b, a, z) = (
+            rows_of(q, rows, 1),
+            rows_of(row_b, rows, 1),
+            rows_of(a, rows, 1),
+            rows_of(&self.z, rows, 1),
+        );
         let [chi, xi, rho, tau, r1v, e_obs] = observed;
-        let [mu_1, mu_2, _, _] = rows;
-        let mut b = gpu.stream.launch_builder(&gpu.f.bms_observed);
+        let [mu_1, mu_2, _, _] = row_arrays;
+        let mut views = [
+            rows_of_mut(e_obs, rows, 1),
+            rows_of_mut(chi, rows, 1),
+            rows_of_mut(xi, rows, 1),
+            rows_of_mut(rho, rows, r),
+            rows_of_mut(tau, rows, r),
+            rows_of_mut(r1v, rows, r),
+            rows_of_mut(mu_1, rows, 1),
+            rows_of_mut(mu_2, rows, 1),
+        ];
+        let mut b = part.stream.launch_builder(&gpu.f.bms_observed);
         b.arg(&n).arg(&p_h).arg(&p_w);
         self.push_model(&mut b, &s, parts);
         b.arg(&parts.beta_h)
             .arg(&parts.beta_w)
-            .arg(&*q)
-            .arg(&*row_b)
-            .arg(&*a)
-            .arg(&self.z);
-        b.arg(e_obs)
-            .arg(chi)
-            .arg(xi)
-            .arg(rho)
-            .arg(tau)
-            .arg(r1v)
-            .arg(mu_1)
-            .arg(mu_2);
-        // SAFETY: row arrays hold n values, rho, tau and r_1v n r.
-        unsafe { b.launch(grid(self.designs.n())) }.map_err(|e| cuda_err("bms_observed", e))?;
+            .arg(&q)
+            .arg(&row_b)
+            .arg(&a)
+            .arg(&z);
+        for v in &mut views {
+            b.arg(v);
+        }
+        // SAFETY: the part's rows: a value a row, rho, tau and r_1v r a
+        // row; the grid's blocks of 128 threads take OBS_ROWS = 128 rows
+        // each (bms_stage1.cu).
+        unsafe { b.launch(grid(part.n())) }.map_err(|e| cuda_err("bms_observed", e))?;
         Ok(())
     }
 
-    fn merge_status(&self, first: &CudaSlice<u32>, second: &mut CudaSlice<u32>) -> Result<()> {
+    fn merge_status(&self, first: &CudaSlice<u32>, second: &mut CudaSlice<u32>, part: &Part) -> Result<()> {
         let gpu = self.gpu();
-        let n = self.designs.n() as i32;
-        let mut b = gpu.stream.launch_builder(&gpu.f.merge_status);
-        b.arg(&n).arg(first).arg(second);
-        // SAFETY: both status arrays hold n values.
-        unsafe { b.launch(grid(self.designs.n())) }.map_err(|e| cuda_err("merge_status", e))?;
+        let n = part.n() as i32;
+        let first = rows_of(first, &part.rows, 1);
+        let mut second = rows_of_mut(second, &part.rows, 1);
+        let mut b = part.stream.launch_builder(&gpu.f.merge_status);
+        b.arg(&n).arg(&first).arg(&mut second);
+        // SAFETY: both status views hold the part's n values.
+        unsafe { b.launch(grid(part.n())) }.map_err(|e| cuda_err("merge_status", e))?;
         Ok(())
     }
 }

@@ -68,7 +68,7 @@ static int bundle(FILE* f, const char* out, int tile)
     fclose(f);
     // Zero-length arrays (no h or w block) still need a valid pointer.
     for (V& v : cells) if (v.empty()) v.push_back(0.0);
-    V neglog(n), grad((size_t)n * r), hess((size_t)n * r * r), f_au((size_t)n * r);
+    V neglog(n), grad((size_t)n * r), hess((size_t)n * r * r);
     std::vector<unsigned> st(n);
     for (int i = 0; i < n; ++i) {
         blockIdx.x = i;
@@ -76,7 +76,7 @@ static int bundle(FILE* f, const char* out, int tile)
                 tile, cells[0].data(), cells[1].data(), cells[2].data(), cells[3].data(), cells[4].data(),
                 cells[5].data(), cells[6].data(), cells[7].data(), cells[8].data(), cells[9].data(),
                 cells[10].data(), cells[11].data(), obs[0].data(), obs[1].data(), obs[2].data(), obs[3].data(),
-                obs[4].data(), obs[5].data(), f_au.data(), neglog.data(), grad.data(), hess.data(), st.data());
+                obs[4].data(), obs[5].data(), neglog.data(), grad.data(), hess.data(), st.data());
     }
     write_rows(out, V(), neglog, grad, hess, V(st.begin(), st.end()));
     return 0;
@@ -109,7 +109,7 @@ int main(int argc, char** argv)
                       a.data(), st.data(), slots, bounds.data());
     }
     V e(n), chi(n), xi(n), rho((size_t)n * r), tau((size_t)n * r), r1v((size_t)n * r), m1(n), m2(n);
-    for (int i = 0; i < n; ++i) {
+    for (int i = 0; i < (n + OBS_ROWS - 1) / OBS_ROWS; ++i) {
         blockIdx.x = i;
         bms_observed(n, p_h, p_w, MODEL, bh.data(), bw.data(), q.data(), b.data(), a.data(), z.data(), e.data(),
                      chi.data(), xi.data(), rho.data(), tau.data(), r1v.data(), m1.data(), m2.data());
@@ -120,12 +120,12 @@ int main(int argc, char** argv)
     }
     std::vector<unsigned> offsets(n + 1);
     for (int i = 0; i <= n; ++i) offsets[i] = (unsigned)i * slots;
-    V neglog(n), grad((size_t)n * r), hess((size_t)n * r * r), f_au((size_t)n * r);
+    V neglog(n), grad((size_t)n * r), hess((size_t)n * r * r);
     for (int i = 0; i < n; ++i) {
         blockIdx.x = i;
         bms_row_bases(n, r, p_h, p_w, m1.data(), m2.data(), y.data(), w.data(), offsets.data(), MODEL, tile,
                       a.data(), b.data(), bounds.data(), moments.data(), chi.data(), xi.data(), rho.data(),
-                      tau.data(), r1v.data(), e.data(), f_au.data(), neglog.data(), grad.data(), hess.data(),
+                      tau.data(), r1v.data(), e.data(), neglog.data(), grad.data(), hess.data(),
                       ost.data());
     }
     V status(n);

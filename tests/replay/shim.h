@@ -52,6 +52,13 @@ inline unsigned atomicOr(unsigned* p, unsigned v)
     return old;
 }
 
+inline unsigned long long atomicMax(unsigned long long* p, unsigned long long v)
+{
+    const unsigned long long old = *p;
+    if (v > old) *p = v;
+    return old;
+}
+
 inline double __shfl_sync(unsigned, double v, int) { return v; }
 inline double __shfl_xor_sync(unsigned, double v, int) { return v; }
 inline void __syncthreads() {}
