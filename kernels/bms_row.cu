@@ -4,9 +4,10 @@
 // F_u, F_au, F_uv) is owned by one thread (the Q sums by one warp's tensor
 // cores, 8 x 8 at a time) and runs over the row's cells in cell order: no
 // atomics, bitwise repeatable. The running sums live in shared memory
-// beside the tile (r x r + 3 r doubles, width-general): sum_X holds F_u,
-// then a_u; G holds the Q sums (each pair's F_uv and a_uv live only in its
-// thread); the outputs are written once, at the end.
+// beside the tile (3 r doubles): sum_X holds F_u, then a_u. The Q sums G
+// (r x r) do too where the host asks for it (g_shared), and otherwise sit
+// in the row's Hessian output, which the pair pass then overwrites entry by
+// entry (each pair's F_uv and a_uv live only in its thread).
 
 #define INV_TWO_PI 0.15915494309189535
 #define SQRT_2_OVER_PI 0.7978845608028654
@@ -103,7 +104,7 @@ struct BasesSource {
 // A tile of cells in dynamic shared memory: X ([tile][r][4]), the
 // scalars ([tile][r]), each cell's edges, segments and moments as read
 // ([tile][CELL_READ]), then the row's running sums of D(S_1u), D(X_u) and
-// D(AR_u) ([r] each) and its Q sums G ([r][r]).
+// D(AR_u) ([r] each) and, if g_shared, its Q sums G ([r][r]).
 struct Tile {
     double *X, *dX, *dXA, *dS, *cell, *sum_S, *sum_X, *sum_XA, *G;
 };
@@ -113,13 +114,13 @@ struct Tile {
 #define CELL_READ 14
 #define CELL_MOMENTS 4
 
-__device__ Tile tile_layout(double* sh, int tile, int r)
+__device__ Tile tile_layout(double* sh, int tile, int r, int g_shared)
 {
     Tile t;
     t.X = sh; t.dX = t.X + 4 * tile * r;
     t.dXA = t.dX + tile * r; t.dS = t.dXA + tile * r; t.cell = t.dS + tile * r;
     t.sum_S = t.cell + CELL_READ * tile;
-    t.sum_X = t.sum_S + r; t.sum_XA = t.sum_X + r; t.G = t.sum_XA + r;
+    t.sum_X = t.sum_S + r; t.sum_XA = t.sum_X + r; t.G = g_shared ? t.sum_XA + r : 0;
     return t;
 }
 
@@ -228,7 +229,7 @@ __device__ __forceinline__ void upper_pair(int k, int r, int* u, int* v)
 
 template <int BASES>
 __device__ void bms_row_body(
-    int n_rows, int r, int p_h, int p_w, int tile,
+    int n_rows, int r, int p_h, int p_w, int tile, int g_shared,
     const double* __restrict__ row_mu1, const double* __restrict__ row_mu2,
     const double* __restrict__ row_y, const double* __restrict__ row_w,
     const unsigned int* __restrict__ cell_offsets, const Cells& k, const BasesSource& src,
@@ -244,18 +245,19 @@ __device__ void bms_row_body(
     const int tid = threadIdx.x, nt = blockDim.x;
     const int lane = tid & 31, warps = (nt + 31) / 32, warp = tid / 32;
     const i64 rr = (i64)r * r;
-    // Running sums in shared memory, each owned by one thread across tiles:
-    // F_u (sum D(X_u)) in sum_X and sum D(AR_u) in sum_XA (u = 0 in F_a_sh,
-    // F_aa_sh), the Q sums G (upper blocks), sum D(S_1u) in sum_S. (Kept in
-    // the outputs in global memory, each tile read and wrote them there.)
+    // Running sums, each owned by one thread across tiles: F_u (sum
+    // D(X_u)) in sum_X and sum D(AR_u) in sum_XA (u = 0 in F_a_sh,
+    // F_aa_sh), sum D(S_1u) in sum_S, the Q sums G (upper blocks) in shared
+    // memory or in the row's Hessian. (All in the outputs in global memory,
+    // each tile read and wrote them there: Stage 2 at seed 0.1 ms slower.)
     __shared__ double T_sh[CELL_TILE][7];
     __shared__ double F_a_sh, F_aa_sh;
     __shared__ unsigned int bad;
-    const Tile t = tile_layout(dyn, tile, r);
+    const Tile t = tile_layout(dyn, tile, r, g_shared);
     double* F_u = t.sum_X;
     double* F_au = t.sum_XA;
-    double* F_uv = t.G;
     double* H = out_hess + (i64)row * rr;
+    double* F_uv = g_shared ? t.G : H;
     double* grad = out_grad + (i64)row * r;
     const int nb = (r + 7) / 8, blocks = nb * (nb + 1) / 2;
     const double a_row = BASES ? src.row_a[row] : 0.0, b_row = BASES ? src.row_b[row] : 0.0;
@@ -417,7 +419,7 @@ __device__ void bms_row_body(
 // Stage 2 over a bundle of per-cell arrays in global memory, `tile` cells
 // at a time (the dynamic shared memory holds their X vectors and scalars).
 extern "C" __global__ void bms_row(
-    ROW_COMMON_PARAMS, int tile,
+    ROW_COMMON_PARAMS, int tile, int g_shared,
     const double* __restrict__ cell_c0, const double* __restrict__ cell_c1,
     const double* __restrict__ cell_c2, const double* __restrict__ cell_c3,
     const double* __restrict__ cell_a, const double* __restrict__ cell_aa,
@@ -429,7 +431,7 @@ extern "C" __global__ void bms_row(
     const Cells k = {cell_c0, cell_c1, cell_c2, cell_c3, cell_a, cell_aa, cell_r, cell_ar,
                      cell_sbb, cell_sbh, cell_sbw, cell_moments};
     const BasesSource none = {};
-    bms_row_body<0>(n_rows, r, p_h, p_w, tile, row_mu1, row_mu2, row_y, row_w, cell_offsets, k, none,
+    bms_row_body<0>(n_rows, r, p_h, p_w, tile, g_shared, row_mu1, row_mu2, row_y, row_w, cell_offsets, k, none,
                     ROW_TAIL_ARGS, row_sh);
 }
 
@@ -438,7 +440,7 @@ extern "C" __global__ void bms_row(
 // At most 96 registers, so 10 blocks of ROW_THREADS = 64 fit an SM (bms.rs;
 // unbounded it took 118 and 8 blocks: 0.1 ms slower at seed).
 extern "C" __global__ void __launch_bounds__(64, 10) bms_row_bases(
-    ROW_COMMON_PARAMS, MODEL_PARAMS, int tile, const double* __restrict__ row_a_in,
+    ROW_COMMON_PARAMS, MODEL_PARAMS, int tile, int g_shared, const double* __restrict__ row_a_in,
     const double* __restrict__ row_b_in, const double* __restrict__ bounds,
     const double* __restrict__ cell_moments, ROW_TAIL_PARAMS)
 {
@@ -447,7 +449,7 @@ extern "C" __global__ void __launch_bounds__(64, 10) bms_row_bases(
     BasesSource src;
     src.m = make_model(MODEL_ARGS);
     src.row_a = row_a_in; src.row_b = row_b_in; src.bounds = bounds;
-    bms_row_body<1>(n_rows, r, p_h, p_w, tile, row_mu1, row_mu2, row_y, row_w, cell_offsets, k, src,
+    bms_row_body<1>(n_rows, r, p_h, p_w, tile, g_shared, row_mu1, row_mu2, row_y, row_w, cell_offsets, k, src,
                     ROW_TAIL_ARGS, row_sh);
 }
 

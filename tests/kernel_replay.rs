@@ -143,14 +143,16 @@ fn build(cc: &str, dir: &Path) -> PathBuf {
 }
 
 /// Run the replay on `bytes` (`mode`: "" for both stages, "bundle") at
-/// tiles of 9 and 1 cells; the two must agree bitwise. Returns the arrays.
+/// tiles of 9 and 1 cells, and of 9 with the Q sums in global memory (as
+/// rows too wide for shared memory keep them); all must agree bitwise.
+/// Returns the arrays.
 fn replay(exe: &Path, dir: &Path, label: &str, mode: &str, bytes: &[u8]) -> Vec<Vec<f64>> {
     let input = dir.join(format!("in-{label}-{mode}.bin"));
     std::fs::write(&input, bytes).unwrap();
-    let run = |tile: usize| {
+    let run = |tile: &str| {
         let out = dir.join(format!("out-{label}-{mode}-{tile}.bin"));
         let mut cmd = Command::new(exe);
-        cmd.arg(&input).arg(&out).arg(tile.to_string());
+        cmd.arg(&input).arg(&out).arg(tile);
         if !mode.is_empty() {
             cmd.arg(mode);
         }
@@ -160,11 +162,15 @@ fn replay(exe: &Path, dir: &Path, label: &str, mode: &str, bytes: &[u8]) -> Vec<
         );
         read_arrays(&out)
     };
-    let (nine, one) = (run(9), run(1));
+    let (nine, one, global) = (run("9"), run("1"), run("9g"));
     let bits = |a: &[Vec<f64>]| a.iter().flatten().map(|v| v.to_bits()).collect::<Vec<_>>();
     assert!(
         bits(&nine) == bits(&one),
         "{label} {mode}: tiles of 9 and 1 cells differ"
+    );
+    assert!(
+        bits(&nine) == bits(&global),
+        "{label} {mode}: Q sums in shared and in global memory differ"
     );
     assert_eq!(nine.len(), 5, "{label} {mode}: the driver writes 5 arrays");
     assert!(

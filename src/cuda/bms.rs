@@ -199,26 +199,44 @@ const STAGE2_TILE_BYTES: usize = 12 << 10;
 /// The doubles a cell is read as (CELL_READ in bms_row.cu).
 const CELL_READ: usize = 14;
 
-/// The cells a Stage-2 tile holds and its dynamic shared-memory bytes, for
-/// rows of at most `cells` cells: each cell takes 7 r + CELL_READ doubles
-/// (its X vectors, three scalars a coordinate, its edges, segments and
-/// moments: `tile_layout` in bms_row.cu), the row r^2 + 3 r more (its
-/// running sums: G, D(S_1u), D(X_u), D(AR_u)). The tiles of a
-/// row are balanced, so a row of 40 cells is two tiles of 20, not 32 and 8.
-pub(crate) fn stage2_tile(gpu: &Gpu, r: usize, cells: usize) -> Result<(usize, usize)> {
+/// How a Stage-2 block uses its dynamic shared memory (`tile_layout` in
+/// bms_row.cu).
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Stage2Tile {
+    /// Cells a tile holds.
+    pub cells: usize,
+    /// Dynamic shared-memory bytes.
+    pub bytes: usize,
+    /// Whether the row's Q sums G (r^2 doubles) sit in shared memory (1) or
+    /// in the row's Hessian output (0).
+    pub g_shared: i32,
+}
+
+/// The Stage-2 tile for rows of at most `cells` cells: each cell takes
+/// 7 r + CELL_READ doubles (its X vectors, three scalars a coordinate, its
+/// edges, segments and moments), the row 3 r more (the running sums of
+/// D(S_1u), D(X_u), D(AR_u)) and, while r^2 doubles are no more than the
+/// tile's budget (r <= 39), r^2 more for G. (G in shared memory took 0.1 ms
+/// off Stage 2 at seed, r = 20; at larger r it would cost blocks an SM, not
+/// measured, so G stays in global memory there, as it always was.) The
+/// tiles of a row are balanced, so a row of 40 cells is two tiles of 20,
+/// not 32 and 8.
+pub(crate) fn stage2_tile(gpu: &Gpu, r: usize, cells: usize) -> Result<Stage2Tile> {
     let cell = (7 * r + CELL_READ) * 8;
     let most = (STAGE2_TILE_BYTES / cell).clamp(1, STAGE2_TILE);
     let tiles = cells.max(1).div_ceil(most);
     let tile = cells.max(1).div_ceil(tiles);
-    let bytes = tile * cell + (3 * r + r * r) * 8;
+    let g_shared = r * r * 8 <= STAGE2_TILE_BYTES;
+    let bytes = tile * cell + (3 * r + if g_shared { r * r } else { 0 }) * 8;
     if bytes + (STAGE2_TILE * 7 + 4) * 8 > gpu.shared_optin {
-        let rule = format!(
-            "one cell's Stage-2 arrays and a row's sums ({} bytes) must fit the device's shared memory",
-            cell + (3 * r + r * r) * 8
-        );
+        let rule = format!("one cell's Stage-2 arrays ({cell} bytes) must fit the device's shared memory");
         return Err(Error::invalid("r", r, rule));
     }
-    Ok((tile, bytes))
+    Ok(Stage2Tile {
+        cells: tile,
+        bytes,
+        g_shared: g_shared as i32,
+    })
 }
 
 /// One block per row.
@@ -242,23 +260,22 @@ pub(crate) fn stage2(
     let gpu = designs.gpu().clone();
     let mut out = RowOutputs::allocate(&gpu, n, r)?;
     let (n32, r32, ph, pw) = (n as i32, r as i32, p_h as i32, p_w as i32);
-    let (tile, shared) = stage2_tile(&gpu, r, STAGE2_TILE)?;
-    let tile32 = tile as i32;
+    let tile = stage2_tile(&gpu, r, STAGE2_TILE)?;
+    let tile32 = tile.cells as i32;
     let mut b = gpu.stream.launch_builder(&gpu.f.bms_row);
     b.arg(&n32).arg(&r32).arg(&ph).arg(&pw);
     for a in &bundle.rows {
         b.arg(a);
     }
-    b.arg(&bundle.offsets).arg(&tile32);
+    b.arg(&bundle.offsets).arg(&tile32).arg(&tile.g_shared);
     for a in bundle.cells.iter().chain(&bundle.observed) {
         b.arg(a);
     }
     out.push(&mut b);
     // SAFETY: every bundle array holds its n, r, p_h, p_w and cell-count
     // length (validated on upload); outputs are sized n, n r, n r^2; one
-    // block per row, with the X vectors and scalars of `tile` cells in
-    // shared memory.
-    unsafe { b.launch(row_grid(n, shared)) }.map_err(|e| cuda_err("bms_row", e))?;
+    // block per row, with the shared memory stage2_tile sized.
+    unsafe { b.launch(row_grid(n, tile.bytes)) }.map_err(|e| cuda_err("bms_row", e))?;
     drop(b);
     out.finish(designs, layout)
 }

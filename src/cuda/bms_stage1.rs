@@ -27,15 +27,14 @@ use std::sync::{Arc, Mutex};
 
 use cudarc::driver::{CudaSlice, CudaStream, CudaView, CudaViewMut, LaunchArgs, LaunchConfig, PushKernelArg};
 
-use super::bms::{check_status, row_grid, stage2_tile, DeviceRowEvaluation, RowOutputs};
+use super::bms::{check_status, row_grid, stage2_tile, DeviceRowEvaluation, RowOutputs, Stage2Tile};
 use super::row_hessian::DeviceDesigns;
 use super::runtime::{cuda_err, Gpu};
 use crate::bms::{BmsData, BmsModel, CubicBasis};
 use crate::designs::check_matrix;
 use crate::{Error, Result};
 
-/// Threads per block of the Stage-1 kernels (one thread per row or cell;
-/// `bms_observed` takes OBS_ROWS = 128 rows a block).
+/// Threads per block of the Stage-1 kernels (one thread per row or cell).
 /// `bms_calibrate` and `bms_cell_moments` are compiled with
 /// `__launch_bounds__(128, 4)`: a larger block would fail to launch, so
 /// change them together.
@@ -78,6 +77,9 @@ impl Part<'_> {
         self.rows.len()
     }
 }
+
+/// Rows a block of `bms_observed` takes (OBS_ROWS in bms_stage1.cu).
+const OBS_ROWS: usize = 128;
 
 fn grid(items: usize) -> LaunchConfig {
     LaunchConfig {
@@ -166,8 +168,8 @@ pub struct DeviceStage1 {
     score: DeviceBasis,
     link: DeviceBasis,
     slots: usize,
-    /// Cells a Stage-2 tile holds, and its shared-memory bytes.
-    tile: (usize, usize),
+    /// How a Stage-2 block uses its shared memory.
+    tile: Stage2Tile,
     z: CudaSlice<f64>,
     work: Mutex<Work>,
     /// One stream a part of the rows (`part_ranges`); none where one part
@@ -278,20 +280,29 @@ impl DeviceStage1 {
         let (parts, mut work) = self.prepare(beta)?;
         let mut out = RowOutputs::allocate(self.gpu(), self.designs.n(), self.model.layout().r())?;
         // Each part's stream waits for beta's uploads and the outputs.
-        for part in self.parts()? {
-            self.calibrate(&parts, &mut work, &part)?;
-            self.cells(&parts, &mut work, &part)?;
-            self.observed(&parts, &mut work, &part)?;
-            self.stage2(&parts, &work, &mut out, &part)?;
-            self.merge_status(&work.status, &mut out.status, &part)?;
-        }
-        self.join_parts()?;
+        self.on_parts(|part| {
+            self.calibrate(&parts, &mut work, part)?;
+            self.cells(&parts, &mut work, part)?;
+            self.observed(&parts, &mut work, part)?;
+            self.stage2(&parts, &work, &mut out, part)?;
+            self.merge_status(&work.status, &mut out.status, part)
+        })?;
         let (rows, status) = out.finish(&self.designs, self.model.layout())?;
         Ok(PendingRows {
             gpu: self.gpu().clone(),
             rows,
             status,
         })
+    }
+
+    /// Queue work for each part of the rows on its stream, then make the
+    /// device's stream wait for every part, also when queueing fails: what
+    /// the caller then frees on the device's stream (beta's uploads, the
+    /// outputs) must not be reused while a part's kernels still run.
+    fn on_parts(&self, mut queue: impl FnMut(&Part) -> Result<()>) -> Result<()> {
+        let queued = self.parts().and_then(|parts| parts.iter().try_for_each(&mut queue));
+        self.join_parts()?;
+        queued
     }
 
     /// The parts of the rows with their streams, each made to wait for the
@@ -346,10 +357,7 @@ impl DeviceStage1 {
         let mut timed = |f: &mut dyn FnMut(&mut Work, &mut RowOutputs, &Part) -> Result<()>| -> Result<f64> {
             gpu.synchronize()?;
             let t = std::time::Instant::now();
-            for part in self.parts()? {
-                f(&mut work, &mut out, &part)?;
-            }
-            self.join_parts()?;
+            self.on_parts(|part| f(&mut work, &mut out, part))?;
             gpu.synchronize()?;
             Ok(t.elapsed().as_secs_f64())
         };
@@ -481,7 +489,7 @@ impl DeviceStage1 {
         let (gpu, layout, bases, rows) = (self.gpu(), self.model.layout(), self.model.bases(), &part.rows);
         let (n32, r) = (part.n() as i32, layout.r());
         let r32 = r as i32;
-        let (ph, pw, tile) = (bases.p_h() as i32, bases.p_w() as i32, self.tile.0 as i32);
+        let (ph, pw, tile) = (bases.p_h() as i32, bases.p_w() as i32, self.tile.cells as i32);
         let s = self.scalars();
         let row_arrays = work.rows.each_ref().map(|x| rows_of(x, rows, 1));
         // Slot offsets are i * slots: the first n + 1 serve any part, whose
@@ -505,7 +513,8 @@ impl DeviceStage1 {
         }
         b.arg(&offsets);
         self.push_model(&mut b, &s, parts);
-        b.arg(&tile).arg(&a).arg(&row_b).arg(&bounds).arg(&moments);
+        b.arg(&tile).arg(&self.tile.g_shared);
+        b.arg(&a).arg(&row_b).arg(&bounds).arg(&moments);
         for x in &observed {
             b.arg(x);
         }
@@ -515,7 +524,7 @@ impl DeviceStage1 {
         // n, n r and n r^2; offsets n + 1; the dynamic shared memory is the
         // tile stage2_tile sized (the kernel carves `tile` cells' vectors
         // and scalars); one block per row.
-        unsafe { b.launch(row_grid(part.n(), self.tile.1)) }.map_err(|e| cuda_err("bms_row_bases", e))?;
+        unsafe { b.launch(row_grid(part.n(), self.tile.bytes)) }.map_err(|e| cuda_err("bms_row_bases", e))?;
         Ok(())
     }
 
@@ -563,10 +572,13 @@ impl DeviceStage1 {
         for v in &mut views {
             b.arg(v);
         }
+        let cfg = LaunchConfig {
+            grid_dim: (part.n().div_ceil(OBS_ROWS) as u32, 1, 1),
+            ..grid(part.n())
+        };
         // SAFETY: the part's rows: a value a row, rho, tau and r_1v r a
-        // row; the grid's blocks of 128 threads take OBS_ROWS = 128 rows
-        // each (bms_stage1.cu).
-        unsafe { b.launch(grid(part.n())) }.map_err(|e| cuda_err("bms_observed", e))?;
+        // row; each block takes OBS_ROWS rows (any block size).
+        unsafe { b.launch(cfg) }.map_err(|e| cuda_err("bms_observed", e))?;
         Ok(())
     }
 

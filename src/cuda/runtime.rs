@@ -317,9 +317,17 @@ impl Gpu {
 /// returns freed memory to the system at each synchronisation, so every
 /// evaluation's outputs (624 MB of row Hessians at seed) were mapped afresh
 /// (seed row evaluation on the H200: 10.61-10.69 -> 10.03-10.06 ms). The
-/// process then holds its peak device memory, as caching allocators do.
+/// process then holds its peak device memory, as caching allocators do. A
+/// device without memory pools (where cudarc allocates synchronously) is
+/// left as it is.
 fn keep_pool_memory(ctx: &CudaContext) -> Result<()> {
     use cudarc::driver::sys;
+    let pools = ctx
+        .attribute(sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MEMORY_POOLS_SUPPORTED)
+        .map_err(|e| cuda_err("memory pools supported", e))?;
+    if pools == 0 {
+        return Ok(());
+    }
     let mut pool: sys::CUmemoryPool = std::ptr::null_mut();
     let mut keep = u64::MAX;
     // SAFETY: the context's device and its default pool, an attribute whose

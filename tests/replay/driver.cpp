@@ -4,6 +4,9 @@
 //     replay IN OUT TILE           both stages from the bases
 //     replay IN OUT TILE bundle    Stage 2 over a CPU Stage-1 bundle
 //
+// TILE is the cells a Stage-2 tile holds; a trailing g ("9g") keeps the
+// rows' Q sums in the Hessian output instead of shared memory.
+//
 // Both stages: reads the problem that tests/kernel_replay.rs wrote, launches
 // bms_calibrate, bms_observed and bms_cell_moments a block (of one thread)
 // at a time, then bms_row_bases with the tile size given, and writes the
@@ -55,7 +58,7 @@ static void write_rows(const char* path, const V& a, const V& neglog, const V& g
 // Stage 2 over a bundle in RowKernelInputs order: [n, r, p_h, p_w], the
 // offsets, mu_1, mu_2, y, w, the cell arrays (c0..c3, a, aa, r, ar, sbb, sbh,
 // sbw, moments) and the observed ones (chi, xi, rho, tau, r_uv, e_obs).
-static int bundle(FILE* f, const char* out, int tile)
+static int bundle(FILE* f, const char* out, int tile, int g_shared)
 {
     const V hdr = get(f);
     const int n = (int)hdr[0], r = (int)hdr[1], p_h = (int)hdr[2], p_w = (int)hdr[3];
@@ -73,7 +76,7 @@ static int bundle(FILE* f, const char* out, int tile)
     for (int i = 0; i < n; ++i) {
         blockIdx.x = i;
         bms_row(n, r, p_h, p_w, rows[0].data(), rows[1].data(), rows[2].data(), rows[3].data(), offsets.data(),
-                tile, cells[0].data(), cells[1].data(), cells[2].data(), cells[3].data(), cells[4].data(),
+                tile, g_shared, cells[0].data(), cells[1].data(), cells[2].data(), cells[3].data(), cells[4].data(),
                 cells[5].data(), cells[6].data(), cells[7].data(), cells[8].data(), cells[9].data(),
                 cells[10].data(), cells[11].data(), obs[0].data(), obs[1].data(), obs[2].data(), obs[3].data(),
                 obs[4].data(), obs[5].data(), neglog.data(), grad.data(), hess.data(), st.data());
@@ -87,7 +90,8 @@ int main(int argc, char** argv)
     if (argc != 4 && argc != 5) { fprintf(stderr, "usage: replay IN OUT TILE [bundle]\n"); return 2; }
     FILE* f = fopen(argv[1], "rb");
     if (!f) { perror(argv[1]); return 2; }
-    if (argc == 5) return bundle(f, argv[2], atoi(argv[3]));
+    const int g_shared = strchr(argv[3], 'g') ? 0 : 1;
+    if (argc == 5) return bundle(f, argv[2], atoi(argv[3]), g_shared);
     const V hdr = get(f);
     const int n = (int)hdr[0], p_m = (int)hdr[1], p_g = (int)hdr[2], p_h = (int)hdr[3], p_w = (int)hdr[4];
     const int dh = (int)hdr[5], dw = (int)hdr[6], rigid = (int)hdr[8];
@@ -123,7 +127,7 @@ int main(int argc, char** argv)
     V neglog(n), grad((size_t)n * r), hess((size_t)n * r * r);
     for (int i = 0; i < n; ++i) {
         blockIdx.x = i;
-        bms_row_bases(n, r, p_h, p_w, m1.data(), m2.data(), y.data(), w.data(), offsets.data(), MODEL, tile,
+        bms_row_bases(n, r, p_h, p_w, m1.data(), m2.data(), y.data(), w.data(), offsets.data(), MODEL, tile, g_shared,
                       a.data(), b.data(), bounds.data(), moments.data(), chi.data(), xi.data(), rho.data(),
                       tau.data(), r1v.data(), e.data(), neglog.data(), grad.data(), hess.data(),
                       ost.data());
