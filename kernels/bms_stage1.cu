@@ -17,12 +17,9 @@
 //   bms_observed   one thread per row: the observed-point jets and mu_1, mu_2.
 // Each thread works sequentially in a fixed order: no atomics, bitwise
 // repeatable. Quadrature is adaptive, with an explicit stack per thread:
-// where the CPU takes a 20-point Gauss-Legendre rule and accepts a panel
-// when a separate 10-point rule agrees, the device takes the 21-point
-// Gauss-Kronrod rule with its embedded 10-point Gauss rule (21 integrand
-// values a panel instead of 30) and estimates the Kronrod value's error
-// from the two as QUADPACK does (kronrod_error), so it accepts wider panels
-// than the CPU.
+// the 21-point Gauss-Kronrod rule with its embedded 10-point Gauss rule,
+// whose difference estimates the Kronrod value's error as QUADPACK does
+// (kronrod_error), as on the CPU (quadrature::adaptive_with).
 
 #define Z_CLIP 40.0
 #define QUAD_TOL 1e-14

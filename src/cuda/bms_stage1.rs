@@ -17,9 +17,9 @@
 //! can have: one more than the score and link knots together); a row with
 //! fewer cells (b = 0, or coinciding edges) marks the rest empty, which
 //! Stage 2 sums as exact zeros. The CPU Stage 1 (`bms::cells`,
-//! `bms::calibration`) is the oracle: the same cells; the device's adaptive
-//! quadrature takes the 21-point Kronrod rule and QUADPACK's error estimate
-//! where the CPU's takes two Gauss rules, so the two agree to the parity
+//! `bms::calibration`) is the oracle: the same cells and the same adaptive
+//! rule (21-point Kronrod, QUADPACK's error estimate), evaluated in another
+//! order and with other math libraries, so the two agree to the parity
 //! tests' tolerances, not bitwise.
 
 use std::ops::Range;
