@@ -53,8 +53,7 @@ const MIN_PART_ROWS: usize = 128;
 /// The row ranges of an evaluation's parts.
 fn part_ranges(n: usize) -> Vec<Range<usize>> {
     let parts = if n >= ROW_PARTS * MIN_PART_ROWS { ROW_PARTS } else { 1 };
-    let size = n.div_ceil(parts);
-    (0..parts).map(|k| k * size..((k + 1) * size).min(n)).collect()
+    (0..parts).map(|k| k * n / parts..(k + 1) * n / parts).collect()
 }
 
 /// Rows `rows` of a buffer of `width` values a row.
@@ -613,5 +612,28 @@ impl Work {
             moments: z(10 * c)?,
             observed: [z(n)?, z(n)?, z(n * r)?, z(n * r)?, z(n * r)?, z(n)?],
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parts_cover_the_rows_in_order_and_small_sets_take_one() {
+        for n in [1, 2, 255, 256, 257, 1000, 195_001] {
+            let parts = part_ranges(n);
+            let want = if n >= ROW_PARTS * MIN_PART_ROWS { ROW_PARTS } else { 1 };
+            assert_eq!(parts.len(), want, "n = {n}");
+            assert_eq!(parts[0].start, 0, "n = {n}");
+            assert_eq!(parts[parts.len() - 1].end, n, "n = {n}");
+            for w in parts.windows(2) {
+                assert_eq!(w[0].end, w[1].start, "n = {n}: parts must be contiguous");
+            }
+            // Balanced: sizes differ by at most one row, and none is empty.
+            let sizes: Vec<usize> = parts.iter().map(|p| p.len()).collect();
+            let (lo, hi) = (sizes.iter().min().unwrap(), sizes.iter().max().unwrap());
+            assert!(*lo >= 1 && hi - lo <= 1, "n = {n}: sizes {sizes:?}");
+        }
     }
 }
