@@ -255,7 +255,7 @@ __device__ void eta_and_a(const Pieces& p, double a, double b, double s_f, doubl
 // Adaptive Gauss-Kronrod: bisect until the Kronrod value's estimated error
 // (kronrod_error) is within QUAD_TOL times the largest panel |f| integral
 // seen.
-// Unlike the CPU rule, a wide interval away from z = 0 starts as panels that
+// As in the CPU rule, a wide interval away from z = 0 starts as panels that
 // double in width away from its end nearest 0: every integrand here decays
 // at least like exp(-z^2 / 2), so its mass sits near that end, and plain
 // bisection of a tail such as [4, 40] would spend four levels reaching it.
@@ -375,7 +375,8 @@ __device__ __forceinline__ double abs_poly(const double* p, double z)
 // component's integral; the panel is skipped when every bound is below
 // SKIP_FRACTION of what an accepted panel may be off by (tol x scale). It
 // spares the far panels of the tails (past |z| of about 9), which the
-// initial panels reach.
+// initial panels reach. The CPU rule skips the same panels
+// (quadrature::adaptive_bounded).
 template <int N, int KIND>
 __device__ bool negligible(double lo, double hi, const double* eta, const double* scale)
 {

@@ -17,10 +17,13 @@
 
 use std::f64::consts::PI;
 
+/// 1 / sqrt(2 pi).
+const FRAC_1_SQRT_2PI: f64 = 0.3989422804014327;
+
 use super::basis::poly_eval;
 use super::cells::{Bases, Cell, CellJet, Z_CLIP};
 use super::probit::{cdf_pdf_and_gauss, norm_cdf, norm_sf};
-use super::quadrature::{adaptive, adaptive_with, gauss5_panels};
+use super::quadrature::{abs_poly, adaptive_bounded, gauss5_panels};
 use crate::{Error, Result};
 
 /// Newton iterations allowed (bisection steps included).
@@ -60,7 +63,9 @@ pub fn residual(q: f64, cells: &[CellJet]) -> f64 {
                 let e = poly_eval(&c.eta, z);
                 [cdf_pdf_and_gauss(if upper { -e } else { e }, z).0]
             };
-            adaptive(c.lo.max(-Z_CLIP), c.hi.min(Z_CLIP), 1e-14, &f)[0]
+            // Phi(+-eta) phi(z) <= phi(z).
+            let bound = |g: f64, _: f64| [g * FRAC_1_SQRT_2PI];
+            adaptive_bounded(c.lo.max(-Z_CLIP), c.hi.min(Z_CLIP), [1e-14], &f, &bound)[0]
         })
         .sum();
     if upper {
@@ -185,8 +190,21 @@ fn residual_and_slopes(bases: &Bases, theta: &[f64], a: f64, rule: Rule) -> (f64
             let (phi, w) = cdf_pdf_and_gauss(if upper { -e } else { e }, z);
             [phi, d1 * w, (d2 - d1 * d1 * e) * w]
         };
+        // Phi <= 1 and exp(-eta^2/2) <= 1: each component is at most a
+        // polynomial bound times exp(-z^2/2).
+        let bound = |g: f64, z: f64| {
+            let pa = abs_poly(&c.a, z);
+            [
+                g * FRAC_1_SQRT_2PI,
+                g * pa,
+                g * (abs_poly(&c.aa, z) + pa * pa * abs_poly(&c.eta, z)),
+            ]
+        };
         let v = match rule {
-            Rule::Adaptive => adaptive_with(c.lo.max(-Z_CLIP), c.hi.min(Z_CLIP), [1e-14, SLOPE_TOL, SLOPE_TOL], &f),
+            Rule::Adaptive => {
+                let tol = [1e-14, SLOPE_TOL, SLOPE_TOL];
+                adaptive_bounded(c.lo.max(-Z_CLIP), c.hi.min(Z_CLIP), tol, &f, &bound)
+            }
             Rule::Quick => gauss5_panels(c.lo.max(-QUICK_CLIP), c.hi.min(QUICK_CLIP), &f),
         };
         mass += v[0];

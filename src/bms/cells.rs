@@ -8,7 +8,7 @@
 
 use super::basis::{poly_add, poly_compose_affine, poly_deriv, poly_eval, poly_scale, poly_times_z, Cubic, CubicBasis};
 use super::probit::{norm_cdf, norm_sf};
-use super::quadrature::adaptive;
+use super::quadrature::adaptive_bounded;
 use crate::{Error, Result};
 
 /// Number of moments per cell, m_0..m_9.
@@ -397,7 +397,7 @@ pub fn moments(eta: &Cubic, lo: f64, hi: f64) -> [f64; MOMENTS] {
 /// Moments by adaptive Gauss-Legendre over the cell clipped to |z| <= Z_CLIP.
 pub fn quadrature_moments(eta: &Cubic, lo: f64, hi: f64) -> [f64; MOMENTS] {
     let (l, r) = (lo.max(-Z_CLIP), hi.min(Z_CLIP));
-    adaptive(l, r, QUAD_TOL, &|z: f64| {
+    let f = |z: f64| {
         let e = poly_eval(eta, z);
         let mut out = [0.0; MOMENTS];
         let mut zk = (-0.5 * (z * z + e * e)).exp();
@@ -406,7 +406,18 @@ pub fn quadrature_moments(eta: &Cubic, lo: f64, hi: f64) -> [f64; MOMENTS] {
             zk *= z;
         }
         out
-    })
+    };
+    // |z^k exp(-(z^2 + eta^2)/2)| <= z_far^k exp(-z_near^2/2).
+    let bound = |g: f64, z: f64| {
+        let mut out = [0.0; MOMENTS];
+        let mut zk = g;
+        for m in out.iter_mut() {
+            *m = zk;
+            zk *= z;
+        }
+        out
+    };
+    adaptive_bounded(l, r, [QUAD_TOL; MOMENTS], &f, &bound)
 }
 
 /// Phi(v) - Phi(u) for u <= v without cancellation in either tail.
