@@ -21,7 +21,8 @@ use crate::{Error, Result};
 /// measured fastest at seed (see STAGE2_TILE_BYTES; earlier, 128 threads
 /// with one 27-cell tile were 13% slower and 256 threads 41%): more
 /// resident blocks hide the latency of each block's barrier-separated
-/// phases.
+/// phases. `bms_row_bases` is compiled with `__launch_bounds__(64, 10)`: a
+/// larger block would fail to launch, so change them together.
 const ROW_THREADS: u32 = 64;
 // The Q sums' tensor-core steps take whole warps.
 const _: () = assert!(ROW_THREADS.is_multiple_of(32));
