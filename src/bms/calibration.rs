@@ -17,12 +17,9 @@
 
 use std::f64::consts::PI;
 
-/// 1 / sqrt(2 pi).
-const FRAC_1_SQRT_2PI: f64 = 0.3989422804014327;
-
 use super::basis::poly_eval;
 use super::cells::{Bases, Cell, CellJet, Z_CLIP};
-use super::probit::{cdf_pdf_and_gauss, norm_cdf, norm_sf};
+use super::probit::{cdf_pdf_and_gauss, inv_sqrt_2pi, norm_cdf, norm_sf};
 use super::quadrature::{abs_poly, adaptive_bounded, gauss5_panels};
 use crate::{Error, Result};
 
@@ -64,7 +61,7 @@ pub fn residual(q: f64, cells: &[CellJet]) -> f64 {
                 [cdf_pdf_and_gauss(if upper { -e } else { e }, z).0]
             };
             // Phi(+-eta) phi(z) <= phi(z).
-            let bound = |g: f64, _: f64| [g * FRAC_1_SQRT_2PI];
+            let bound = |g: f64, _: f64| [g * inv_sqrt_2pi()];
             adaptive_bounded(c.lo.max(-Z_CLIP), c.hi.min(Z_CLIP), [1e-14], &f, &bound)[0]
         })
         .sum();
@@ -195,7 +192,7 @@ fn residual_and_slopes(bases: &Bases, theta: &[f64], a: f64, rule: Rule) -> (f64
         let bound = |g: f64, z: f64| {
             let pa = abs_poly(&c.a, z);
             [
-                g * FRAC_1_SQRT_2PI,
+                g * inv_sqrt_2pi(),
                 g * pa,
                 g * (abs_poly(&c.aa, z) + pa * pa * abs_poly(&c.eta, z)),
             ]

@@ -176,7 +176,7 @@ pub fn norm_pdf(x: f64) -> f64 {
 
 /// exp(-ln sqrt(2 pi)) = 1 / sqrt(2 pi), as `norm_pdf` has always formed it
 /// (so its values keep every bit), computed once instead of at every call.
-fn inv_sqrt_2pi() -> f64 {
+pub(crate) fn inv_sqrt_2pi() -> f64 {
     static C: std::sync::LazyLock<f64> = std::sync::LazyLock::new(|| (-LN_SQRT_2PI).exp());
     *C
 }
