@@ -10,11 +10,10 @@ const MAX_PANELS: usize = 100_000;
 /// Gauss rule (QUADPACK's qk21 table): (node, Kronrod weight, Gauss weight,
 /// zero where the node is not a Gauss node) for the nodes x >= 0; the rule
 /// is symmetric. Exact for polynomials of degree 31 (Kronrod) and 19
-/// (Gauss). The device quadrature integrates with the Kronrod rule and
-/// judges it by the Gauss rule, reusing 10 of its 21 values, where the CPU's
-/// 20-point rule checked against a separate 10-point rule costs 30. The
-/// device holds the same literals (GK21 in kernels/bms_stage1.cu; a test
-/// below compares them bitwise).
+/// (Gauss). Both the CPU and the device integrate with the Kronrod rule and
+/// estimate its error from the Gauss rule, which reuses 10 of its 21
+/// values. The device holds the same literals (GK21 in
+/// kernels/bms_stage1.cu; a test below compares them bitwise).
 const KRONROD_21: [[f64; 3]; 11] = [
     [0.0, 0.1494455540029169, 0.0],
     [0.14887433898163122, 0.14773910490133849, 0.29552422471475287],
