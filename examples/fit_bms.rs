@@ -15,18 +15,18 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use clap::Parser;
+use matfree::bms::fit::{BmsFit, FitOptions};
 use matfree::bms::generator::{generate, GeneratorConfig};
-use matfree::bms::summary::{coefficients, edf, penalised_covariance, smooth_band, sub_block, Coefficient, SmoothTerm};
-use matfree::bms::{bms_penalty, Bases, BmsData, BmsModel, BmsObjective, CubicBasis};
+use matfree::bms::summary::{coefficients, smooth_band, sub_block, Coefficient, SmoothTerm};
+use matfree::bms::{Bases, BmsData, BmsModel, BmsObjective, CubicBasis};
 use matfree::cuda::{
     select_device, BmsDeviceObjective, BmsMultiObjective, CudaBackend, Device, Gpu, GpuGroup, GpuPolicy,
     MultiGpuBackend,
 };
 use matfree::data::{read_csv, ColumnSpec};
 use matfree::plot::{smooths_svg, Panel};
-use matfree::solvers::newton::{newton, Evaluation, NewtonOptions, Objective};
-use matfree::solvers::reml::{reml, RemlOptions};
-use matfree::solvers::{cg, Backend, Jacobi, LinearOperator, PcgOptions, Penalised, Penalty, PenaltyMatrix};
+use matfree::solvers::newton::{Evaluation, Objective};
+use matfree::solvers::Backend;
 use matfree::Designs;
 use serde::Serialize;
 
@@ -84,11 +84,12 @@ struct Args {
     /// Standard deviation of a Gaussian frailty (0: none).
     #[arg(long, default_value_t = 0.0)]
     frailty_sd: f64,
-    /// Inner Newton gradient tolerance (relative to |f| + 1).
-    #[arg(long, default_value_t = 1e-8)]
-    grad_tol: f64,
-    /// REML gradient tolerance.
-    #[arg(long, default_value_t = 1e-5)]
+    /// Inner Newton tolerance on the Newton decrement g^T (H + S)^{-1} g
+    /// (absolute: the squared distance to the optimum in standard errors).
+    #[arg(long, default_value_t = 1e-10)]
+    newton_tol: f64,
+    /// REML tolerance on |dV/drho| (absolute, in effective degrees of freedom).
+    #[arg(long, default_value_t = 1e-3)]
     reml_tol: f64,
     /// Write the summary as JSON here.
     #[arg(long)]
@@ -107,12 +108,14 @@ struct Report {
     p: usize,
     method: String,
     converged: bool,
+    termination: String,
     reml_score: Option<f64>,
     penalised_neglog: f64,
+    edf_total: f64,
     newton_iterations: usize,
+    first_newton_iterations: usize,
     reml_iterations: usize,
     evaluations: usize,
-    pcg_iterations_per_second: f64,
     coefficients: Vec<Coefficient>,
     smooths: Vec<SmoothTerm>,
     phases: Vec<(String, f64)>,
@@ -129,9 +132,19 @@ struct Problem {
     source: String,
 }
 
+/// Exit status of a fit that ran to the end without converging (its
+/// summary and outputs are still written, marked as not converged).
+const NOT_CONVERGED: u8 = 3;
+
 fn main() -> std::process::ExitCode {
     match run(Args::parse()) {
-        Ok(()) => std::process::ExitCode::SUCCESS,
+        Ok(true) => std::process::ExitCode::SUCCESS,
+        Ok(false) => {
+            eprintln!(
+                "fit_bms: the fit did not converge (exit status {NOT_CONVERGED}); the best fit found is reported"
+            );
+            std::process::ExitCode::from(NOT_CONVERGED)
+        }
         Err(e) => {
             eprintln!("fit_bms: error: {e}");
             std::process::ExitCode::FAILURE
@@ -160,7 +173,7 @@ fn gpu_count(device: &Device, gpus: Option<usize>) -> AnyResult<usize> {
     }
 }
 
-fn run(args: Args) -> AnyResult<()> {
+fn run(args: Args) -> AnyResult<bool> {
     if !(args.frailty_sd.is_finite() && args.frailty_sd >= 0.0) {
         return Err(format!("--frailty-sd {}: must be finite and >= 0", args.frailty_sd).into());
     }
@@ -178,17 +191,6 @@ fn run(args: Args) -> AnyResult<()> {
         if args.data.is_some() { "load" } else { "simulate" }.to_string(),
         t.elapsed().as_secs_f64(),
     ));
-    let penalty = bms_penalty(&problem.model)?;
-    if let Some(l) = &args.lambda {
-        if l.len() != penalty.n_blocks() {
-            return Err(format!(
-                "--lambda: {} values given, the model has {} smooths",
-                l.len(),
-                penalty.n_blocks()
-            )
-            .into());
-        }
-    }
     let (fit, backend) = match (&device, gpus) {
         (Device::Gpu(gpu), 1) => {
             let t = Instant::now();
@@ -196,7 +198,7 @@ fn run(args: Args) -> AnyResult<()> {
             phases.push(("upload".into(), t.elapsed().as_secs_f64()));
             let backend = CudaBackend::new(gpu.clone())?;
             (
-                fit(&backend, &objective, &penalty, &args, &mut phases)?,
+                fit(&backend, &objective, &problem, &args, &mut phases)?,
                 device.describe(),
             )
         }
@@ -207,7 +209,7 @@ fn run(args: Args) -> AnyResult<()> {
             phases.push(("upload".into(), t.elapsed().as_secs_f64()));
             let backend = MultiGpuBackend::new(group.clone())?;
             (
-                fit(&backend, &objective, &penalty, &args, &mut phases)?,
+                fit(&backend, &objective, &problem, &args, &mut phases)?,
                 group.describe(),
             )
         }
@@ -215,17 +217,16 @@ fn run(args: Args) -> AnyResult<()> {
             let backend = matfree::solvers::CpuBackend::new();
             let objective = BmsObjective::new(&problem.model, &problem.data);
             (
-                fit(&backend, &objective, &penalty, &args, &mut phases)?,
+                fit(&backend, &objective, &problem, &args, &mut phases)?,
                 device.describe(),
             )
         }
     };
     let t = Instant::now();
-    // (H + S)^{-1} at the fit, shared by the table and the plot.
-    let cov = penalised_covariance(fit.beta.len(), &fit.hessian, &penalty.dense(&fit.lambda)?)?;
-    let report = summarise(&problem, &cov, &fit, backend, notes, &mut phases)?;
+    notes.extend(fit.warnings.iter().cloned());
+    let report = summarise(&problem, &fit, backend, notes, &mut phases)?;
     print!("{}", table(&report));
-    write_outputs(&args, &problem, &cov, &fit, &report)?;
+    write_outputs(&args, &problem, &fit, &report)?;
     phases.push(("output".into(), t.elapsed().as_secs_f64()));
     eprintln!(
         "phases (s): {}",
@@ -235,7 +236,7 @@ fn run(args: Args) -> AnyResult<()> {
             .collect::<Vec<_>>()
             .join(", ")
     );
-    Ok(())
+    Ok(fit.converged)
 }
 
 fn bases(args: &Args) -> AnyResult<Bases> {
@@ -344,125 +345,45 @@ impl<B: Backend> Objective<B> for Progress<'_, B> {
     fn cost(&self) -> matfree::solvers::newton::CostEstimate {
         self.inner.cost()
     }
-}
-
-/// What a fit produced.
-struct Fit {
-    beta: Vec<f64>,
-    lambda: Vec<f64>,
-    reml_score: Option<f64>,
-    objective: f64,
-    newton_iterations: usize,
-    reml_iterations: usize,
-    converged: bool,
-    evaluations: usize,
-    hessian: Vec<f64>,
-    pcg_rate: f64,
-}
-
-fn newton_options(args: &Args) -> NewtonOptions {
-    NewtonOptions {
-        grad_tol: args.grad_tol,
-        max_step: 2.0,
-        ..Default::default()
+    fn coefficient_scales(&self) -> Option<Vec<f64>> {
+        self.inner.coefficient_scales()
     }
+}
+
+fn fit_options(args: &Args) -> FitOptions {
+    let mut opts = FitOptions {
+        lambda: args.lambda.clone(),
+        ..FitOptions::default()
+    };
+    opts.reml.grad_tol = args.reml_tol;
+    opts.reml.newton.decrement_tol = args.newton_tol;
+    opts
 }
 
 fn fit<B: Backend>(
     backend: &B,
     objective: &dyn Objective<B>,
-    penalty: &Penalty,
+    problem: &Problem,
     args: &Args,
     phases: &mut Vec<(String, f64)>,
-) -> AnyResult<Fit> {
+) -> AnyResult<BmsFit> {
     let progress = Progress {
         inner: objective,
         count: Cell::new(0),
         start: Instant::now(),
         evaluating: Cell::new(0.0),
     };
-    let beta0 = vec![0.0; objective.dim()];
+    match &args.lambda {
+        Some(lambda) => eprintln!("Newton at fixed lambda = {lambda:?}"),
+        None => eprintln!("REML over the smoothing parameters"),
+    }
     let t = Instant::now();
-    let mut out = match &args.lambda {
-        Some(lambda) => {
-            eprintln!("Newton at fixed lambda = {lambda:?}");
-            let f = newton(backend, &progress, penalty, lambda, &beta0, &newton_options(args))?;
-            let it = f.report.iterations.len();
-            (f.beta, lambda.clone(), None, f.objective, it, 0, f.report.converged)
-        }
-        None => {
-            eprintln!("REML over {} smoothing parameters", penalty.n_blocks());
-            let opts = RemlOptions {
-                newton: newton_options(args),
-                grad_tol: args.reml_tol,
-                ..Default::default()
-            };
-            let f = reml(
-                backend,
-                &progress,
-                penalty,
-                &vec![0.0; penalty.n_blocks()],
-                &beta0,
-                &opts,
-            )?;
-            let newton_its = f.laml.newton.iterations.len();
-            let l = f.laml;
-            (
-                l.beta,
-                f.lambda,
-                Some(l.value),
-                l.objective,
-                newton_its,
-                f.report.iterations.len(),
-                f.report.converged,
-            )
-        }
-    };
+    let out = matfree::bms::fit::fit(backend, &progress, &problem.model, &problem.data, &fit_options(args))?;
     let (fit_s, eval_s) = (t.elapsed().as_secs_f64(), progress.evaluating.get());
     phases.push(("fit".into(), fit_s));
     phases.push(("fit: row evaluations".into(), eval_s));
-    phases.push(("fit: solves, logdets, REML".into(), fit_s - eval_s));
-    let t = Instant::now();
-    let eval = objective
-        .evaluate(&out.0)?
-        .ok_or("the fitted coefficients are outside the model's domain")?;
-    let hessian = eval.hessian.to_dense()?;
-    let pcg_rate = pcg_rate(backend, &*eval.hessian, penalty, &out.1)?;
-    phases.push(("summary".into(), t.elapsed().as_secs_f64()));
-    let (beta, lambda) = (std::mem::take(&mut out.0), std::mem::take(&mut out.1));
-    Ok(Fit {
-        beta,
-        lambda,
-        reml_score: out.2,
-        objective: out.3,
-        newton_iterations: out.4,
-        reml_iterations: out.5,
-        converged: out.6,
-        evaluations: progress.count.get(),
-        hessian,
-        pcg_rate,
-    })
-}
-
-/// Fixed-iteration Jacobi PCG on the fitted H + S (the inner solve of every
-/// Newton step), timed: the PCG iterations per second of this problem.
-fn pcg_rate<B: Backend>(backend: &B, h: &dyn LinearOperator<B>, penalty: &Penalty, lambda: &[f64]) -> AnyResult<f64> {
-    let s = PenaltyMatrix::from_penalty(backend, penalty, lambda)?;
-    let a = Penalised::new(backend, h, &s, 0.0)?;
-    let mut diag = backend.zeros(a.dim())?;
-    a.diagonal(&mut diag)?;
-    let jacobi = Jacobi::new(backend, &diag, None, 0.0)?;
-    let b = backend.upload(&vec![1.0; a.dim()])?;
-    let opts = PcgOptions {
-        rtol: 0.0,
-        atol: 0.0,
-        max_iter: 30,
-        check_every: 10,
-        refresh_every: 0,
-    };
-    let t = Instant::now();
-    let info = cg(backend, &a, &jacobi, &b, None, &opts)?.info;
-    Ok(info.iterations as f64 / t.elapsed().as_secs_f64())
+    phases.push(("fit: rigid start, solves, logdets, REML".into(), fit_s - eval_s));
+    Ok(out)
 }
 
 fn parameter_names(problem: &Problem) -> Vec<(usize, String)> {
@@ -502,22 +423,24 @@ fn smooth_blocks(problem: &Problem) -> Vec<(&'static str, std::ops::Range<usize>
 
 fn summarise(
     problem: &Problem,
-    cov: &[f64],
-    fit: &Fit,
+    fit: &BmsFit,
     backend: String,
     notes: Vec<String>,
     phases: &mut [(String, f64)],
 ) -> AnyResult<Report> {
     let p = fit.beta.len();
+    let nan = vec![f64::NAN; p * p];
+    let cov = fit.covariance.as_deref().unwrap_or(&nan);
     let coefficients = coefficients(&fit.beta, cov, &parameter_names(problem), problem.truth.as_deref());
     let smooths = smooth_blocks(problem)
         .into_iter()
         .zip(&fit.lambda)
-        .map(|((name, range), &lambda)| SmoothTerm {
+        .zip(&fit.edf.blocks)
+        .map(|(((name, range), &lambda), &edf)| SmoothTerm {
             name: name.into(),
             dim: range.len(),
             lambda,
-            edf: edf(cov, &fit.hessian, range),
+            edf,
         })
         .collect();
     Ok(Report {
@@ -525,19 +448,16 @@ fn summarise(
         data: problem.source.clone(),
         n: problem.data.n(),
         p,
-        method: if fit.reml_score.is_some() {
-            "REML (LAML)"
-        } else {
-            "fixed lambda"
-        }
-        .into(),
+        method: if fit.reml { "REML (LAML)" } else { "fixed lambda" }.into(),
         converged: fit.converged,
+        termination: fit.termination.clone(),
         reml_score: fit.reml_score,
-        penalised_neglog: fit.objective,
+        penalised_neglog: fit.penalised_neglog,
+        edf_total: fit.edf.total,
         newton_iterations: fit.newton_iterations,
+        first_newton_iterations: fit.first_newton_iterations,
         reml_iterations: fit.reml_iterations,
         evaluations: fit.evaluations,
-        pcg_iterations_per_second: fit.pcg_rate,
         coefficients,
         smooths,
         phases: phases.to_vec(),
@@ -551,8 +471,8 @@ fn table(r: &Report) -> String {
     s += "Bernoulli marginal-slope model\n";
     s += &format!("data: {}\nbackend: {}\n", r.data, r.backend);
     s += &format!(
-        "n = {}, p = {}, smoothing selection: {}, converged: {}\n\n",
-        r.n, r.p, r.method, r.converged
+        "n = {}, p = {}, smoothing selection: {}, converged: {} ({})\n\n",
+        r.n, r.p, r.method, r.converged, r.termination
     );
     s += "Parametric coefficients:\n";
     s += &format!(
@@ -580,13 +500,10 @@ fn table(r: &Report) -> String {
         s += &format!("REML score: {v:.6}\n");
     }
     s += &format!("penalised neglog: {:.6}\n", r.penalised_neglog);
+    s += &format!("total edf: {:.3}\n", r.edf_total);
     s += &format!(
-        "iterations: REML {}, Newton (last inner solve) {}, objective evaluations {}\n",
-        r.reml_iterations, r.newton_iterations, r.evaluations
-    );
-    s += &format!(
-        "PCG iterations per second (30-iteration Jacobi solve on H + S at the fit, setup included): {:.0}\n",
-        r.pcg_iterations_per_second
+        "iterations: REML {}, Newton (first inner solve) {}, Newton (last inner solve) {}, objective evaluations {}\n",
+        r.reml_iterations, r.first_newton_iterations, r.newton_iterations, r.evaluations
     );
     s += &format!(
         "time (s): {}\n",
@@ -611,21 +528,26 @@ fn write_atomically(path: &Path, contents: &str) -> AnyResult<()> {
     Ok(())
 }
 
-fn write_outputs(args: &Args, problem: &Problem, cov: &[f64], fit: &Fit, report: &Report) -> AnyResult<()> {
-    let svg = match &args.plot {
-        Some(_) => Some(plot(problem, cov, fit)?),
-        None => None,
-    };
-    if let Some(path) = &args.json {
-        write_atomically(path, &serde_json::to_string_pretty(report)?)?;
-    }
-    if let (Some(path), Some(svg)) = (&args.plot, svg) {
-        write_atomically(path, &svg)?;
-    }
-    Ok(())
+/// Write the JSON, then the plot: a failure of one does not drop the other
+/// (the first error is returned after both were tried).
+fn write_outputs(args: &Args, problem: &Problem, fit: &BmsFit, report: &Report) -> AnyResult<()> {
+    let json = args
+        .json
+        .as_ref()
+        .map(|path| write_atomically(path, &serde_json::to_string_pretty(report)?));
+    let svg = args.plot.as_ref().map(|path| match &fit.covariance {
+        Some(cov) => write_atomically(path, &plot(problem, cov, fit)?),
+        None => Err(format!(
+            "--plot {}: no bands without a covariance (the fit is not at a minimum)",
+            path.display()
+        )
+        .into()),
+    });
+    json.unwrap_or(Ok(()))?;
+    svg.unwrap_or(Ok(()))
 }
 
-fn plot(problem: &Problem, cov: &[f64], fit: &Fit) -> AnyResult<String> {
+fn plot(problem: &Problem, cov: &[f64], fit: &BmsFit) -> AnyResult<String> {
     let p = fit.beta.len();
     let bases = problem.model.bases();
     let mut panels = Vec::new();

@@ -17,15 +17,7 @@ impl Cholesky {
     /// read). A matrix that is not positive definite is an error naming the
     /// failing pivot and the value found there.
     pub fn factor(n: usize, a: &[f64]) -> Result<Self> {
-        expect_len("dense matrix", a.len(), n * n)?;
-        if let Some(i) = a.iter().position(|v| !v.is_finite()) {
-            return Err(SolverError::invalid(
-                format!("a[{},{}]", i / n, i % n),
-                a[i],
-                "must be finite",
-            ));
-        }
-        let m = Mat::from_fn(n, n, |i, j| a[i * n + j]);
+        let m = dense_matrix(n, a)?;
         match m.llt(Side::Lower) {
             Ok(llt) => Ok(Self { llt, n }),
             Err(faer::linalg::cholesky::llt::factor::LltError::NonPositivePivot { index }) => {
@@ -78,4 +70,74 @@ fn schur_pivot(n: usize, a: &[f64], pivot: usize) -> f64 {
         }
     }
     f64::NAN
+}
+
+/// A row-major `n x n` matrix checked (length, finiteness) into faer's.
+fn dense_matrix(n: usize, a: &[f64]) -> Result<Mat<f64>> {
+    expect_len("dense matrix", a.len(), n * n)?;
+    if let Some(i) = a.iter().position(|v| !v.is_finite()) {
+        return Err(SolverError::invalid(
+            format!("a[{},{}]", i / n, i % n),
+            a[i],
+            "must be finite",
+        ));
+    }
+    Ok(Mat::from_fn(n, n, |i, j| a[i * n + j]))
+}
+
+/// The eigen decomposition of a row-major symmetric `n x n` matrix (its
+/// lower triangle is read): eigenvalues ascending, and the eigenvectors as
+/// the columns of a row-major `n x n` matrix.
+pub fn symmetric_eigen(n: usize, a: &[f64]) -> Result<(Vec<f64>, Vec<f64>)> {
+    let evd = dense_matrix(n, a)?
+        .self_adjoint_eigen(Side::Lower)
+        .map_err(|e| SolverError::invalid("symmetric eigen", format!("{e:?}"), "did not converge"))?;
+    let (s, u) = (evd.S().column_vector(), evd.U());
+    let values = (0..n).map(|i| s[i]).collect();
+    let vectors = (0..n * n).map(|k| u[(k / n, k % n)]).collect();
+    Ok((values, vectors))
+}
+
+/// `V max(L, floor) V^T`: a symmetric matrix with its eigenvalues below
+/// `floor` raised to it (0 gives the positive part).
+pub fn clip_eigenvalues(n: usize, a: &[f64], floor: f64) -> Result<Vec<f64>> {
+    let (values, v) = symmetric_eigen(n, a)?;
+    let mut out = vec![0.0; n * n];
+    for (k, &l) in values.iter().enumerate() {
+        let l = l.max(floor);
+        for i in 0..n {
+            let vik = l * v[i * n + k];
+            for j in 0..n {
+                out[i * n + j] += vik * v[j * n + k];
+            }
+        }
+    }
+    Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn eigen_reconstructs_and_clips() {
+        let a = [4.0, 1.0, 0.5, 1.0, -2.0, 0.3, 0.5, 0.3, 1.0];
+        let (vals, v) = symmetric_eigen(3, &a).unwrap();
+        assert!(vals.windows(2).all(|w| w[0] <= w[1]));
+        let back = clip_eigenvalues(3, &a, f64::NEG_INFINITY).unwrap();
+        for (x, y) in back.iter().zip(&a) {
+            assert!((x - y).abs() < 1e-12);
+        }
+        // V^T V = I
+        for i in 0..3 {
+            for j in 0..3 {
+                let d: f64 = (0..3).map(|k| v[k * 3 + i] * v[k * 3 + j]).sum();
+                assert!((d - f64::from(i == j)).abs() < 1e-12);
+            }
+        }
+        let pos = clip_eigenvalues(3, &a, 0.0).unwrap();
+        let (pv, _) = symmetric_eigen(3, &pos).unwrap();
+        assert!(pv[0].abs() < 1e-12 && pv[0] >= -1e-12, "{pv:?}");
+        assert!((pv[2] - vals[2]).abs() < 1e-12);
+    }
 }

@@ -22,15 +22,17 @@ pub mod reml;
 
 pub use backend::{Backend, PcgVectors, Slot};
 pub use cpu::CpuBackend;
-pub use dense::Cholesky;
+pub use dense::{clip_eigenvalues, symmetric_eigen, Cholesky};
 pub use error::{Result, SolverError};
 pub use logdet::PenalisedFactor;
 pub use newton::{
-    fd_hessian_derivative, newton, newton_from, CostEstimate, Evaluation, Forcing, NewtonFit, NewtonIteration,
-    NewtonOptions, NewtonReport, Objective, Solver, Termination,
+    fd_hessian_derivative, newton, newton_from, resolution, CostEstimate, Evaluation, Forcing, NewtonFit,
+    NewtonIteration, NewtonOptions, NewtonReport, Objective, Solver, Termination,
 };
 pub use operator::{DenseOperator, LinearOperator};
 pub use pcg::{cg, BreakdownQuantity, Pcg, PcgInfo, PcgOptions, PcgSolution, StopReason};
 pub use penalty::{Penalised, Penalty, PenaltyBlock, PenaltyMatrix};
 pub use precond::{Jacobi, Preconditioner};
-pub use reml::{laml, reml, LamlEvaluation, RemlFit, RemlIteration, RemlOptions, RemlReport, RemlTermination};
+pub use reml::{
+    laml, reference_rho, reml, LamlEvaluation, RemlFit, RemlIteration, RemlOptions, RemlReport, RemlTermination,
+};

@@ -71,7 +71,9 @@ fn log_pseudo_det_matches_positive_eigenvalues() {
 
 fn tight() -> RemlOptions {
     let mut o = RemlOptions::default();
-    o.newton.grad_tol = 1e-13;
+    o.newton.decrement_tol = 1e-20;
+    // An analytic objective: a small forward step is accurate.
+    o.fd_step = 1e-5;
     o
 }
 
@@ -112,7 +114,7 @@ fn reml_gradient_matches_central_differences() {
 fn fit_simulated() -> (Data, RemlFit) {
     let d = simulate(2000, 0.2, &[f1, zero], 2024);
     let (obj, pen, be) = (Logistic::new(&d), penalty(&d), CpuBackend::new());
-    let fit = reml(&be, &obj, &pen, &[0.0, 0.0], &vec![0.0; d.p], &RemlOptions::default()).unwrap();
+    let fit = reml(&be, &obj, &pen, None, &vec![0.0; d.p], &RemlOptions::default()).unwrap();
     (d, fit)
 }
 
@@ -169,16 +171,15 @@ fn reml_rejects_invalid_inputs_by_field() {
     let d = simulate(100, 0.0, &[f1, zero], 1);
     let (obj, pen, be) = (Logistic::new(&d), penalty(&d), CpuBackend::new());
     let beta0 = vec![0.0; d.p];
-    let msg = |rho: &[f64], o: &RemlOptions| reml(&be, &obj, &pen, rho, &beta0, o).err().unwrap().to_string();
+    let msg = |rho: &[f64], o: &RemlOptions| reml(&be, &obj, &pen, Some(rho), &beta0, o).err().unwrap().to_string();
     let o = RemlOptions::default();
     assert!(msg(&[0.0], &o).contains("rho0"));
     assert!(msg(&[0.0, f64::NAN], &o).contains("rho0[1]"));
     let bad = RemlOptions {
-        rho_min: 3.0,
-        rho_max: 1.0,
+        rho_range: -1.0,
         ..RemlOptions::default()
     };
-    assert!(msg(&[0.0, 0.0], &bad).contains("rho_min"));
+    assert!(msg(&[0.0, 0.0], &bad).contains("rho_range"));
     let bad = RemlOptions {
         fd_step: 0.0,
         ..RemlOptions::default()
@@ -222,7 +223,7 @@ fn reml_evaluates_no_beta_twice() {
         inner: Logistic::new(&d),
         seen: Default::default(),
     };
-    let fit = reml(&be, &rec, &pen, &[0.0, 0.0], &vec![0.0; d.p], &RemlOptions::default()).unwrap();
+    let fit = reml(&be, &rec, &pen, None, &vec![0.0; d.p], &RemlOptions::default()).unwrap();
     assert!(fit.report.iterations.len() >= 2, "a fit of several outer steps");
     let mut seen = rec.seen.into_inner();
     let n = seen.len();

@@ -8,11 +8,13 @@
 pub mod basis;
 pub mod calibration;
 pub mod cells;
+pub mod fit;
 pub mod generator;
 pub mod inputs;
 pub mod objective;
 pub mod probit;
 pub mod quadrature;
+pub mod rigid;
 pub mod row_kernel;
 pub mod summary;
 
@@ -134,6 +136,31 @@ impl BmsModel {
             .into_iter()
             .flat_map(|(range, _)| beta[range].to_vec())
             .collect()
+    }
+
+    /// How far one unit of each coefficient moves a row's theta: the root
+    /// mean square of its design column for the marginal and slope
+    /// coefficients (1 for a column of zeros), 1 for the warp and link
+    /// coefficients, which enter theta as they are. Newton caps its steps
+    /// in these units, so a rescaled covariate changes nothing.
+    pub fn coefficient_scales(&self, data: &BmsData) -> Vec<f64> {
+        let d = &data.designs;
+        let rms = |x: &[f64], p: usize| -> Vec<f64> {
+            let mut ss = vec![0.0; p];
+            for row in x.chunks_exact(p) {
+                for (s, v) in ss.iter_mut().zip(row) {
+                    *s += v * v;
+                }
+            }
+            ss.iter()
+                .map(|s| (s / d.n().max(1) as f64).sqrt())
+                .map(|r| if r > 0.0 && r.is_finite() { r } else { 1.0 })
+                .collect()
+        };
+        let mut out = rms(d.x_m(), d.p_m());
+        out.extend(rms(d.x_g(), d.p_g()));
+        out.resize(self.layout.p_total(), 1.0);
+        out
     }
 
     /// Row i's primary coordinates theta = (q, b, beta_h, beta_w).

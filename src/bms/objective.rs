@@ -16,6 +16,7 @@ pub struct BmsObjective<'a> {
     data: &'a BmsData,
     /// The Stage-1 bundle's memory, reused by every evaluation.
     bundle: Mutex<RowKernelInputs>,
+    scales: Vec<f64>,
 }
 
 impl<'a> BmsObjective<'a> {
@@ -25,6 +26,7 @@ impl<'a> BmsObjective<'a> {
             model,
             data,
             bundle: Mutex::new(RowKernelInputs::default()),
+            scales: model.coefficient_scales(data),
         }
     }
 }
@@ -72,6 +74,10 @@ impl Objective<CpuBackend> for BmsObjective<'_> {
 
     fn cost(&self) -> CostEstimate {
         bms_cost(self.model, self.data.n())
+    }
+
+    fn coefficient_scales(&self) -> Option<Vec<f64>> {
+        Some(self.scales.clone())
     }
 }
 

@@ -337,6 +337,7 @@ pub struct BmsDeviceObjective<'a> {
     model: &'a crate::bms::BmsModel,
     data: &'a crate::bms::BmsData,
     stage1: DeviceStage1,
+    scales: Vec<f64>,
 }
 
 impl<'a> BmsDeviceObjective<'a> {
@@ -346,6 +347,7 @@ impl<'a> BmsDeviceObjective<'a> {
             model,
             data,
             stage1: DeviceStage1::new(gpu, model, data)?,
+            scales: model.coefficient_scales(data),
         })
     }
 
@@ -377,5 +379,9 @@ impl matfree_solvers::newton::Objective<super::CudaBackend> for BmsDeviceObjecti
 
     fn cost(&self) -> matfree_solvers::newton::CostEstimate {
         crate::bms::objective::bms_cost(self.model, self.data.n())
+    }
+
+    fn coefficient_scales(&self) -> Option<Vec<f64>> {
+        Some(self.scales.clone())
     }
 }

@@ -40,6 +40,7 @@ pub struct BmsMultiObjective<'a> {
     group: Rc<GpuGroup>,
     shards: Vec<Shard>,
     n: usize,
+    scales: Vec<f64>,
 }
 
 impl<'a> BmsMultiObjective<'a> {
@@ -61,6 +62,7 @@ impl<'a> BmsMultiObjective<'a> {
             group,
             shards,
             n: data.n(),
+            scales: model.coefficient_scales(data),
         })
     }
 
@@ -102,5 +104,9 @@ impl Objective<MultiGpuBackend> for BmsMultiObjective<'_> {
 
     fn cost(&self) -> CostEstimate {
         crate::bms::objective::bms_cost(self.model, self.n)
+    }
+
+    fn coefficient_scales(&self) -> Option<Vec<f64>> {
+        Some(self.scales.clone())
     }
 }

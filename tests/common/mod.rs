@@ -95,7 +95,7 @@ impl NewtonFixture {
     pub fn options(&self, solver: matfree::solvers::newton::Solver) -> matfree::solvers::newton::NewtonOptions {
         matfree::solvers::newton::NewtonOptions {
             solver,
-            grad_tol: 1e-11,
+            decrement_tol: 1e-16,
             max_step: 2.0,
             ..Default::default()
         }

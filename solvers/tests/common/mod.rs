@@ -227,11 +227,11 @@ impl Objective<CpuBackend> for Logistic<'_> {
     fn cheap_value(&self) -> bool {
         self.cheap_value
     }
-    fn hessian_derivative(&self, beta: &[f64], d: &[f64], rel_step: f64) -> Result<Vec<f64>> {
+    fn hessian_derivative(&self, beta: &[f64], h: &[f64], d: &[f64], step: f64) -> Result<Vec<f64>> {
         if self.exact_dh {
             Ok(self.exact_hessian_derivative(beta, d))
         } else {
-            matfree_solvers::fd_hessian_derivative(self, beta, d, rel_step)
+            matfree_solvers::fd_hessian_derivative(self, beta, h, d, step)
         }
     }
 }

@@ -1,0 +1,670 @@
+//! Newton's method for penalised objectives, written once for every backend.
+//!
+//! Minimises `f(beta) = neglog(beta) + beta^T S_lambda beta / 2`. Each step
+//! solves `(H + S_lambda) delta = -grad` either matrix-free (PCG with the
+//! Jacobi preconditioner, to an Eisenstat-Walker forcing tolerance) or
+//! exactly (dense assembly and Cholesky), picked per step by a cost estimate.
+//! Where `H + S` is not positive definite (Cholesky fails, PCG breaks down,
+//! the step is not a descent direction) the step is Levenberg-Marquardt
+//! damped ([`step`]). Steps are capped in the objective's coefficient scales
+//! and halved until the Armijo test holds.
+//!
+//! The solve stops when an undamped step's Newton decrement
+//! `g^T (H + S)^{-1} g` is at most `decrement_tol`: the point is then within
+//! `sqrt(decrement_tol)` standard errors of the optimum, whatever n, the
+//! objective's offset or the coefficients' units. A PCG step's decrement is
+//! confirmed by a tight re-solve before it ends the solve.
+//!
+//! Host traffic per iteration: beta and the gradient live on the host (the
+//! objective evaluates at a host beta); the Hessian is an operator on the
+//! backend. A step reads back the diagonal of `H + S` (to scale damping),
+//! the PCG scalars at its checks, and the step itself: all at
+//! Newton-iteration granularity, never inside a PCG iteration.
+
+mod options;
+mod step;
+
+use std::time::Instant;
+
+use serde::{Deserialize, Serialize};
+
+use crate::backend::Backend;
+use crate::operator::{expect_len, LinearOperator};
+use crate::penalty::{Penalty, PenaltyMatrix};
+use crate::{Result, SolverError};
+use options::check;
+pub use options::{Forcing, NewtonOptions, Solver};
+use step::{confirm, solve_step, Step};
+
+/// The unpenalised objective at one beta, as returned by [`Objective::evaluate`].
+pub struct Evaluation<'a, B: Backend> {
+    /// neglog(beta).
+    pub value: f64,
+    /// Its gradient, on the host.
+    pub gradient: Vec<f64>,
+    /// Its Hessian as an operator on the backend (without the penalty).
+    pub hessian: Box<dyn LinearOperator<B> + 'a>,
+}
+
+/// Cost estimates in flops that steer [`Solver::Auto`].
+#[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
+pub struct CostEstimate {
+    /// One Hessian-vector product.
+    pub hvp: f64,
+    /// Assembling the dense Hessian (`to_dense`).
+    pub dense_assembly: f64,
+}
+
+impl CostEstimate {
+    /// The default: a dense `p x p` Hessian, so an HVP costs `2 p^2` and
+    /// assembly costs `p` HVPs.
+    pub fn dense(p: usize) -> Self {
+        let p = p as f64;
+        Self {
+            hvp: 2.0 * p * p,
+            dense_assembly: 2.0 * p * p * p,
+        }
+    }
+}
+
+/// A twice-differentiable negative log-likelihood (or any smooth loss).
+///
+/// The driver evaluates it at host betas; the Hessian it returns is an
+/// operator on the backend, so it may stay matrix-free on a device. REML
+/// evaluates it at perturbed betas to differentiate the Hessian.
+pub trait Objective<B: Backend> {
+    /// Number of coefficients p.
+    fn dim(&self) -> usize;
+    /// Value, gradient and Hessian at `beta`. `Ok(None)` (or a non-finite
+    /// value or gradient) means beta is outside the objective's domain: the
+    /// driver then shrinks its step instead of failing.
+    fn evaluate(&self, beta: &[f64]) -> Result<Option<Evaluation<'_, B>>>;
+    /// The value alone, for line-search trials; override when it is cheaper
+    /// than a full evaluation (and say so in [`Objective::cheap_value`]).
+    fn value(&self, beta: &[f64]) -> Result<Option<f64>> {
+        Ok(self.evaluate(beta)?.map(|e| e.value))
+    }
+    /// Whether [`Objective::value`] costs much less than
+    /// [`Objective::evaluate`]. When it does not (the default), line-search
+    /// trials are full evaluations and the accepted one is kept, so the next
+    /// iteration does not evaluate the same beta again.
+    fn cheap_value(&self) -> bool {
+        false
+    }
+    /// Cost estimates for the step-solver choice (default: dense `p x p`).
+    fn cost(&self) -> CostEstimate {
+        CostEstimate::dense(self.dim())
+    }
+    /// How far one unit of each coefficient moves the model (for a design
+    /// coefficient, the typical size of its column), positive and finite;
+    /// [`NewtonOptions::max_step`] caps steps in these units, so the cap
+    /// does not depend on the units of a covariate. `None` (the default)
+    /// means all ones.
+    fn coefficient_scales(&self) -> Option<Vec<f64>> {
+        None
+    }
+    /// The derivative of the Hessian at `beta` along `direction`, dense
+    /// row-major `p x p` (REML needs it); `hessian` is the dense Hessian at
+    /// `beta` and `step` a step length along `direction` that the caller
+    /// judged small (REML takes a hundredth of a standard error). The
+    /// default is the forward difference [`fd_hessian_derivative`]: one
+    /// evaluation. Override it with an exact contraction of third
+    /// derivatives where the objective has one.
+    fn hessian_derivative(&self, beta: &[f64], hessian: &[f64], direction: &[f64], step: f64) -> Result<Vec<f64>> {
+        fd_hessian_derivative(self, beta, hessian, direction, step)
+    }
+}
+
+/// `(H(beta + t d) - H(beta)) / t` through `to_dense`, with `H(beta)` given
+/// as `hessian`: one evaluation. Error O(t |d|); a point outside the
+/// objective's domain is an error naming the step.
+pub fn fd_hessian_derivative<B: Backend, O: Objective<B> + ?Sized>(
+    objective: &O,
+    beta: &[f64],
+    hessian: &[f64],
+    direction: &[f64],
+    step: f64,
+) -> Result<Vec<f64>> {
+    let p = objective.dim();
+    expect_len("beta", beta.len(), p)?;
+    expect_len("hessian", hessian.len(), p * p)?;
+    expect_len("direction", direction.len(), p)?;
+    check("step", step, step > 0.0, "must be finite and > 0")?;
+    if inf_norm(direction) == 0.0 {
+        return Ok(vec![0.0; p * p]);
+    }
+    let b: Vec<f64> = beta.iter().zip(direction).map(|(b, d)| b + step * d).collect();
+    let Some(ev) = objective.evaluate(&b)? else {
+        return Err(SolverError::invalid(
+            "hessian_derivative step",
+            step,
+            "beta + step * direction must lie in the objective's domain",
+        ));
+    };
+    let hp = ev.hessian.to_dense()?;
+    expect_len("dense Hessian", hp.len(), p * p)?;
+    Ok(hp.iter().zip(hessian).map(|(a, b)| (a - b) / step).collect())
+}
+
+/// Why the driver stopped.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Termination {
+    /// An undamped Newton step's decrement met `decrement_tol`: the point
+    /// is a minimum (H + S positive definite) within tolerance. The step is
+    /// not taken.
+    Decrement,
+    /// `max_iter` iterations ran.
+    MaxIterations,
+    /// `max_halvings` halvings found no acceptable point.
+    LineSearchFailed,
+}
+
+impl Termination {
+    /// Whether this stop means the solve converged.
+    pub fn converged(self) -> bool {
+        self == Termination::Decrement
+    }
+}
+
+/// One Newton iteration (a step tried from one point).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct NewtonIteration {
+    /// Penalised objective at the start of the iteration.
+    pub objective: f64,
+    /// `||grad||_inf` at the start of the iteration.
+    pub grad_norm: f64,
+    /// `||delta||_inf` of the Newton direction (before halving).
+    pub direction_norm: f64,
+    /// Newton decrement `-grad^T delta` (twice the predicted decrease).
+    pub decrement: f64,
+    /// `||t delta||_inf` of the accepted step (0 if none was accepted).
+    pub step_norm: f64,
+    /// Accepted step length t (0 if none was accepted).
+    pub step_length: f64,
+    /// The solver used (`Pcg` or `Dense`).
+    pub solver: Solver,
+    /// PCG iterations (0 for a dense step).
+    pub pcg_iterations: usize,
+    /// Synchronising scalar reads made by this step's PCG solves (failed
+    /// damping attempts included); the driver makes no other `read_scalars`.
+    pub pcg_host_reads: usize,
+    /// PCG relative tolerance (forcing term) used, if PCG ran.
+    pub pcg_rtol: Option<f64>,
+    /// Whether PCG met its tolerance, if PCG ran.
+    pub pcg_converged: Option<bool>,
+    /// Levenberg-Marquardt damping mu of the step (0 for a Newton step).
+    pub damping: f64,
+    /// Solves that failed for lack of positive definiteness before this one.
+    pub damping_tries: usize,
+    /// Step halvings.
+    pub halvings: usize,
+    /// Trial points whose objective was not finite.
+    pub non_finite_trials: usize,
+    /// Wall time of the iteration in seconds.
+    pub seconds: f64,
+}
+
+/// What a Newton solve did.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct NewtonReport {
+    /// One record per step taken (or tried, when the line search failed).
+    pub iterations: Vec<NewtonIteration>,
+    /// The solve at the final point that found it converged (no step is
+    /// taken from there), if one did.
+    pub check: Option<NewtonIteration>,
+    /// Why it stopped.
+    pub termination: Termination,
+    /// Whether a convergence test was met.
+    pub converged: bool,
+    /// Final penalised objective.
+    pub objective: f64,
+    /// Final `||grad||_inf`.
+    pub grad_norm: f64,
+    /// The last undamped Newton decrement computed (infinite if none).
+    pub decrement: f64,
+    /// Objective evaluations (full and value-only).
+    pub evaluations: usize,
+    /// Wall time in seconds.
+    pub seconds: f64,
+}
+
+impl NewtonReport {
+    /// Steps taken (iterations with an accepted step).
+    pub fn steps(&self) -> usize {
+        self.iterations.iter().filter(|it| it.step_length > 0.0).count()
+    }
+}
+
+/// The result of [`newton`]: the final point with its Hessian, and the report.
+pub struct NewtonFit<'a, B: Backend> {
+    /// Final coefficients.
+    pub beta: Vec<f64>,
+    /// Penalised objective at beta.
+    pub objective: f64,
+    /// Penalised gradient at beta.
+    pub gradient: Vec<f64>,
+    /// Unpenalised Hessian at beta.
+    pub hessian: Box<dyn LinearOperator<B> + 'a>,
+    /// The objective's own value and gradient at beta (without the penalty).
+    pub unpenalised: (f64, Vec<f64>),
+    /// What the solve did.
+    pub report: NewtonReport,
+}
+
+impl<'a, B: Backend> NewtonFit<'a, B> {
+    /// The objective's evaluation at the final beta: a solve that starts
+    /// from this beta ([`newton_from`]) takes it instead of evaluating again.
+    pub fn into_evaluation(self) -> Evaluation<'a, B> {
+        Evaluation {
+            value: self.unpenalised.0,
+            gradient: self.unpenalised.1,
+            hessian: self.hessian,
+        }
+    }
+}
+
+/// A point with its penalised value and gradient.
+struct Point<'a, B: Backend> {
+    beta: Vec<f64>,
+    value: f64,
+    grad: Vec<f64>,
+    hessian: Box<dyn LinearOperator<B> + 'a>,
+    /// The objective's own value and gradient.
+    unpenalised: (f64, Vec<f64>),
+}
+
+/// The fixed inputs of one solve.
+struct Problem<'a, 'o, B: Backend> {
+    backend: &'a B,
+    objective: &'o dyn Objective<B>,
+    penalty: &'a Penalty,
+    lambda: &'a [f64],
+    s: PenaltyMatrix<B>,
+    /// The objective's coefficient scales (ones by default).
+    scales: Vec<f64>,
+    opts: &'a NewtonOptions,
+}
+
+/// The smallest change of f that evaluations can resolve:
+/// `16 eps (|f| + 1)`. The Armijo test gets this much slack, so that a
+/// step whose decrease f cannot resolve is not refused for rounding.
+pub fn resolution(f: f64) -> f64 {
+    16.0 * f64::EPSILON * (f.abs() + 1.0)
+}
+
+fn inf_norm(x: &[f64]) -> f64 {
+    x.iter().fold(0.0f64, |m, v| m.max(v.abs()))
+}
+
+fn dot(a: &[f64], b: &[f64]) -> f64 {
+    a.iter().zip(b).map(|(u, v)| u * v).sum()
+}
+
+/// The objective's coefficient scales, checked (ones when it has none).
+fn coefficient_scales<B: Backend>(objective: &dyn Objective<B>) -> Result<Vec<f64>> {
+    let p = objective.dim();
+    let Some(s) = objective.coefficient_scales() else {
+        return Ok(vec![1.0; p]);
+    };
+    expect_len("coefficient_scales", s.len(), p)?;
+    if let Some(j) = s.iter().position(|v| !(v.is_finite() && *v > 0.0)) {
+        return Err(SolverError::invalid(
+            format!("coefficient_scales[{j}]"),
+            s[j],
+            "must be finite and > 0",
+        ));
+    }
+    Ok(s)
+}
+
+impl<'o, B: Backend> Problem<'_, 'o, B> {
+    /// The penalised point at beta, or `None` where it is not finite.
+    fn point(&self, beta: Vec<f64>) -> Result<Option<Point<'o, B>>> {
+        let Some(e) = self.objective.evaluate(&beta)? else {
+            return Ok(None);
+        };
+        self.point_from(beta, e)
+    }
+
+    /// The penalised point at beta from the objective's evaluation there.
+    fn point_from(&self, beta: Vec<f64>, e: Evaluation<'o, B>) -> Result<Option<Point<'o, B>>> {
+        expect_len("objective gradient", e.gradient.len(), beta.len())?;
+        expect_len("objective Hessian", e.hessian.dim(), beta.len())?;
+        let sb = self.penalty.apply(self.lambda, &beta)?;
+        let value = e.value + 0.5 * dot(&beta, &sb);
+        let grad: Vec<f64> = e.gradient.iter().zip(&sb).map(|(g, s)| g + s).collect();
+        if !(value.is_finite() && grad.iter().all(|g| g.is_finite())) {
+            return Ok(None);
+        }
+        Ok(Some(Point {
+            beta,
+            value,
+            grad,
+            hessian: e.hessian,
+            unpenalised: (e.value, e.gradient),
+        }))
+    }
+
+    /// The penalised value at beta, or `None` where it is not finite.
+    fn value(&self, beta: &[f64]) -> Result<Option<f64>> {
+        let Some(v) = self.objective.value(beta)? else {
+            return Ok(None);
+        };
+        let f = v + 0.5 * self.penalty.quadratic(self.lambda, beta)?;
+        Ok(f.is_finite().then_some(f))
+    }
+}
+
+/// Minimise `neglog(beta) + beta^T S_lambda beta / 2` from `beta0`, which must
+/// be a point where the objective is finite.
+pub fn newton<'o, B: Backend>(
+    backend: &B,
+    objective: &'o dyn Objective<B>,
+    penalty: &Penalty,
+    lambda: &[f64],
+    beta0: &[f64],
+    opts: &NewtonOptions,
+) -> Result<NewtonFit<'o, B>> {
+    newton_from(backend, objective, penalty, lambda, beta0, None, opts)
+}
+
+/// [`newton`] with the objective's evaluation at `beta0` already in hand
+/// (`start`, as [`NewtonFit::into_evaluation`] gives it), which the solve
+/// takes instead of evaluating there again: REML starts each inner solve at
+/// the last one's beta (objectives are deterministic, so the solve is the
+/// same either way). `start` must be the evaluation at exactly `beta0`.
+pub fn newton_from<'o, B: Backend>(
+    backend: &B,
+    objective: &'o dyn Objective<B>,
+    penalty: &Penalty,
+    lambda: &[f64],
+    beta0: &[f64],
+    start: Option<Evaluation<'o, B>>,
+    opts: &NewtonOptions,
+) -> Result<NewtonFit<'o, B>> {
+    opts.validate()?;
+    let p = objective.dim();
+    expect_len("penalty dimension", penalty.dim(), p)?;
+    expect_len("beta0", beta0.len(), p)?;
+    if let Some(j) = beta0.iter().position(|b| !b.is_finite()) {
+        return Err(SolverError::invalid(format!("beta0[{j}]"), beta0[j], "must be finite"));
+    }
+    let prob = Problem {
+        backend,
+        objective,
+        penalty,
+        lambda,
+        s: PenaltyMatrix::from_penalty(backend, penalty, lambda)?,
+        scales: coefficient_scales(objective)?,
+        opts,
+    };
+    let clock = Instant::now();
+    let evaluated = start.is_none();
+    let first = match start {
+        Some(e) => prob.point_from(beta0.to_vec(), e)?,
+        None => prob.point(beta0.to_vec())?,
+    };
+    let Some(mut cur) = first else {
+        return Err(SolverError::invalid(
+            "beta0",
+            "a point",
+            "objective and gradient must be finite at the start",
+        ));
+    };
+    let mut run = Run::new(opts, usize::from(evaluated));
+    let termination = loop {
+        if run.iterations.len() == opts.max_iter {
+            break Termination::MaxIterations;
+        }
+        match iterate(&prob, &cur, &mut run)? {
+            Outcome::Converged => break Termination::Decrement,
+            Outcome::Failed => break Termination::LineSearchFailed,
+            Outcome::Moved(next) => cur = next,
+        }
+    };
+    let report = NewtonReport {
+        converged: termination.converged(),
+        termination,
+        objective: cur.value,
+        grad_norm: inf_norm(&cur.grad),
+        decrement: run.decrement,
+        evaluations: run.evaluations,
+        seconds: clock.elapsed().as_secs_f64(),
+        iterations: run.iterations,
+        check: run.check,
+    };
+    Ok(NewtonFit {
+        beta: cur.beta,
+        objective: cur.value,
+        gradient: cur.grad,
+        hessian: cur.hessian,
+        unpenalised: cur.unpenalised,
+        report,
+    })
+}
+
+/// Mutable state carried across iterations.
+struct Run {
+    iterations: Vec<NewtonIteration>,
+    check: Option<NewtonIteration>,
+    evaluations: usize,
+    /// The last undamped decrement.
+    decrement: f64,
+    /// The last damping used (Levenberg-Marquardt memory).
+    damping: f64,
+    /// (||g||_2, eta) of the previous PCG step, for the forcing term.
+    prev_forcing: Option<(f64, f64)>,
+    expected_pcg_iters: usize,
+}
+
+impl Run {
+    fn new(opts: &NewtonOptions, evaluations: usize) -> Self {
+        Self {
+            iterations: Vec::new(),
+            check: None,
+            evaluations,
+            decrement: f64::INFINITY,
+            damping: 0.0,
+            prev_forcing: None,
+            expected_pcg_iters: opts.expected_pcg_iters,
+        }
+    }
+
+    /// Eisenstat-Walker choice 2 with the usual safeguards.
+    fn forcing(&self, g2: f64, f: &Forcing) -> f64 {
+        let eta = match self.prev_forcing {
+            None => f.eta_max,
+            Some((g_prev, eta_prev)) => {
+                let e = f.gamma * (g2 / g_prev).powf(f.alpha);
+                // Do not let eta drop fast while the previous one was large.
+                let guard = f.gamma * eta_prev.powf(f.alpha);
+                if guard > 0.1 {
+                    e.max(guard)
+                } else {
+                    e
+                }
+            }
+        };
+        eta.min(f.eta_max).max(f.eta_min)
+    }
+}
+
+/// What one iteration did.
+enum Outcome<'o, B: Backend> {
+    /// The current point met the decrement test.
+    Converged,
+    /// The line search found no acceptable point.
+    Failed,
+    /// The accepted point.
+    Moved(Point<'o, B>),
+}
+
+/// One iteration: a step, the convergence test on it, then the line search.
+fn iterate<'o, B: Backend>(prob: &Problem<'_, 'o, B>, cur: &Point<'o, B>, run: &mut Run) -> Result<Outcome<'o, B>> {
+    let t0 = Instant::now();
+    let solver = choose_solver(prob, run.expected_pcg_iters);
+    let g2 = dot(&cur.grad, &cur.grad).sqrt();
+    let rtol = run.forcing(g2, &prob.opts.forcing);
+    let mut step = solve_step(prob, cur, solver, rtol, run.damping)?;
+    run.damping = step.damping;
+    if solver == Solver::Pcg {
+        run.prev_forcing = Some((g2, rtol));
+        run.expected_pcg_iters = step.pcg_iterations.max(1);
+    }
+    if step.damping == 0.0 {
+        let loose = step.pcg_rtol.is_some_and(|r| r > step::CONFIRM_RTOL);
+        if loose && -dot(&cur.grad, &step.delta) <= prob.opts.decrement_tol {
+            if let Some(mut tight) = confirm(prob, cur, &step)? {
+                tight.pcg_iterations += step.pcg_iterations;
+                tight.pcg_host_reads += step.pcg_host_reads;
+                step = tight;
+            }
+        }
+        run.decrement = -dot(&cur.grad, &step.delta);
+    }
+    let mut record = record(cur, &step, solver);
+    if step.damping == 0.0 && run.decrement <= prob.opts.decrement_tol {
+        record.seconds = t0.elapsed().as_secs_f64();
+        run.check = Some(record);
+        return Ok(Outcome::Converged);
+    }
+    let search = line_search(prob, cur, &step.delta)?;
+    run.evaluations += search.evaluations;
+    record.step_norm = search.t * record.direction_norm;
+    record.step_length = search.t;
+    record.halvings = search.halvings;
+    record.non_finite_trials = search.non_finite;
+    let outcome = match (search.point, search.beta) {
+        (Some(point), _) => Outcome::Moved(point),
+        (None, Some(beta)) => {
+            run.evaluations += 1;
+            let Some(next) = prob.point(beta)? else {
+                return Err(SolverError::invalid(
+                    "objective",
+                    "None",
+                    "evaluate must be finite where value was finite",
+                ));
+            };
+            Outcome::Moved(next)
+        }
+        (None, None) => {
+            record.step_norm = 0.0;
+            record.step_length = 0.0;
+            Outcome::Failed
+        }
+    };
+    record.seconds = t0.elapsed().as_secs_f64();
+    if std::env::var("MATFREE_DEBUG").is_ok() {
+        eprintln!("DEBUG newton {record:?}");
+    }
+    run.iterations.push(record);
+    Ok(outcome)
+}
+
+/// The record of a step from `cur`, before its line search.
+fn record<B: Backend>(cur: &Point<'_, B>, step: &Step, solver: Solver) -> NewtonIteration {
+    NewtonIteration {
+        objective: cur.value,
+        grad_norm: inf_norm(&cur.grad),
+        direction_norm: inf_norm(&step.delta),
+        decrement: -dot(&cur.grad, &step.delta),
+        step_norm: 0.0,
+        step_length: 0.0,
+        solver,
+        pcg_iterations: step.pcg_iterations,
+        pcg_host_reads: step.pcg_host_reads,
+        pcg_rtol: step.pcg_rtol,
+        pcg_converged: step.pcg_converged,
+        damping: step.damping,
+        damping_tries: step.damping_tries,
+        halvings: 0,
+        non_finite_trials: 0,
+        seconds: 0.0,
+    }
+}
+
+/// The concrete solver of a step: the option, or the cheaper by estimate.
+fn choose_solver<B: Backend>(prob: &Problem<'_, '_, B>, expected_iters: usize) -> Solver {
+    match prob.opts.solver {
+        Solver::Auto => {
+            let p = prob.s.dim() as f64;
+            let c = prob.objective.cost();
+            let dense = c.dense_assembly + p * p * p / 3.0 + 2.0 * p * p;
+            let iters = expected_iters.min(prob.s.dim()).max(1) as f64;
+            // Each PCG iteration: an HVP, the penalty gemv, ~10 vector ops.
+            let pcg = iters * (c.hvp + 2.0 * p * p + 10.0 * p);
+            if dense <= pcg {
+                Solver::Dense
+            } else {
+                Solver::Pcg
+            }
+        }
+        s => s,
+    }
+}
+
+/// The outcome of a backtracking line search.
+struct Search<'o, B: Backend> {
+    beta: Option<Vec<f64>>,
+    /// The accepted trial's full evaluation, when trials were full.
+    point: Option<Point<'o, B>>,
+    t: f64,
+    halvings: usize,
+    non_finite: usize,
+    evaluations: usize,
+}
+
+/// Halve t from 1 until `f(beta + t delta) <= f + c t g^T delta`; a trial
+/// whose value (or, for full trials, gradient) is not finite is halved like
+/// any other failure.
+fn line_search<'o, B: Backend>(prob: &Problem<'_, 'o, B>, cur: &Point<'o, B>, delta: &[f64]) -> Result<Search<'o, B>> {
+    let slope = dot(&cur.grad, delta);
+    let full = !prob.objective.cheap_value();
+    let mut s = Search {
+        beta: None,
+        point: None,
+        t: first_length(prob, delta),
+        halvings: 0,
+        non_finite: 0,
+        evaluations: 0,
+    };
+    loop {
+        let trial: Vec<f64> = cur.beta.iter().zip(delta).map(|(b, d)| b + s.t * d).collect();
+        s.evaluations += 1;
+        let (value, point) = if full {
+            let point = prob.point(trial.clone())?;
+            (point.as_ref().map(|p| p.value), point)
+        } else {
+            (prob.value(&trial)?, None)
+        };
+        match value {
+            // The slack lets a step through whose decrease f cannot resolve.
+            Some(f) if f <= cur.value + prob.opts.armijo * s.t * slope + resolution(cur.value) => {
+                s.beta = Some(trial);
+                s.point = point;
+                return Ok(s);
+            }
+            Some(_) => {}
+            None => s.non_finite += 1,
+        }
+        if s.halvings == prob.opts.max_halvings {
+            return Ok(s);
+        }
+        s.halvings += 1;
+        s.t *= 0.5;
+    }
+}
+
+/// The first trial length: 1, or less where the step would move a
+/// coefficient by more than `max_step` of its scale.
+fn first_length<B: Backend>(prob: &Problem<'_, '_, B>, delta: &[f64]) -> f64 {
+    let reach = delta
+        .iter()
+        .zip(&prob.scales)
+        .fold(0.0f64, |m, (d, s)| m.max((d * s).abs()));
+    if reach > prob.opts.max_step {
+        prob.opts.max_step / reach
+    } else {
+        1.0
+    }
+}

@@ -1,0 +1,299 @@
+//! Fitting the BMS model on any backend: the rigid start, then Newton at
+//! fixed smoothing parameters or REML, and what a summary needs from the
+//! fit (the penalised covariance, effective degrees of freedom, whether and
+//! why it converged). The backend's objective is given by the caller (CPU,
+//! one GPU or several); everything else is the same algorithm.
+
+use matfree_solvers::newton::{newton, NewtonOptions, Objective};
+use matfree_solvers::reml::{reml, RemlOptions};
+use matfree_solvers::{clip_eigenvalues, Backend, PenalisedFactor, Penalty};
+use serde::{Deserialize, Serialize};
+
+use super::rigid::rigid_start;
+use super::{bms_penalty, BmsData, BmsModel};
+use crate::{Error, Result};
+
+/// Options of [`fit`].
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct FitOptions {
+    /// Fixed smoothing parameters, one per smooth (score warp first),
+    /// instead of REML.
+    pub lambda: Option<Vec<f64>>,
+    /// REML options; `reml.newton` is the inner Newton's (also used at
+    /// fixed lambda). Default: REML's defaults with steps capped at 2 units
+    /// of theta (the coefficient scales of the BMS objectives).
+    pub reml: RemlOptions,
+    /// Rows the rigid start fits at most (an even subsample beyond;
+    /// default 200,000).
+    pub rigid_rows: usize,
+}
+
+impl Default for FitOptions {
+    fn default() -> Self {
+        let mut reml = RemlOptions::default();
+        reml.newton = NewtonOptions {
+            max_step: 2.0,
+            ..reml.newton
+        };
+        Self {
+            lambda: None,
+            reml,
+            rigid_rows: 200_000,
+        }
+    }
+}
+
+/// Effective degrees of freedom of a fit.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Edf {
+    /// Per smooth (penalty block), each in [0, its dimension].
+    pub blocks: Vec<f64>,
+    /// Of the whole model, in [0, p].
+    pub total: f64,
+    /// Whether the unpenalised Hessian was indefinite at the fit, so that
+    /// the edf were computed from its positive part (see [`effective_df`]).
+    pub from_positive_part: bool,
+}
+
+/// The effective degrees of freedom `tr((H + S)^{-1} H)`, per penalty block
+/// and in total, from the dense unpenalised Hessian `h` and penalty `s`.
+///
+/// Where H is positive semi-definite this is mgcv's edf, and each block's
+/// share lies in [0, dim] (with A = H + S, the block's share is
+/// `dim - lambda tr((A^{-1})_kk S_k)`, and `(A^{-1})_kk <= (lambda S_k)^{-1}`
+/// because the Schur complement of H is positive semi-definite). The
+/// observed Hessian of a non-canonical model can be indefinite at a
+/// minimum of the penalised objective (H + S positive definite), most often
+/// on small data; its edf can then leave [0, dim] and mean nothing. Where
+/// they do, the positive part of H (its negative eigenvalues set to 0) is
+/// used, which keeps every bound, and `from_positive_part` says so.
+pub fn effective_df(p: usize, h: &[f64], s: &[f64], penalty: &Penalty) -> Result<Edf> {
+    let plain = edf_of(p, h, s, penalty)?;
+    let tol = 1e-9 * (p as f64);
+    let inside = |v: f64, hi: f64| v >= -tol && v <= hi + tol;
+    let ok = inside(plain.total, p as f64)
+        && penalty
+            .blocks()
+            .iter()
+            .zip(&plain.blocks)
+            .all(|(b, &e)| inside(e, b.dim as f64));
+    if ok {
+        return Ok(plain);
+    }
+    let positive = clip_eigenvalues(p, h, 0.0)?;
+    Ok(Edf {
+        from_positive_part: true,
+        ..edf_of(p, &positive, s, penalty)?
+    })
+}
+
+fn edf_of(p: usize, h: &[f64], s: &[f64], penalty: &Penalty) -> Result<Edf> {
+    let a: Vec<f64> = h.iter().zip(s).map(|(x, y)| x + y).collect();
+    let inv = PenalisedFactor::new(p, &a)?.inverse()?.to_vec();
+    let share = |j: usize| (0..p).map(|k| inv[j * p + k] * h[k * p + j]).sum::<f64>();
+    let blocks = penalty.blocks().iter().map(|b| b.range().map(share).sum()).collect();
+    Ok(Edf {
+        blocks,
+        total: (0..p).map(share).sum(),
+        from_positive_part: false,
+    })
+}
+
+/// A fitted BMS model: estimates, their penalised covariance, smoothing
+/// parameters and the diagnostics a summary reports.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct BmsFit {
+    /// The coefficients (beta_m, beta_g, beta_h, beta_w).
+    pub beta: Vec<f64>,
+    /// The smoothing parameters (one per smooth).
+    pub lambda: Vec<f64>,
+    /// Whether lambda was chosen by REML.
+    pub reml: bool,
+    /// Whether every solve converged to its tolerance.
+    pub converged: bool,
+    /// Why the fit stopped (the outer loop's reason under REML).
+    pub termination: String,
+    /// The REML (LAML) score V at the fit, under REML.
+    pub reml_score: Option<f64>,
+    /// The penalised negative log-likelihood at the fit.
+    pub penalised_neglog: f64,
+    /// The unpenalised Hessian H at the fit, dense row-major p x p.
+    pub hessian: Vec<f64>,
+    /// (H + S)^{-1}, row-major p x p; `None` where H + S is not positive
+    /// definite (the fit is not at a minimum).
+    pub covariance: Option<Vec<f64>>,
+    /// Effective degrees of freedom.
+    pub edf: Edf,
+    /// REML outer iterations (0 at fixed lambda).
+    pub reml_iterations: usize,
+    /// Newton steps of the last inner solve.
+    pub newton_iterations: usize,
+    /// Newton steps of the first inner solve (from the rigid start).
+    pub first_newton_iterations: usize,
+    /// Objective evaluations of the fit (the rigid start's not counted).
+    pub evaluations: usize,
+    /// Rows the rigid start used, and whether it converged.
+    pub rigid_start: (usize, bool),
+    /// Smooths whose lambda ended at its upper bound: the data do not
+    /// support them, and they are fitted as (nearly) zero.
+    pub at_upper_bound: Vec<usize>,
+    /// Warnings a user should read.
+    pub warnings: Vec<String>,
+}
+
+/// Fit `model` on `data` through `objective` (the model's negative
+/// log-likelihood on `data` on some backend): the rigid start on the CPU,
+/// then Newton at `opts.lambda` or REML. A fit that did not converge is
+/// still returned, marked so (`converged`, `termination`, `warnings`).
+pub fn fit<B: Backend>(
+    backend: &B,
+    objective: &dyn Objective<B>,
+    model: &BmsModel,
+    data: &BmsData,
+    opts: &FitOptions,
+) -> Result<BmsFit> {
+    let penalty = bms_penalty(model)?;
+    let p = model.layout().p_total();
+    if objective.dim() != p {
+        return Err(Error::invalid(
+            "objective.dim",
+            objective.dim(),
+            format!("must equal the model's p = {p}"),
+        ));
+    }
+    if let Some(l) = &opts.lambda {
+        if l.len() != penalty.n_blocks() {
+            return Err(Error::invalid(
+                "lambda",
+                format!("{} values", l.len()),
+                format!("the model has {} smooths", penalty.n_blocks()),
+            ));
+        }
+    }
+    let start = rigid_start(model, data, opts.rigid_rows)?;
+    let mut warnings = Vec::new();
+    if !start.report.converged {
+        warnings.push(format!(
+            "the rigid start did not converge ({:?}); the fit started from its last point",
+            start.report.termination
+        ));
+    }
+    let mut out = match &opts.lambda {
+        Some(lambda) => fixed(backend, objective, &penalty, lambda, &start.beta, opts)?,
+        None => selected(backend, objective, &penalty, &start.beta, opts)?,
+    };
+    out.rigid_start = (start.rows, start.report.converged);
+    out.warnings.splice(0..0, warnings);
+    finish(&mut out, &penalty)?;
+    Ok(out)
+}
+
+/// The fit at fixed lambda.
+fn fixed<B: Backend>(
+    backend: &B,
+    objective: &dyn Objective<B>,
+    penalty: &Penalty,
+    lambda: &[f64],
+    beta0: &[f64],
+    opts: &FitOptions,
+) -> Result<BmsFit> {
+    let f = newton(backend, objective, penalty, lambda, beta0, &opts.reml.newton)?;
+    let steps = f.report.steps();
+    Ok(BmsFit {
+        converged: f.report.converged,
+        termination: format!("Newton: {:?}", f.report.termination),
+        hessian: f.hessian.to_dense()?,
+        beta: f.beta,
+        lambda: lambda.to_vec(),
+        reml: false,
+        reml_score: None,
+        penalised_neglog: f.objective,
+        covariance: None,
+        edf: Edf {
+            blocks: Vec::new(),
+            total: 0.0,
+            from_positive_part: false,
+        },
+        reml_iterations: 0,
+        newton_iterations: steps,
+        first_newton_iterations: steps,
+        evaluations: f.report.evaluations,
+        rigid_start: (0, false),
+        at_upper_bound: Vec::new(),
+        warnings: Vec::new(),
+    })
+}
+
+/// The fit with lambda chosen by REML.
+fn selected<B: Backend>(
+    backend: &B,
+    objective: &dyn Objective<B>,
+    penalty: &Penalty,
+    beta0: &[f64],
+    opts: &FitOptions,
+) -> Result<BmsFit> {
+    let f = reml(backend, objective, penalty, None, beta0, &opts.reml)?;
+    let r = &f.report;
+    let mut warnings = Vec::new();
+    if !f.laml.newton.converged {
+        warnings.push(format!(
+            "the last inner Newton solve did not converge ({:?})",
+            f.laml.newton.termination
+        ));
+    }
+    Ok(BmsFit {
+        converged: r.converged && f.laml.newton.converged,
+        termination: format!("REML: {:?}", r.termination),
+        reml_score: Some(f.laml.value),
+        penalised_neglog: f.laml.objective,
+        hessian: f.laml.hessian.clone(),
+        at_upper_bound: r.at_upper_bound(&f.laml.rho),
+        beta: f.laml.beta.clone(),
+        lambda: f.lambda.clone(),
+        reml: true,
+        covariance: None,
+        edf: Edf {
+            blocks: Vec::new(),
+            total: 0.0,
+            from_positive_part: false,
+        },
+        reml_iterations: r.iterations.len(),
+        newton_iterations: f.laml.newton.steps(),
+        first_newton_iterations: r.start_newton_steps,
+        evaluations: r.evaluations,
+        rigid_start: (0, false),
+        warnings,
+    })
+}
+
+/// The covariance, the edf and the warnings they imply.
+fn finish(out: &mut BmsFit, penalty: &Penalty) -> Result<()> {
+    let p = out.beta.len();
+    let s = penalty.dense(&out.lambda)?;
+    let a: Vec<f64> = out.hessian.iter().zip(&s).map(|(h, s)| h + s).collect();
+    match PenalisedFactor::new(p, &a) {
+        Ok(f) => out.covariance = Some(f.inverse()?.to_vec()),
+        Err(matfree_solvers::SolverError::NotPositiveDefinite { .. }) => {
+            out.converged = false;
+            out.warnings.push(
+                "H + S is not positive definite at the final point: it is not a minimum, and no standard errors \
+                 are given"
+                    .into(),
+            );
+        }
+        Err(e) => return Err(e.into()),
+    }
+    out.edf = effective_df(p, &out.hessian, &s, penalty)?;
+    if out.edf.from_positive_part {
+        out.warnings.push(
+            "the Hessian of the log-likelihood is indefinite at the fit (common on small data) and its edf fell \
+             outside [0, dim]: the effective degrees of freedom use its positive part"
+                .into(),
+        );
+    }
+    if !out.converged && out.warnings.is_empty() {
+        out.warnings
+            .push(format!("the fit did not converge ({})", out.termination));
+    }
+    Ok(())
+}

@@ -1,0 +1,174 @@
+//! The rigid model (no score warp, no link deviation) in closed form, the
+//! start of every flexible fit.
+//!
+//! With H = L = 0 the calibration has the closed form
+//! `a = q sqrt(1 + (s_f b)^2) / s_f`, so `eta(z) = q c + s_f b z` with
+//! `c = sqrt(1 + s_f^2 b^2)`: a probit model, nonlinear in (q, b), that needs
+//! no quadrature. Its derivatives in theta = (q, b):
+//!
+//! ```text
+//! eta_q = c, eta_b = q s_f^2 b / c + s_f z,
+//! eta_qq = 0, eta_qb = s_f^2 b / c, eta_bb = q s_f^2 / c^3,
+//! ```
+//!
+//! and the row's gradient and Hessian follow the probit layer of the full
+//! model (`g = A e`, `H = B e e^T + A e2`). Its fit is the flexible model's
+//! fit at beta_h = beta_w = 0: cheap, and close to the flexible optimum.
+
+use std::sync::Arc;
+
+use matfree_solvers::newton::{newton, Evaluation, NewtonOptions, NewtonReport, Objective};
+use matfree_solvers::{CpuBackend, Penalty, Result as SolverResult};
+use rayon::prelude::*;
+
+use super::probit::log_ndtr_mills_curvature;
+use super::{BmsData, BmsModel};
+use crate::designs::Designs;
+use crate::layout::Layout;
+use crate::row_hessian::{joint_gradient, RowHessian};
+use crate::Result;
+
+/// The rigid model's negative log-likelihood on a data set (CPU).
+pub struct RigidObjective<'a> {
+    layout: Layout,
+    data: &'a BmsData,
+    s_f: f64,
+    scales: Vec<f64>,
+}
+
+/// One row's neglog, gradient (2) and Hessian (2 x 2) at theta = (q, b).
+pub fn rigid_row(q: f64, b: f64, z: f64, y: f64, w: f64, s_f: f64) -> (f64, [f64; 2], [f64; 4]) {
+    let c = (1.0 + s_f * s_f * b * b).sqrt();
+    let eta = q * c + s_f * b * z;
+    let e = [c, q * s_f * s_f * b / c + s_f * z];
+    let (e_qb, e_bb) = (s_f * s_f * b / c, q * s_f * s_f / (c * c * c));
+    let s = 2.0 * y - 1.0;
+    let (log_cdf, lambda, curv) = log_ndtr_mills_curvature(s * eta);
+    let (a, bb) = (-w * s * lambda, w * curv);
+    let g = [a * e[0], a * e[1]];
+    let h01 = bb * e[0] * e[1] + a * e_qb;
+    let h = [bb * e[0] * e[0], h01, h01, bb * e[1] * e[1] + a * e_bb];
+    (-w * log_cdf, g, h)
+}
+
+impl<'a> RigidObjective<'a> {
+    /// The rigid part of `model` (its designs and frailty scale) on `data`.
+    pub fn new(model: &BmsModel, data: &'a BmsData) -> Result<Self> {
+        let b = model.layout().block();
+        let layout = Layout::standard(b.p_m, b.p_g, 0, 0)?;
+        let mut scales = model.coefficient_scales(data);
+        scales.truncate(b.p_m + b.p_g);
+        Ok(Self {
+            layout,
+            data,
+            s_f: model.bases().s_f,
+            scales,
+        })
+    }
+
+    fn rows(&self, beta: &[f64]) -> (Vec<f64>, Vec<f64>, Vec<f64>) {
+        let d = &self.data.designs;
+        let blk = self.layout.block();
+        let dot = |x: &[f64], b: &[f64]| x.iter().zip(b).map(|(x, b)| x * b).sum::<f64>();
+        let rows: Vec<(f64, [f64; 2], [f64; 4])> = (0..self.data.n())
+            .into_par_iter()
+            .map(|i| {
+                let q = dot(d.x_m_row(i), &beta[blk.m_range()]);
+                let b = dot(d.x_g_row(i), &beta[blk.g_range()]);
+                rigid_row(q, b, self.data.z[i], self.data.y[i], self.data.w[i], self.s_f)
+            })
+            .collect();
+        let neglog = rows.iter().map(|r| r.0).collect();
+        let grad = rows.iter().flat_map(|r| r.1).collect();
+        let hess = rows.iter().flat_map(|r| r.2).collect();
+        (neglog, grad, hess)
+    }
+}
+
+impl Objective<CpuBackend> for RigidObjective<'_> {
+    fn dim(&self) -> usize {
+        self.layout.p_total()
+    }
+
+    fn evaluate(&self, beta: &[f64]) -> SolverResult<Option<Evaluation<'_, CpuBackend>>> {
+        if beta.len() != self.dim() || beta.iter().any(|b| !b.is_finite()) {
+            return Ok(None);
+        }
+        let (neglog, grad, hess) = self.rows(beta);
+        let designs: &Arc<Designs> = &self.data.designs;
+        let joint = joint_gradient(&self.layout, designs, &neglog, &grad)?;
+        let Ok(hessian) = RowHessian::new(self.layout.clone(), designs.clone(), hess) else {
+            // A Hessian that overflowed: outside the domain.
+            return Ok(None);
+        };
+        Ok(Some(Evaluation {
+            value: joint.neglog,
+            gradient: joint.gradient,
+            hessian: Box::new(hessian),
+        }))
+    }
+
+    fn coefficient_scales(&self) -> Option<Vec<f64>> {
+        Some(self.scales.clone())
+    }
+}
+
+/// The rigid fit used as a start: the flexible model's beta with
+/// (beta_m, beta_g) from the rigid fit and zero warp and link coefficients.
+#[derive(Clone, Debug)]
+pub struct RigidStart {
+    /// The start for the flexible model (length p_total).
+    pub beta: Vec<f64>,
+    /// The rigid Newton solve.
+    pub report: NewtonReport,
+    /// Rows the rigid fit used (every row, or an even subsample of at most
+    /// `max_rows`).
+    pub rows: usize,
+}
+
+/// Fit the rigid model (unpenalised Newton from zero) on `data`, or on an
+/// evenly strided subsample of `max_rows` rows when it has more: a start
+/// need not use every row. A rigid fit that does not converge still gives
+/// its last point (its report says so).
+pub fn rigid_start(model: &BmsModel, data: &BmsData, max_rows: usize) -> Result<RigidStart> {
+    let sub;
+    let data = if data.n() > max_rows.max(1) {
+        sub = subsample(data, max_rows.max(1))?;
+        &sub
+    } else {
+        data
+    };
+    let objective = RigidObjective::new(model, data)?;
+    let p = objective.dim();
+    let penalty = Penalty::new(p, Vec::new())?;
+    let opts = NewtonOptions {
+        max_step: 2.0,
+        max_iter: 50,
+        ..NewtonOptions::default()
+    };
+    let fit = newton(&CpuBackend::new(), &objective, &penalty, &[], &vec![0.0; p], &opts)?;
+    let mut beta = fit.beta;
+    beta.resize(model.layout().p_total(), 0.0);
+    Ok(RigidStart {
+        beta,
+        report: fit.report,
+        rows: data.n(),
+    })
+}
+
+/// Every k-th row, k = ceil(n / max_rows).
+fn subsample(data: &BmsData, max_rows: usize) -> Result<BmsData> {
+    let d = &data.designs;
+    let k = data.n().div_ceil(max_rows);
+    let rows: Vec<usize> = (0..data.n()).step_by(k).collect();
+    let pick =
+        |x: &[f64], w: usize| -> Vec<f64> { rows.iter().flat_map(|&i| x[i * w..(i + 1) * w].to_vec()).collect() };
+    let designs = Designs::new(
+        rows.len(),
+        d.p_m(),
+        d.p_g(),
+        pick(d.x_m(), d.p_m()),
+        pick(d.x_g(), d.p_g()),
+    )?;
+    BmsData::new(Arc::new(designs), pick(&data.z, 1), pick(&data.y, 1), pick(&data.w, 1))
+}
