@@ -8,25 +8,19 @@
 //! them; the GPU is used when one is found (`--backend` overrides), every
 //! visible GPU unless `--gpus N` says how many (rows sharded over them).
 
-use std::cell::Cell;
 use std::error::Error;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Instant;
 
 use clap::Parser;
-use matfree::bms::fit::{BmsFit, FitOptions};
+use matfree::bms::fit::{fit_on_device, BmsFit, FitOptions};
 use matfree::bms::generator::{generate, GeneratorConfig};
 use matfree::bms::summary::{coefficients, smooth_band, sub_block, Coefficient, SmoothTerm};
-use matfree::bms::{Bases, BmsData, BmsModel, BmsObjective, CubicBasis};
-use matfree::cuda::{
-    select_device, BmsDeviceObjective, BmsMultiObjective, CudaBackend, Device, Gpu, GpuGroup, GpuPolicy,
-    MultiGpuBackend,
-};
+use matfree::bms::{Bases, BmsData, BmsModel, CubicBasis};
+use matfree::cuda::{select_device, Device, Gpu, GpuPolicy};
 use matfree::data::{read_csv, ColumnSpec};
 use matfree::plot::{smooths_svg, Panel};
-use matfree::solvers::newton::{Evaluation, Objective};
-use matfree::solvers::Backend;
 use matfree::Designs;
 use serde::Serialize;
 
@@ -191,37 +185,19 @@ fn run(args: Args) -> AnyResult<bool> {
         if args.data.is_some() { "load" } else { "simulate" }.to_string(),
         t.elapsed().as_secs_f64(),
     ));
-    let (fit, backend) = match (&device, gpus) {
-        (Device::Gpu(gpu), 1) => {
-            let t = Instant::now();
-            let objective = BmsDeviceObjective::new(gpu.clone(), &problem.model, &problem.data)?;
-            phases.push(("upload".into(), t.elapsed().as_secs_f64()));
-            let backend = CudaBackend::new(gpu.clone())?;
-            (
-                fit(&backend, &objective, &problem, &args, &mut phases)?,
-                device.describe(),
-            )
-        }
-        (Device::Gpu(_), count) => {
-            let t = Instant::now();
-            let group = GpuGroup::open(count)?;
-            let objective = BmsMultiObjective::new(group.clone(), &problem.model, &problem.data)?;
-            phases.push(("upload".into(), t.elapsed().as_secs_f64()));
-            let backend = MultiGpuBackend::new(group.clone())?;
-            (
-                fit(&backend, &objective, &problem, &args, &mut phases)?,
-                group.describe(),
-            )
-        }
-        (Device::Cpu { .. }, _) => {
-            let backend = matfree::solvers::CpuBackend::new();
-            let objective = BmsObjective::new(&problem.model, &problem.data);
-            (
-                fit(&backend, &objective, &problem, &args, &mut phases)?,
-                device.describe(),
-            )
-        }
-    };
+    match &args.lambda {
+        Some(lambda) => eprintln!("Newton at fixed lambda = {lambda:?}"),
+        None => eprintln!("REML over the smoothing parameters"),
+    }
+    let run = fit_on_device(&device, gpus, &problem.model, &problem.data, &fit_options(&args), true)?;
+    phases.push(("upload".into(), run.upload_seconds));
+    phases.push(("fit".into(), run.fit_seconds));
+    phases.push(("fit: row evaluations".into(), run.evaluation_seconds));
+    phases.push((
+        "fit: rigid start, solves, logdets, REML".into(),
+        run.fit_seconds - run.evaluation_seconds,
+    ));
+    let (fit, backend) = (run.fit, run.backend);
     let t = Instant::now();
     notes.extend(fit.warnings.iter().cloned());
     let report = summarise(&problem, &fit, backend, notes, &mut phases)?;
@@ -316,40 +292,6 @@ fn simulate(args: &Args, gpu: bool, notes: &mut Vec<String>) -> AnyResult<Proble
     })
 }
 
-/// Prints a line per objective evaluation, so long fits show progress.
-struct Progress<'o, B: Backend> {
-    inner: &'o dyn Objective<B>,
-    count: Cell<usize>,
-    start: Instant,
-    /// Seconds spent in row evaluations (Stage 1, Stage 2, joint gradient).
-    evaluating: Cell<f64>,
-}
-
-impl<B: Backend> Objective<B> for Progress<'_, B> {
-    fn dim(&self) -> usize {
-        self.inner.dim()
-    }
-    fn evaluate(&self, beta: &[f64]) -> matfree::solvers::Result<Option<Evaluation<'_, B>>> {
-        let t = Instant::now();
-        let e = self.inner.evaluate(beta)?;
-        self.evaluating.set(self.evaluating.get() + t.elapsed().as_secs_f64());
-        self.count.set(self.count.get() + 1);
-        let value = e.as_ref().map_or(f64::NAN, |e| e.value);
-        eprintln!(
-            "  evaluation {:>4}: neglog {value:.6}  ({:.1} s)",
-            self.count.get(),
-            self.start.elapsed().as_secs_f64()
-        );
-        Ok(e)
-    }
-    fn cost(&self) -> matfree::solvers::newton::CostEstimate {
-        self.inner.cost()
-    }
-    fn coefficient_scales(&self) -> Option<Vec<f64>> {
-        self.inner.coefficient_scales()
-    }
-}
-
 fn fit_options(args: &Args) -> FitOptions {
     let mut opts = FitOptions {
         lambda: args.lambda.clone(),
@@ -358,32 +300,6 @@ fn fit_options(args: &Args) -> FitOptions {
     opts.reml.grad_tol = args.reml_tol;
     opts.reml.newton.decrement_tol = args.newton_tol;
     opts
-}
-
-fn fit<B: Backend>(
-    backend: &B,
-    objective: &dyn Objective<B>,
-    problem: &Problem,
-    args: &Args,
-    phases: &mut Vec<(String, f64)>,
-) -> AnyResult<BmsFit> {
-    let progress = Progress {
-        inner: objective,
-        count: Cell::new(0),
-        start: Instant::now(),
-        evaluating: Cell::new(0.0),
-    };
-    match &args.lambda {
-        Some(lambda) => eprintln!("Newton at fixed lambda = {lambda:?}"),
-        None => eprintln!("REML over the smoothing parameters"),
-    }
-    let t = Instant::now();
-    let out = matfree::bms::fit::fit(backend, &progress, &problem.model, &problem.data, &fit_options(args))?;
-    let (fit_s, eval_s) = (t.elapsed().as_secs_f64(), progress.evaluating.get());
-    phases.push(("fit".into(), fit_s));
-    phases.push(("fit: row evaluations".into(), eval_s));
-    phases.push(("fit: rigid start, solves, logdets, REML".into(), fit_s - eval_s));
-    Ok(out)
 }
 
 fn parameter_names(problem: &Problem) -> Vec<(usize, String)> {

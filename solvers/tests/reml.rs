@@ -234,3 +234,81 @@ fn reml_evaluates_no_beta_twice() {
     assert_eq!(fit.laml.value.to_bits(), plain.laml.value.to_bits());
     assert_eq!(fit.laml.beta, plain.laml.beta);
 }
+
+/// The logistic objective plus a constant: every stopping rule must ignore it.
+struct Shifted<'d> {
+    inner: Logistic<'d>,
+    offset: f64,
+}
+
+impl Objective<CpuBackend> for Shifted<'_> {
+    fn dim(&self) -> usize {
+        self.inner.dim()
+    }
+    fn evaluate(&self, beta: &[f64]) -> Result<Option<Evaluation<'_, CpuBackend>>> {
+        Ok(self.inner.evaluate(beta)?.map(|mut e| {
+            e.value += self.offset;
+            e
+        }))
+    }
+    fn value(&self, beta: &[f64]) -> Result<Option<f64>> {
+        Ok(self.inner.value(beta)?.map(|v| v + self.offset))
+    }
+    fn cheap_value(&self) -> bool {
+        self.inner.cheap_value()
+    }
+}
+
+/// Adding a constant to the objective (1e9 to a V of about 1e3, and 1e7)
+/// leaves the Newton and REML iterates as they were: the stopping rules are
+/// absolute (decrements, gradients), not relative to |f| or |V|.
+#[test]
+fn shifted_objective_gives_the_same_iterates() {
+    let d = simulate(1500, 0.2, &[f1, f2, zero], 11);
+    let (pen, be) = (penalty(&d), CpuBackend::new());
+    let plain = Shifted {
+        inner: Logistic::new(&d),
+        offset: 0.0,
+    };
+    let base = reml(&be, &plain, &pen, None, &vec![0.0; d.p], &RemlOptions::default()).unwrap();
+    assert!(base.report.converged && !base.report.iterations.is_empty(), "{:?}", base.report);
+    for offset in [1e7, 1e9] {
+        let shifted = Shifted {
+            inner: Logistic::new(&d),
+            offset,
+        };
+        let fit = reml(&be, &shifted, &pen, None, &vec![0.0; d.p], &RemlOptions::default()).unwrap();
+        assert!(fit.report.converged, "{offset}: {:?}", fit.report);
+        assert!((fit.laml.value - offset - base.laml.value).abs() < 1e-6 * offset);
+        assert_eq!(fit.report.iterations.len(), base.report.iterations.len(), "{offset}");
+        for (a, b) in fit.report.iterations.iter().zip(&base.report.iterations) {
+            assert_eq!(a.rho, b.rho, "{offset}: the outer iterates differ");
+            assert_eq!(a.halvings, b.halvings);
+        }
+        assert!(max_rel_diff(&fit.lambda, &base.lambda) < 1e-12, "{offset}: {:?} vs {:?}", fit.lambda, base.lambda);
+        assert!(max_rel_diff(&fit.laml.beta, &base.laml.beta) < 1e-12);
+    }
+}
+
+/// The reference start follows the data's scale: doubling every row (twice
+/// the information) doubles lambda_ref, and REML's optimum lambda scales
+/// with it, so the start stays in the right decade at any n.
+#[test]
+fn reference_rho_scales_with_the_information() {
+    let d = simulate(800, 0.2, &[f1, zero], 5);
+    let pen = penalty(&d);
+    let obj = Logistic::new(&d);
+    let (_, h) = obj.derivatives(&vec![0.0; d.p]);
+    let diag: Vec<f64> = (0..d.p).map(|i| h[i * d.p + i]).collect();
+    let r1 = matfree_solvers::reference_rho(&pen, &diag).unwrap();
+    let twice: Vec<f64> = diag.iter().map(|v| 2.0 * v).collect();
+    let r2 = matfree_solvers::reference_rho(&pen, &twice).unwrap();
+    for (a, b) in r1.iter().zip(&r2) {
+        assert!((b - a - 2f64.ln()).abs() < 1e-12);
+    }
+    // mgcv's rule: lambda_k = mean |diag H| / mean diag S_k on the block.
+    let b0 = &pen.blocks()[0];
+    let hm = b0.range().map(|j| diag[j].abs()).sum::<f64>() / b0.dim as f64;
+    let sm = (0..b0.dim).map(|i| b0.s[i * b0.dim + i]).sum::<f64>() / b0.dim as f64;
+    assert!((r1[0] - (hm / sm).ln()).abs() < 1e-12);
+}

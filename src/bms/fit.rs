@@ -4,13 +4,17 @@
 //! why it converged). The backend's objective is given by the caller (CPU,
 //! one GPU or several); everything else is the same algorithm.
 
-use matfree_solvers::newton::{newton, NewtonOptions, Objective};
+use std::cell::Cell;
+use std::time::Instant;
+
+use matfree_solvers::newton::{newton, CostEstimate, Evaluation, NewtonOptions, Objective};
 use matfree_solvers::reml::{reml, RemlOptions};
-use matfree_solvers::{clip_eigenvalues, Backend, PenalisedFactor, Penalty};
+use matfree_solvers::{clip_eigenvalues, Backend, CpuBackend, PenalisedFactor, Penalty};
 use serde::{Deserialize, Serialize};
 
 use super::rigid::rigid_start;
-use super::{bms_penalty, BmsData, BmsModel};
+use super::{bms_penalty, BmsData, BmsModel, BmsObjective};
+use crate::cuda::{BmsDeviceObjective, BmsMultiObjective, CudaBackend, Device, GpuGroup, MultiGpuBackend};
 use crate::{Error, Result};
 
 /// Options of [`fit`].
@@ -107,6 +111,9 @@ pub struct BmsFit {
     pub beta: Vec<f64>,
     /// The smoothing parameters (one per smooth).
     pub lambda: Vec<f64>,
+    /// REML's reference start ln lambda (mgcv's `initial.sp`; empty at
+    /// fixed lambda).
+    pub rho_ref: Vec<f64>,
     /// Whether lambda was chosen by REML.
     pub reml: bool,
     /// Whether every solve converged to its tolerance.
@@ -205,6 +212,7 @@ fn fixed<B: Backend>(
         hessian: f.hessian.to_dense()?,
         beta: f.beta,
         lambda: lambda.to_vec(),
+        rho_ref: Vec::new(),
         reml: false,
         reml_score: None,
         penalised_neglog: f.objective,
@@ -250,6 +258,7 @@ fn selected<B: Backend>(
         at_upper_bound: r.at_upper_bound(&f.laml.rho),
         beta: f.laml.beta.clone(),
         lambda: f.lambda.clone(),
+        rho_ref: r.rho_ref.clone(),
         reml: true,
         covariance: None,
         edf: Edf {
@@ -296,4 +305,131 @@ fn finish(out: &mut BmsFit, penalty: &Penalty) -> Result<()> {
             .push(format!("the fit did not converge ({})", out.termination));
     }
     Ok(())
+}
+
+/// Prints a line per objective evaluation to stderr (so long fits show
+/// progress) and times the evaluations.
+struct Progress<'o, B: Backend> {
+    inner: &'o dyn Objective<B>,
+    print: bool,
+    count: Cell<usize>,
+    start: Instant,
+    evaluating: Cell<f64>,
+}
+
+impl<B: Backend> Objective<B> for Progress<'_, B> {
+    fn dim(&self) -> usize {
+        self.inner.dim()
+    }
+    fn evaluate(&self, beta: &[f64]) -> matfree_solvers::Result<Option<Evaluation<'_, B>>> {
+        let t = Instant::now();
+        let e = self.inner.evaluate(beta)?;
+        self.evaluating.set(self.evaluating.get() + t.elapsed().as_secs_f64());
+        self.count.set(self.count.get() + 1);
+        if self.print {
+            let value = e.as_ref().map_or(f64::NAN, |e| e.value);
+            eprintln!(
+                "  evaluation {:>4}: neglog {value:.6}  ({:.1} s)",
+                self.count.get(),
+                self.start.elapsed().as_secs_f64()
+            );
+        }
+        Ok(e)
+    }
+    fn cost(&self) -> CostEstimate {
+        self.inner.cost()
+    }
+    fn coefficient_scales(&self) -> Option<Vec<f64>> {
+        self.inner.coefficient_scales()
+    }
+    fn exact_hessian_derivative(&self) -> bool {
+        self.inner.exact_hessian_derivative()
+    }
+    fn hessian_derivative(&self, beta: &[f64], h: &[f64], d: &[f64], step: f64) -> matfree_solvers::Result<Vec<f64>> {
+        // The inner objective's own derivative where it has one; the finite
+        // difference through this wrapper otherwise, so that its evaluation
+        // is counted and timed.
+        if self.inner.exact_hessian_derivative() {
+            self.inner.hessian_derivative(beta, h, d, step)
+        } else {
+            matfree_solvers::fd_hessian_derivative(self, beta, h, d, step)
+        }
+    }
+}
+
+/// A fit run on a device, with where it ran and how long evaluations took.
+pub struct DeviceFit {
+    /// The fit.
+    pub fit: BmsFit,
+    /// The backend, described (CPU threads, GPU name, or the GPU group).
+    pub backend: String,
+    /// Seconds spent uploading the data to the device(s).
+    pub upload_seconds: f64,
+    /// Seconds of the fit.
+    pub fit_seconds: f64,
+    /// Seconds of the fit spent in objective evaluations.
+    pub evaluation_seconds: f64,
+}
+
+/// [`fit`] on `device`: the CPU, one GPU, or the first `gpus` GPUs with
+/// the rows sharded over them (`gpus` is ignored on the CPU). `progress`
+/// prints a line per evaluation to stderr.
+pub fn fit_on_device(
+    device: &Device,
+    gpus: usize,
+    model: &BmsModel,
+    data: &BmsData,
+    opts: &FitOptions,
+    progress: bool,
+) -> Result<DeviceFit> {
+    let t = Instant::now();
+    match (device, gpus) {
+        (Device::Gpu(gpu), 0 | 1) => {
+            let objective = BmsDeviceObjective::new(gpu.clone(), model, data)?;
+            let backend = CudaBackend::new(gpu.clone())?;
+            timed(&backend, &objective, model, data, opts, progress, device.describe(), t)
+        }
+        (Device::Gpu(_), count) => {
+            let group = GpuGroup::open(count)?;
+            let objective = BmsMultiObjective::new(group.clone(), model, data)?;
+            let backend = MultiGpuBackend::new(group.clone())?;
+            timed(&backend, &objective, model, data, opts, progress, group.describe(), t)
+        }
+        (Device::Cpu { .. }, _) => {
+            let objective = BmsObjective::new(model, data);
+            let backend = CpuBackend::new();
+            timed(&backend, &objective, model, data, opts, progress, device.describe(), t)
+        }
+    }
+}
+
+#[allow(clippy::too_many_arguments)]
+fn timed<B: Backend>(
+    backend: &B,
+    objective: &dyn Objective<B>,
+    model: &BmsModel,
+    data: &BmsData,
+    opts: &FitOptions,
+    progress: bool,
+    describe: String,
+    upload: Instant,
+) -> Result<DeviceFit> {
+    let upload_seconds = upload.elapsed().as_secs_f64();
+    let wrapped = Progress {
+        inner: objective,
+        print: progress,
+        count: Cell::new(0),
+        start: Instant::now(),
+        evaluating: Cell::new(0.0),
+    };
+    let t = Instant::now();
+    let mut fit = fit(backend, &wrapped, model, data, opts)?;
+    fit.evaluations = wrapped.count.get();
+    Ok(DeviceFit {
+        fit,
+        backend: describe,
+        upload_seconds,
+        fit_seconds: t.elapsed().as_secs_f64(),
+        evaluation_seconds: wrapped.evaluating.get(),
+    })
 }

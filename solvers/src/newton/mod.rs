@@ -103,6 +103,12 @@ pub trait Objective<B: Backend> {
     fn coefficient_scales(&self) -> Option<Vec<f64>> {
         None
     }
+    /// Whether [`Objective::hessian_derivative`] is overridden with an
+    /// exact derivative (a wrapper forwards it only then, and otherwise
+    /// differentiates through its own `evaluate`).
+    fn exact_hessian_derivative(&self) -> bool {
+        false
+    }
     /// The derivative of the Hessian at `beta` along `direction`, dense
     /// row-major `p x p` (REML needs it); `hessian` is the dense Hessian at
     /// `beta` and `step` a step length along `direction` that the caller

@@ -227,6 +227,9 @@ impl Objective<CpuBackend> for Logistic<'_> {
     fn cheap_value(&self) -> bool {
         self.cheap_value
     }
+    fn exact_hessian_derivative(&self) -> bool {
+        self.exact_dh
+    }
     fn hessian_derivative(&self, beta: &[f64], h: &[f64], d: &[f64], step: f64) -> Result<Vec<f64>> {
         if self.exact_dh {
             Ok(self.exact_hessian_derivative(beta, d))
