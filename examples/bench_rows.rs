@@ -4,10 +4,12 @@
 //! over the CPU's Stage-1 bundle (with its upload). Prints the phases as JSON
 //! with the device bytes the bundle costs.
 //!
-//!     cargo run --release --example bench_rows [N_ROWS] [--gpu-only]     (default: seed shape, 195,000)
+//!     cargo run --release --example bench_rows [N_ROWS] [--gpu-only] [--fit-shape]   (default: seed shape, 195,000)
 //!
 //! `--gpu-only` times only both stages on the device (no CPU evaluation to
-//! compare with).
+//! compare with). `--fit-shape` generates `fit_bms`' default data (p_m 3,
+//! p_g 2, score basis 8, link basis 6: r = 16, seed 1) instead of the seed
+//! shape, so a fit's cost per evaluation can be set beside a bare one.
 
 use std::time::Instant;
 
@@ -24,7 +26,19 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         .map(|s| s.parse())
         .transpose()?
         .unwrap_or(195_000);
-    let cfg = GeneratorConfig::seed_shape(n);
+    let cfg = if args.iter().any(|a| a == "--fit-shape") {
+        GeneratorConfig {
+            n,
+            p_m: 3,
+            p_g: 2,
+            p_h: 8,
+            p_w: 6,
+            s_f: 1.0,
+            seed: 1,
+        }
+    } else {
+        GeneratorConfig::seed_shape(n)
+    };
     let t = Instant::now();
     let g = generate(cfg)?;
     let generate_s = t.elapsed().as_secs_f64();

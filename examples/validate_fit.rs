@@ -173,7 +173,8 @@ fn run(args: Args) -> Result<bool, Box<dyn Error>> {
     let summary = summarise(&args, backend, results);
     print!("{}", table(&summary));
     if let Some(path) = &args.json {
-        std::fs::write(path, serde_json::to_string_pretty(&summary)?).map_err(|e| format!("{}: {e}", path.display()))?;
+        std::fs::write(path, serde_json::to_string_pretty(&summary)?)
+            .map_err(|e| format!("{}: {e}", path.display()))?;
     }
     Ok(summary.bars.iter().all(|(_, ok)| *ok))
 }
@@ -239,7 +240,10 @@ fn summarise(args: &Args, backend: String, results: Vec<SeedResult>) -> Summary 
 }
 
 fn table(s: &Summary) -> String {
-    let mut out = format!("Coverage of 95% intervals: n = {}, {} seeds, {}\n\n", s.n, s.seeds, s.backend);
+    let mut out = format!(
+        "Coverage of 95% intervals: n = {}, {} seeds, {}\n\n",
+        s.n, s.seeds, s.backend
+    );
     out += &format!(
         "{:<22} {:>8} {:>8} {:>10} {:>9}\n",
         "coefficient", "mean z", "sd z", "max |z|", "coverage"

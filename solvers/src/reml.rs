@@ -34,7 +34,7 @@ use std::time::Instant;
 use serde::{Deserialize, Serialize};
 
 use crate::backend::Backend;
-use crate::dense::clip_eigenvalues;
+use crate::dense::{clip_eigenvalues, symmetric_eigen};
 use crate::logdet::PenalisedFactor;
 use crate::newton::{newton_from, resolution, Evaluation, NewtonOptions, NewtonReport, Objective};
 use crate::operator::expect_len;
@@ -56,9 +56,9 @@ pub struct RemlOptions {
     pub grad_tol: f64,
     /// Converged when the outer Newton decrement `g^T B^{-1} g` (B the
     /// outer model Hessian, on the components free to move) is at most this
-    /// (default 1e-4): rho is then within about 1% of its own standard
-    /// error (`B^{-1/2}`, the curvature of V) from the optimum, whatever n
-    /// or V's offset.
+    /// (default 1e-3): rho is then within about 3% of its own standard
+    /// error (`B^{-1/2}`, the curvature of V) from the optimum and V within
+    /// 5e-4 of its minimum, whatever n or V's offset.
     pub decrement_tol: f64,
     /// Converged when a full outer Newton step has `||delta rho||_inf <=
     /// step_tol` (default 1e-4).
@@ -90,7 +90,7 @@ impl Default for RemlOptions {
             },
             max_iter: 30,
             grad_tol: 1e-4,
-            decrement_tol: 1e-4,
+            decrement_tol: 1e-3,
             step_tol: 1e-4,
             rho_range: 15.0,
             max_step: 5.0,
@@ -386,7 +386,7 @@ fn dot(a: &[f64], b: &[f64]) -> f64 {
 /// lambda_k puts the mean diagonal of `lambda_k S_k` at the mean absolute
 /// diagonal of the Hessian on block k, so the penalty and the data weigh
 /// about equally at the start, at any n and in any units. A block's mean is
-/// floored at 1e-3 of the mean over all coefficients (a block the data
+/// floored at 1e-3 of the mean over all penalised coefficients (a block the data
 /// barely inform at the start, e.g. a smooth that enters only through a
 /// coefficient that is zero there, would otherwise start unpenalised);
 /// lambda is 1 where the whole diagonal is zero.
@@ -400,7 +400,14 @@ pub fn reference_rho(penalty: &Penalty, hessian_diagonal: &[f64]) -> Result<Vec<
         ));
     }
     let mean_abs = |v: &[f64]| v.iter().map(|x| x.abs()).sum::<f64>() / v.len().max(1) as f64;
-    let overall = mean_abs(hessian_diagonal);
+    // Over the penalised coefficients only: an unpenalised covariate in
+    // other units must not move any lambda.
+    let penalised: Vec<f64> = penalty
+        .blocks()
+        .iter()
+        .flat_map(|b| hessian_diagonal[b.range()].to_vec())
+        .collect();
+    let overall = mean_abs(&penalised);
     Ok(penalty
         .blocks()
         .iter()
@@ -514,6 +521,7 @@ pub const VANISHED_EDF: f64 = 0.05;
 
 /// Bounds and options of one outer solve.
 struct Outer<'a> {
+    rho_ref: Vec<f64>,
     lower: Vec<f64>,
     upper: Vec<f64>,
     opts: &'a RemlOptions,
@@ -567,9 +575,20 @@ impl Outer<'_> {
             })
             .collect();
         let top = sub.iter().fold(0.0f64, |a, v| a.max(v.abs()));
-        let fixed = clip_eigenvalues(f, &sub, (1e-6 * top).max(1e-8))?;
+        let floor = (1e-6 * top).max(1e-8);
         let g: Vec<f64> = free.iter().map(|&k| -e.gradient[k]).collect();
-        let step = crate::dense::Cholesky::factor(f, &fixed)?.solve(&g, 1)?;
+        let indefinite = symmetric_eigen(f, &sub)?.0.first().is_some_and(|&l| l < -floor);
+        let step = if indefinite {
+            // Where the model has negative curvature its coupling cannot be
+            // trusted (it leaves out the third derivatives): a step along a
+            // negative eigenvector can push a smooth uphill in its own
+            // coordinate, into the wrong basin. Diagonal Newton moves each
+            // component downhill.
+            (0..f).map(|i| g[i] / sub[i * f + i].abs().max(floor)).collect()
+        } else {
+            let fixed = clip_eigenvalues(f, &sub, floor)?;
+            crate::dense::Cholesky::factor(f, &fixed)?.solve(&g, 1)?
+        };
         let mut d = vec![0.0; m];
         for (i, &k) in free.iter().enumerate() {
             d[k] = step[i];
@@ -634,14 +653,15 @@ pub fn reml<B: Backend>(
         eprintln!("DEBUG reml rho_ref {rho_ref:?}");
     }
     let outer = Outer {
+        rho_ref: rho_ref.clone(),
         lower: rho_ref.iter().map(|r| r - opts.rho_range).collect(),
         upper: rho_ref.iter().map(|r| r + opts.rho_range).collect(),
         opts,
     };
     let mut evaluations = 1;
     let start = outer.clamp(rho0.unwrap_or(&rho_ref));
-    let trial = laml_value(backend, objective, penalty, &start, beta0, Some(first), opts)?;
-    evaluations += trial.laml.newton.evaluations;
+    let (trial, tries) = start_trial(backend, objective, penalty, &outer, &start, beta0, first)?;
+    evaluations += tries;
     let start_newton_steps = trial.laml.newton.steps();
     let converged_start = trial.laml.newton.converged;
     let (mut cur, mut at_beta) = if converged_start {
@@ -657,14 +677,35 @@ pub fn reml<B: Backend>(
     // line search that needed halvings, doubled (up to max_step) after a
     // full step.
     let mut radius = opts.max_step;
+    let mut probed = vec![false; m];
     let termination = loop {
         if !converged_start {
             break RemlTermination::InnerNotConverged;
         }
+        let t0 = Instant::now();
+        if let Some(probe) = probe_other_side(backend, objective, penalty, &outer, &cur, &mut probed)? {
+            evaluations += probe.evaluations;
+            if let Some((next, next_at_beta)) = probe.better {
+                iterations.push(RemlIteration {
+                    rho: cur.rho.clone(),
+                    value: cur.value,
+                    gradient: cur.gradient.clone(),
+                    step_length: 1.0,
+                    halvings: 0,
+                    newton_iterations: probe.newton_iterations,
+                    newton_evaluations: probe.evaluations,
+                    seconds: t0.elapsed().as_secs_f64(),
+                });
+                correction.iter_mut().for_each(|c| *c = 0.0);
+                radius = opts.max_step;
+                cur = next;
+                at_beta = next_at_beta;
+                continue;
+            }
+        }
         if outer.projected_norm(&cur) <= opts.grad_tol {
             break RemlTermination::Gradient;
         }
-        let t0 = Instant::now();
         let step = outer.direction(&cur, &correction, penalty, radius)?;
         if step.decrement <= opts.decrement_tol && !step.jump {
             break RemlTermination::Decrement;
@@ -769,6 +810,112 @@ fn secant_update(correction: &mut [f64], cur: &LamlEvaluation, next: &LamlEvalua
         for j in 0..m {
             correction[i * m + j] += r[i] * r[j] / rs;
         }
+    }
+}
+
+/// How far below its reference a vanishing smooth's rho is probed.
+const PROBE_DISTANCE: f64 = 5.0;
+
+/// What a probe of the other side found.
+struct Probe<'o, B: Backend> {
+    /// The probed point with its gradient, if V is lower there.
+    better: Option<(LamlEvaluation, Evaluation<'o, B>)>,
+    newton_iterations: usize,
+    evaluations: usize,
+}
+
+/// A guard against the wrong minimum at lambda = infinity. V(rho_k) can
+/// fall toward a smooth's upper bound from a start that lies past a local
+/// maximum, while a lower minimum with the smooth in use lies below (the
+/// reference start can be on the wrong side at large n). Once per smooth,
+/// when it is about to be accepted as vanished (shrunk to nothing with V
+/// still falling, or pinned at its upper bound), V is evaluated with its
+/// rho at `rho_ref - PROBE_DISTANCE`; a lower V there becomes the current
+/// point. Costs one inner solve (and a gradient when taken).
+fn probe_other_side<'o, B: Backend>(
+    backend: &B,
+    objective: &'o dyn Objective<B>,
+    penalty: &Penalty,
+    outer: &Outer<'_>,
+    cur: &LamlEvaluation,
+    probed: &mut [bool],
+) -> Result<Option<Probe<'o, B>>> {
+    let candidate = penalty.blocks().iter().enumerate().position(|(k, b)| {
+        let edf = b.dim as f64 - cur.rho[k].exp() * cur.penalty_traces[k];
+        let vanishing = cur.gradient[k] < 0.0 && (edf < VANISHED_EDF || cur.rho[k] >= outer.upper[k]);
+        let target = outer.rho_ref[k] - PROBE_DISTANCE;
+        !probed[k] && vanishing && target < cur.rho[k] - 1.0
+    });
+    let Some(k) = candidate else {
+        return Ok(None);
+    };
+    probed[k] = true;
+    let mut rho = cur.rho.clone();
+    rho[k] = (outer.rho_ref[k] - PROBE_DISTANCE).max(outer.lower[k]);
+    let mut probe = Probe {
+        better: None,
+        newton_iterations: 0,
+        evaluations: 0,
+    };
+    let trial = match laml_value(backend, objective, penalty, &rho, &cur.beta, None, outer.opts) {
+        Ok(t) => t,
+        Err(SolverError::NotPositiveDefinite { .. }) => return Ok(Some(probe)),
+        Err(e) => return Err(e),
+    };
+    probe.newton_iterations = trial.laml.newton.iterations.len();
+    probe.evaluations = trial.laml.newton.evaluations;
+    if trial.laml.newton.converged && trial.laml.value < cur.value - resolution(cur.value) {
+        probe.evaluations += penalty.n_blocks();
+        probe.better = Some(with_gradient(objective, penalty, trial, outer.opts)?);
+    }
+    Ok(Some(probe))
+}
+
+/// Starts tried above the first, each [`PROBE_DISTANCE`] higher.
+const START_RETRIES: usize = 2;
+
+/// The first inner solve: at `start`, or, where it does not converge to a
+/// minimum (little data and little penalty can leave the penalised
+/// likelihood without one within reach, e.g. against the edge of the
+/// model's domain), at a start more heavily penalised, up to
+/// [`START_RETRIES`] times. Returns the trial and the evaluations spent.
+#[allow(clippy::too_many_arguments)]
+fn start_trial<'o, B: Backend>(
+    backend: &B,
+    objective: &'o dyn Objective<B>,
+    penalty: &Penalty,
+    outer: &Outer<'_>,
+    start: &[f64],
+    beta0: &[f64],
+    first: Evaluation<'o, B>,
+) -> Result<(Trial<'o, B>, usize)> {
+    let mut first = Some(first);
+    let mut evaluations = 0;
+    let mut last = None;
+    for retry in 0..=START_RETRIES {
+        let rho: Vec<f64> = start.iter().map(|r| r + PROBE_DISTANCE * retry as f64).collect();
+        let rho = outer.clamp(&rho);
+        match laml_value(backend, objective, penalty, &rho, beta0, first.take(), outer.opts) {
+            Ok(trial) => {
+                evaluations += trial.laml.newton.evaluations;
+                if trial.laml.newton.converged {
+                    return Ok((trial, evaluations));
+                }
+                last = Some(Ok(trial));
+            }
+            Err(e @ SolverError::NotPositiveDefinite { .. }) => last = Some(Err(e)),
+            Err(e) => return Err(e),
+        }
+    }
+    match last.unwrap_or_else(|| Err(SolverError::invalid("REML start", "none", "no start was tried"))) {
+        Ok(trial) => Ok((trial, evaluations)),
+        Err(SolverError::NotPositiveDefinite { pivot, value }) => Err(SolverError::invalid(
+            "REML start",
+            format!("H + S pivot {pivot} = {value:e}"),
+            "the inner Newton solve found no minimum (H + S positive definite) at the reference smoothing \
+             parameters nor at more heavily penalised ones: the data may not identify the model",
+        )),
+        Err(e) => Err(e),
     }
 }
 

@@ -271,7 +271,11 @@ fn shifted_objective_gives_the_same_iterates() {
         offset: 0.0,
     };
     let base = reml(&be, &plain, &pen, None, &vec![0.0; d.p], &RemlOptions::default()).unwrap();
-    assert!(base.report.converged && !base.report.iterations.is_empty(), "{:?}", base.report);
+    assert!(
+        base.report.converged && !base.report.iterations.is_empty(),
+        "{:?}",
+        base.report
+    );
     for offset in [1e7, 1e9] {
         let shifted = Shifted {
             inner: Logistic::new(&d),
@@ -285,7 +289,12 @@ fn shifted_objective_gives_the_same_iterates() {
             assert_eq!(a.rho, b.rho, "{offset}: the outer iterates differ");
             assert_eq!(a.halvings, b.halvings);
         }
-        assert!(max_rel_diff(&fit.lambda, &base.lambda) < 1e-12, "{offset}: {:?} vs {:?}", fit.lambda, base.lambda);
+        assert!(
+            max_rel_diff(&fit.lambda, &base.lambda) < 1e-12,
+            "{offset}: {:?} vs {:?}",
+            fit.lambda,
+            base.lambda
+        );
         assert!(max_rel_diff(&fit.laml.beta, &base.laml.beta) < 1e-12);
     }
 }

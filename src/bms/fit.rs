@@ -72,22 +72,34 @@ pub struct Edf {
 /// they do, the positive part of H (its negative eigenvalues set to 0) is
 /// used, which keeps every bound, and `from_positive_part` says so.
 pub fn effective_df(p: usize, h: &[f64], s: &[f64], penalty: &Penalty) -> Result<Edf> {
-    let plain = edf_of(p, h, s, penalty)?;
     let tol = 1e-9 * (p as f64);
     let inside = |v: f64, hi: f64| v >= -tol && v <= hi + tol;
-    let ok = inside(plain.total, p as f64)
-        && penalty
-            .blocks()
-            .iter()
-            .zip(&plain.blocks)
-            .all(|(b, &e)| inside(e, b.dim as f64));
-    if ok {
-        return Ok(plain);
+    if let Ok(plain) = edf_of(p, h, s, penalty) {
+        let ok = inside(plain.total, p as f64)
+            && penalty
+                .blocks()
+                .iter()
+                .zip(&plain.blocks)
+                .all(|(b, &e)| inside(e, b.dim as f64));
+        if ok {
+            return Ok(plain);
+        }
     }
-    let positive = clip_eigenvalues(p, h, 0.0)?;
+    // The positive part, with a ridge of 1e-10 of its largest eigenvalue
+    // where H + S is singular on it (unpenalised directions H does not
+    // inform, at a fit that is not a minimum).
+    let mut positive = clip_eigenvalues(p, h, 0.0)?;
+    let top = (0..p).fold(0.0f64, |m, j| m.max(positive[j * p + j]));
+    let edf = match edf_of(p, &positive, s, penalty) {
+        Ok(e) => e,
+        Err(_) => {
+            (0..p).for_each(|j| positive[j * p + j] += 1e-10 * top.max(f64::MIN_POSITIVE));
+            edf_of(p, &positive, s, penalty)?
+        }
+    };
     Ok(Edf {
         from_positive_part: true,
-        ..edf_of(p, &positive, s, penalty)?
+        ..edf
     })
 }
 

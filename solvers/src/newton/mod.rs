@@ -163,7 +163,16 @@ pub enum Termination {
     MaxIterations,
     /// `max_halvings` halvings found no acceptable point.
     LineSearchFailed,
+    /// [`STALL_STEPS`] steps in a row were cut below [`STALL_LENGTH`]: the
+    /// objective is not smooth enough there for Newton to make progress
+    /// (e.g. against the edge of its domain).
+    Stalled,
 }
+
+/// Steps in a row cut below [`STALL_LENGTH`] that end a solve as stalled.
+pub const STALL_STEPS: usize = 3;
+/// A step length below which a step counts toward a stall.
+pub const STALL_LENGTH: f64 = 1.0 / 64.0;
 
 impl Termination {
     /// Whether this stop means the solve converged.
@@ -426,6 +435,10 @@ pub fn newton_from<'o, B: Backend>(
             Outcome::Converged => break Termination::Decrement,
             Outcome::Failed => break Termination::LineSearchFailed,
             Outcome::Moved(next) => cur = next,
+        }
+        let recent = run.iterations.iter().rev().take(STALL_STEPS);
+        if run.iterations.len() >= STALL_STEPS && recent.clone().all(|it| it.step_length < STALL_LENGTH) {
+            break Termination::Stalled;
         }
     };
     let report = NewtonReport {

@@ -65,7 +65,7 @@ pub struct NewtonOptions {
     pub decrement_tol: f64,
     /// Armijo constant c: accept `f(beta + t d) <= f + c t g^T d` (default 1e-4).
     pub armijo: f64,
-    /// Most step halvings per iteration (default 30).
+    /// Most step halvings per iteration (default 20).
     pub max_halvings: usize,
     /// Longest step tried, `max_j |t delta_j| s_j <= max_step` with `s_j`
     /// the objective's coefficient scales (default 1e3; with scales in
@@ -100,7 +100,7 @@ impl Default for NewtonOptions {
             max_iter: 100,
             decrement_tol: 1e-8,
             armijo: 1e-4,
-            max_halvings: 30,
+            max_halvings: 20,
             max_step: 1e3,
             forcing: Forcing::default(),
             pcg: PcgOptions::default(),
