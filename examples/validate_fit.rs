@@ -7,7 +7,7 @@
 //!
 //! The bars (exit status 4 when one fails): every parametric coefficient
 //! within 3 SE of the truth in every seed; the coverage of all coefficients
-//! in [92%, 98%] when there are at least 400 intervals (else only reported);
+//! in [92%, 98%] when there are at least 300 intervals (else only reported);
 //! every fit converged; lambda moved from its reference start; at least one
 //! REML iteration.
 
@@ -219,7 +219,7 @@ fn summarise(args: &Args, backend: String, results: Vec<SeedResult>) -> Summary 
             results.iter().all(|r| r.reml_iterations > 0),
         ),
     ];
-    if all.len() >= 400 {
+    if all.len() >= 300 {
         bars.push((
             "coverage of all coefficients in [92%, 98%]".into(),
             (0.92..=0.98).contains(&coverage_all),

@@ -216,3 +216,59 @@ fn bad_files_stop_with_file_row_and_column_named() {
     expect_failure(&["--backend", "cpu", "--gpus", "2"], &["--gpus 2", "CPU"]);
     expect_failure(&["--data", "/nonexistent/file.csv"], &["/nonexistent/file.csv"]);
 }
+
+/// A fit that cannot meet its tolerance (a Newton decrement of 1e-300 at
+/// fixed lambda) ends with exit status 3, and the summary and the JSON
+/// still carry the best fit, marked as not converged with the reason.
+#[test]
+fn a_fit_that_does_not_converge_says_so_in_output_json_and_exit_status() {
+    let out = tmp("unconverged.json");
+    let o = run(&[
+        "--simulate",
+        "300",
+        "--lambda",
+        "10,10",
+        "--newton-tol",
+        "1e-300",
+        "--backend",
+        "cpu",
+        "--json",
+        out.to_str().unwrap(),
+    ]);
+    let (stdout, stderr) = (String::from_utf8_lossy(&o.stdout), String::from_utf8_lossy(&o.stderr));
+    assert_eq!(o.status.code(), Some(3), "{stdout}\n{stderr}");
+    assert!(stdout.contains("converged: false"), "{stdout}");
+    assert!(stderr.contains("did not converge"), "{stderr}");
+    let report = json(&out);
+    assert_eq!(report["converged"], false);
+    let reason = report["termination"].as_str().unwrap();
+    assert!(reason.starts_with("Newton: "), "{reason}");
+    assert!(report["coefficients"].as_array().unwrap()[0]["estimate"]
+        .as_f64()
+        .unwrap()
+        .is_finite());
+}
+
+/// The default run's REML fit: converged, with lambda moved from its
+/// reference start, and an edf for every smooth inside its bounds.
+#[test]
+fn default_reml_run_converges_with_bounded_edf() {
+    let out = tmp("default.json");
+    let o = run(&["--backend", "cpu", "--json", out.to_str().unwrap()]);
+    let stdout = String::from_utf8_lossy(&o.stdout);
+    assert!(o.status.success(), "{stdout}\n{}", String::from_utf8_lossy(&o.stderr));
+    let report = json(&out);
+    assert_eq!(report["converged"], true);
+    assert!(report["reml_iterations"].as_u64().unwrap() > 0);
+    assert!(
+        report["evaluations"].as_u64().unwrap() <= 60,
+        "{}",
+        report["evaluations"]
+    );
+    for s in report["smooths"].as_array().unwrap() {
+        let (edf, dim) = (s["edf"].as_f64().unwrap(), s["dim"].as_f64().unwrap());
+        assert!((0.0..=dim).contains(&edf), "edf {edf} of {dim}");
+    }
+    let total = report["edf_total"].as_f64().unwrap();
+    assert!((0.0..=report["p"].as_f64().unwrap()).contains(&total));
+}

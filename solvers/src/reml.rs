@@ -649,9 +649,6 @@ pub fn reml<B: Backend>(
     let mut diag = backend.zeros(first.hessian.dim())?;
     first.hessian.diagonal(&mut diag)?;
     let rho_ref = reference_rho(penalty, &backend.download(&diag)?)?;
-    if std::env::var("MATFREE_DEBUG").is_ok() {
-        eprintln!("DEBUG reml rho_ref {rho_ref:?}");
-    }
     let outer = Outer {
         rho_ref: rho_ref.clone(),
         lower: rho_ref.iter().map(|r| r - opts.rho_range).collect(),
@@ -714,12 +711,6 @@ pub fn reml<B: Backend>(
             break RemlTermination::MaxIterations;
         }
         let dir = step.d;
-        if std::env::var("MATFREE_DEBUG").is_ok() {
-            eprintln!(
-                "DEBUG reml rho {:?} V {} g {:?} H {:?} dir {:?}",
-                cur.rho, cur.value, cur.gradient, cur.outer_hessian, dir
-            );
-        }
         let search = outer_line_search(backend, objective, penalty, &outer, &cur, &dir, at_beta)?;
         evaluations += search.evaluations;
         let mut record = RemlIteration {
@@ -814,7 +805,7 @@ fn secant_update(correction: &mut [f64], cur: &LamlEvaluation, next: &LamlEvalua
 }
 
 /// How far below its reference a vanishing smooth's rho is probed.
-const PROBE_DISTANCE: f64 = 5.0;
+const PROBE_DISTANCE: f64 = 2.5;
 
 /// What a probe of the other side found.
 struct Probe<'o, B: Backend> {
@@ -828,8 +819,8 @@ struct Probe<'o, B: Backend> {
 /// fall toward a smooth's upper bound from a start that lies past a local
 /// maximum, while a lower minimum with the smooth in use lies below (the
 /// reference start can be on the wrong side at large n). Once per smooth,
-/// when it is about to be accepted as vanished (shrunk to nothing with V
-/// still falling, or pinned at its upper bound), V is evaluated with its
+/// when it has vanished (shrunk to nothing, or at its upper bound), V is
+/// evaluated with its
 /// rho at `rho_ref - PROBE_DISTANCE`; a lower V there becomes the current
 /// point. Costs one inner solve (and a gradient when taken).
 fn probe_other_side<'o, B: Backend>(
@@ -841,8 +832,10 @@ fn probe_other_side<'o, B: Backend>(
     probed: &mut [bool],
 ) -> Result<Option<Probe<'o, B>>> {
     let candidate = penalty.blocks().iter().enumerate().position(|(k, b)| {
+        // Whatever the gradient's sign: V is flat out there, and rounding
+        // can leave a shallow local minimum of its own.
         let edf = b.dim as f64 - cur.rho[k].exp() * cur.penalty_traces[k];
-        let vanishing = cur.gradient[k] < 0.0 && (edf < VANISHED_EDF || cur.rho[k] >= outer.upper[k]);
+        let vanishing = edf < VANISHED_EDF || cur.rho[k] >= outer.upper[k];
         let target = outer.rho_ref[k] - PROBE_DISTANCE;
         !probed[k] && vanishing && target < cur.rho[k] - 1.0
     });
@@ -859,7 +852,9 @@ fn probe_other_side<'o, B: Backend>(
     };
     let trial = match laml_value(backend, objective, penalty, &rho, &cur.beta, None, outer.opts) {
         Ok(t) => t,
-        Err(SolverError::NotPositiveDefinite { .. }) => return Ok(Some(probe)),
+        Err(SolverError::NotPositiveDefinite { .. }) => {
+            return Ok(Some(probe));
+        }
         Err(e) => return Err(e),
     };
     probe.newton_iterations = trial.laml.newton.iterations.len();

@@ -573,9 +573,6 @@ fn iterate<'o, B: Backend>(prob: &Problem<'_, 'o, B>, cur: &Point<'o, B>, run: &
         }
     };
     record.seconds = t0.elapsed().as_secs_f64();
-    if std::env::var("MATFREE_DEBUG").is_ok() {
-        eprintln!("DEBUG newton {record:?}");
-    }
     run.iterations.push(record);
     Ok(outcome)
 }
