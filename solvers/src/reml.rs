@@ -661,7 +661,7 @@ pub fn reml<B: Backend>(
     evaluations += tries;
     let start_newton_steps = trial.laml.newton.steps();
     let converged_start = trial.laml.newton.converged;
-    let (mut cur, mut at_beta) = if converged_start {
+    let (mut cur, at_beta) = if converged_start {
         evaluations += penalty.n_blocks();
         with_gradient(objective, penalty, trial, opts)?
     } else {
@@ -675,12 +675,13 @@ pub fn reml<B: Backend>(
     // full step.
     let mut radius = opts.max_step;
     let mut probed = vec![false; m];
+    let mut start: Start<'_, B> = (cur.beta.clone(), Some(at_beta));
     let termination = loop {
         if !converged_start {
             break RemlTermination::InnerNotConverged;
         }
         let t0 = Instant::now();
-        if let Some(probe) = probe_other_side(backend, objective, penalty, &outer, &cur, &mut probed)? {
+        if let Some(probe) = probe_other_side(backend, objective, penalty, &outer, &cur, &mut probed, &mut start)? {
             evaluations += probe.evaluations;
             if let Some((next, next_at_beta)) = probe.better {
                 iterations.push(RemlIteration {
@@ -695,8 +696,8 @@ pub fn reml<B: Backend>(
                 });
                 correction.iter_mut().for_each(|c| *c = 0.0);
                 radius = opts.max_step;
+                start = (next.beta.clone(), Some(next_at_beta));
                 cur = next;
-                at_beta = next_at_beta;
                 continue;
             }
         }
@@ -711,7 +712,8 @@ pub fn reml<B: Backend>(
             break RemlTermination::MaxIterations;
         }
         let dir = step.d;
-        let search = outer_line_search(backend, objective, penalty, &outer, &cur, &dir, at_beta)?;
+        let from = std::mem::replace(&mut start, (cur.beta.clone(), None));
+        let search = outer_line_search(backend, objective, penalty, &outer, &cur, &dir, from)?;
         evaluations += search.evaluations;
         let mut record = RemlIteration {
             rho: cur.rho.clone(),
@@ -750,8 +752,8 @@ pub fn reml<B: Backend>(
         record.seconds = t0.elapsed().as_secs_f64();
         iterations.push(record);
         secant_update(&mut correction, &cur, &next);
+        start = (next.beta.clone(), Some(next_at_beta));
         cur = next;
-        at_beta = next_at_beta;
         if small {
             break RemlTermination::Step;
         }
@@ -830,6 +832,7 @@ fn probe_other_side<'o, B: Backend>(
     outer: &Outer<'_>,
     cur: &LamlEvaluation,
     probed: &mut [bool],
+    start: &mut Start<'o, B>,
 ) -> Result<Option<Probe<'o, B>>> {
     let candidate = penalty.blocks().iter().enumerate().position(|(k, b)| {
         // Whatever the gradient's sign: V is flat out there, and rounding
@@ -850,18 +853,24 @@ fn probe_other_side<'o, B: Backend>(
         newton_iterations: 0,
         evaluations: 0,
     };
-    let trial = match laml_value(backend, objective, penalty, &rho, &cur.beta, None, outer.opts) {
+    let (beta0, eval) = std::mem::replace(start, (cur.beta.clone(), None));
+    let trial = match laml_value(backend, objective, penalty, &rho, &beta0, eval, outer.opts) {
         Ok(t) => t,
-        Err(SolverError::NotPositiveDefinite { .. }) => {
-            return Ok(Some(probe));
-        }
+        Err(SolverError::NotPositiveDefinite { .. }) => return Ok(Some(probe)),
         Err(e) => return Err(e),
     };
     probe.newton_iterations = trial.laml.newton.iterations.len();
     probe.evaluations = trial.laml.newton.evaluations;
-    if trial.laml.newton.converged && trial.laml.value < cur.value - resolution(cur.value) {
+    if !trial.laml.newton.converged {
+        return Ok(Some(probe));
+    }
+    if trial.laml.value < cur.value - resolution(cur.value) {
         probe.evaluations += penalty.n_blocks();
         probe.better = Some(with_gradient(objective, penalty, trial, outer.opts)?);
+    } else {
+        // The next line search starts from the probe's optimum: a warm
+        // start that evaluates no beta twice.
+        *start = (trial.laml.beta, Some(trial.at_beta));
     }
     Ok(Some(probe))
 }
@@ -914,6 +923,10 @@ fn start_trial<'o, B: Backend>(
     }
 }
 
+/// Where the next inner solve starts: a beta with the objective's
+/// evaluation there when one is in hand.
+type Start<'o, B> = (Vec<f64>, Option<Evaluation<'o, B>>);
+
 /// The outcome of one outer line search.
 struct Search<'o, B: Backend> {
     /// The accepted (t, trial), if any.
@@ -927,7 +940,8 @@ struct Search<'o, B: Backend> {
 /// `V(rho_t) <= V + c g^T (rho_t - rho)` (with the rounding slack of V). A
 /// trial whose inner solve does not converge, or ends where H + S is not
 /// positive definite, counts as failed. The first trial's inner solve starts
-/// at `cur.beta` with `at_beta`, the objective's evaluation there; each later
+/// at `start` (`cur.beta` or a probe's optimum, with the objective's
+/// evaluation there); each later
 /// one at the last failed trial's beta_hat with its evaluation (a warm start
 /// that evaluates no beta twice), or at `cur.beta` afresh after a failed
 /// inner solve.
@@ -938,10 +952,9 @@ fn outer_line_search<'o, B: Backend>(
     outer: &Outer<'_>,
     cur: &LamlEvaluation,
     dir: &[f64],
-    at_beta: Evaluation<'o, B>,
+    mut start: Start<'o, B>,
 ) -> Result<Search<'o, B>> {
     let opts = outer.opts;
-    let mut start = (cur.beta.clone(), Some(at_beta));
     let mut s = Search {
         accepted: None,
         halvings: 0,
