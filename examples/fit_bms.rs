@@ -36,7 +36,7 @@ const CPU_DEFAULT_ROWS: usize = 1_500;
 #[command(about = "Fit the Bernoulli marginal-slope model (REML smoothing selection) on CPU or GPU")]
 struct Args {
     /// Simulate this many rows (default 200,000 on a GPU, 1,500 on the CPU).
-    #[arg(long)]
+    #[arg(long, conflicts_with = "data")]
     simulate: Option<usize>,
     /// Seed of the simulation.
     #[arg(long, default_value_t = 1)]
@@ -171,6 +171,7 @@ fn run(args: Args) -> AnyResult<bool> {
     if !(args.frailty_sd.is_finite() && args.frailty_sd >= 0.0) {
         return Err(format!("--frailty-sd {}: must be finite and >= 0", args.frailty_sd).into());
     }
+    check_outputs(&args)?;
     let mut phases = Vec::new();
     let mut notes = Vec::new();
     let device = choose_device(&args.backend)?;
@@ -438,9 +439,48 @@ fn table(r: &Report) -> String {
 /// Write `contents` next to `path` first and rename it into place, so a
 /// failure never leaves a half-written file.
 fn write_atomically(path: &Path, contents: &str) -> AnyResult<()> {
-    let tmp = path.with_extension("partial");
-    std::fs::write(&tmp, contents).map_err(|e| format!("{}: {e}", tmp.display()))?;
-    std::fs::rename(&tmp, path).map_err(|e| format!("{}: {e}", path.display()))?;
+    let tmp = partial(path);
+    let result = std::fs::write(&tmp, contents).and_then(|()| std::fs::rename(&tmp, path));
+    if let Err(e) = result {
+        let _ = std::fs::remove_file(&tmp);
+        return Err(format!("{}: {e}", path.display()).into());
+    }
+    Ok(())
+}
+
+/// The temporary file an output is written to before it is renamed.
+fn partial(path: &Path) -> PathBuf {
+    let mut name = path.file_name().unwrap_or_default().to_os_string();
+    name.push(".partial");
+    path.with_file_name(name)
+}
+
+/// Every output path checked before the fit, so that no fit is lost to an
+/// unwritable path: not a directory, not the input data, and creatable
+/// (its temporary file is created and removed); and a plot needs a smooth.
+fn check_outputs(args: &Args) -> AnyResult<()> {
+    let outputs = [("--json", &args.json), ("--plot", &args.plot)];
+    for (flag, path) in outputs.iter().filter_map(|(f, p)| p.as_ref().map(|p| (f, p))) {
+        if path.is_dir() {
+            return Err(format!("{flag} {}: is a directory", path.display()).into());
+        }
+        if let (Some(data), Ok(out)) = (&args.data, path.canonicalize()) {
+            if data.canonicalize().is_ok_and(|d| d == out) {
+                return Err(format!("{flag} {}: is the input data file (--data)", path.display()).into());
+            }
+        }
+        let tmp = partial(path);
+        std::fs::write(&tmp, "").map_err(|e| format!("{flag} {}: cannot be written: {e}", path.display()))?;
+        let _ = std::fs::remove_file(&tmp);
+    }
+    if let (Some(json), Some(plot)) = (&args.json, &args.plot) {
+        if json == plot {
+            return Err(format!("--json and --plot both name {}", json.display()).into());
+        }
+    }
+    if args.plot.is_some() && args.score_basis == 0 && args.link_basis == 0 {
+        return Err("--plot: the model has no smooth to draw (--score-basis 0 --link-basis 0)".into());
+    }
     Ok(())
 }
 

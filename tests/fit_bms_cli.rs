@@ -272,3 +272,45 @@ fn default_reml_run_converges_with_bounded_edf() {
     let total = report["edf_total"].as_f64().unwrap();
     assert!((0.0..=report["p"].as_f64().unwrap()).contains(&total));
 }
+
+/// Outputs are checked before the fit: a directory, the input file itself,
+/// a missing folder, one path for both outputs, a plot without smooths and
+/// conflicting options stop at once with the option and path named, and
+/// the input is left as it was.
+#[test]
+fn output_paths_and_conflicting_options_are_checked_before_fitting() {
+    let csv = tmp("input.csv");
+    let text = "y,z,m1\n".to_string() + &"1,0.5,0.2\n0,-0.3,0.1\n".repeat(100);
+    std::fs::write(&csv, &text).unwrap();
+    let dir = std::env::temp_dir();
+    let data = ["--data", csv.to_str().unwrap(), "--marginal", "m1", "--backend", "cpu"];
+    let with = |extra: &[&str]| -> Vec<String> { data.iter().chain(extra).map(|s| s.to_string()).collect() };
+    let cases: Vec<(Vec<String>, Vec<&str>)> = vec![
+        (with(&["--json", dir.to_str().unwrap()]), vec!["--json", "directory"]),
+        (with(&["--json", csv.to_str().unwrap()]), vec!["--json", "input data"]),
+        (
+            with(&["--plot", "/nonexistent/dir/a.svg"]),
+            vec!["--plot", "/nonexistent/dir/a.svg"],
+        ),
+        (
+            with(&["--json", "/tmp/same-out", "--plot", "/tmp/same-out"]),
+            vec!["--json and --plot"],
+        ),
+        (
+            with(&["--plot", "/tmp/p.svg", "--score-basis", "0", "--link-basis", "0"]),
+            vec!["--plot", "no smooth"],
+        ),
+        (with(&["--simulate", "500"]), vec!["--simulate", "--data"]),
+    ];
+    for (args, needles) in cases {
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        let o = run(&args);
+        let stderr = String::from_utf8_lossy(&o.stderr);
+        assert!(!o.status.success(), "should fail: {args:?}");
+        assert!(!stderr.contains("evaluation"), "{args:?}: the fit ran before the check");
+        for n in needles {
+            assert!(stderr.contains(n), "{args:?}: stderr {stderr:?} should mention {n:?}");
+        }
+    }
+    assert_eq!(std::fs::read_to_string(&csv).unwrap(), text, "the input was touched");
+}
