@@ -14,6 +14,7 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use clap::Parser;
+use matfree::bms::checks::{check_data, ColumnNames, SCORE_MEAN_TOL, SCORE_SD_FACTOR};
 use matfree::bms::fit::{fit_on_device, BmsFit, FitOptions};
 use matfree::bms::generator::{generate, GeneratorConfig};
 use matfree::bms::summary::{coefficients, smooth_band, sub_block, Coefficient, SmoothTerm};
@@ -50,6 +51,11 @@ struct Args {
     /// Standardised score column.
     #[arg(long, default_value = "z")]
     score: String,
+    /// Fit the score as given, even when it is not standardised (by
+    /// default a score whose mean is beyond 0.25 or whose sd is beyond a
+    /// factor 1.5 of 1 is standardised, with a note).
+    #[arg(long)]
+    keep_score: bool,
     /// Optional weight column (> 0).
     #[arg(long)]
     weights: Option<String>,
@@ -179,7 +185,7 @@ fn run(args: Args) -> AnyResult<bool> {
     let gpus = gpu_count(&device, args.gpus)?;
     let t = Instant::now();
     let problem = match &args.data {
-        Some(path) => load(path, &args)?,
+        Some(path) => load(path, &args, &mut notes)?,
         None => simulate(&args, matches!(device, Device::Gpu(_)), &mut notes)?,
     };
     phases.push((
@@ -227,7 +233,7 @@ fn bases(args: &Args) -> AnyResult<Bases> {
     Ok(Bases::new(score, link, s_f)?)
 }
 
-fn load(path: &Path, args: &Args) -> AnyResult<Problem> {
+fn load(path: &Path, args: &Args, notes: &mut Vec<String>) -> AnyResult<Problem> {
     let spec = ColumnSpec {
         label: args.label.clone(),
         score: args.score.clone(),
@@ -236,10 +242,22 @@ fn load(path: &Path, args: &Args) -> AnyResult<Problem> {
         slope: args.slope.clone(),
     };
     let p = 2 + args.marginal.len() + args.slope.len() + args.score_basis + args.link_basis;
-    let ds = read_csv(path, &spec, 5 * p)?;
+    let mut ds = read_csv(path, &spec, p)?;
     let model = BmsModel::new(bases(args)?, ds.p_m, ds.p_g)?;
+    if !args.keep_score {
+        if let Some(note) = standardise(&mut ds.z, &args.score) {
+            notes.push(note);
+        }
+    }
     let designs = Arc::new(Designs::new(ds.n, ds.p_m, ds.p_g, ds.x_m, ds.x_g)?);
     let data = BmsData::new(designs, ds.z, ds.y, ds.w)?;
+    let names = ColumnNames {
+        marginal: &ds.marginal_names,
+        slope: &ds.slope_names,
+    };
+    // Here for errors that name the columns; the fit repeats the checks
+    // and reports their warnings.
+    check_data(&model, &data, Some(names))?;
     let source = format!("{} ({} rows)", path.display(), ds.n);
     Ok(Problem {
         model,
@@ -249,6 +267,23 @@ fn load(path: &Path, args: &Args) -> AnyResult<Problem> {
         slope_names: ds.slope_names,
         source,
     })
+}
+
+/// Standardise the score in place when it is not standardised (the rule of
+/// [`check_data`]), returning the note that says how.
+fn standardise(z: &mut [f64], column: &str) -> Option<String> {
+    let n = z.len() as f64;
+    let mean = z.iter().sum::<f64>() / n;
+    let sd = (z.iter().map(|v| (v - mean).powi(2)).sum::<f64>() / n).sqrt();
+    let standard = mean.abs() <= SCORE_MEAN_TOL && sd > 1.0 / SCORE_SD_FACTOR && sd < SCORE_SD_FACTOR;
+    if standard || sd.is_nan() || sd <= 0.0 {
+        return None;
+    }
+    z.iter_mut().for_each(|v| *v = (*v - mean) / sd);
+    Some(format!(
+        "score '{column}' standardised: the model assumes z ~ N(0, 1), and it had mean {mean:.4} and sd {sd:.4}; \
+         the fit uses (z - {mean:.4}) / {sd:.4} (--keep-score fits it as given)"
+    ))
 }
 
 fn simulate(args: &Args, gpu: bool, notes: &mut Vec<String>) -> AnyResult<Problem> {

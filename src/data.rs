@@ -275,7 +275,7 @@ impl Accumulator {
     fn finish(self, file: &str, min_rows: usize) -> Result<Dataset> {
         let need = min_rows.max(1);
         if self.ds.n < need {
-            let rule = format!("at least {need} data rows are required");
+            let rule = format!("at least {need} data rows are required (one per coefficient of the model)");
             return Err(Error::invalid(format!("{file}: data rows"), self.ds.n, rule));
         }
         Ok(self.ds)

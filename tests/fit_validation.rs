@@ -323,3 +323,83 @@ fn rigid_objective_matches_the_model_without_smooths() {
         }
     }
 }
+
+/// Degenerate data are named errors before any fitting, and doubtful data
+/// warnings, each naming the column and the rule.
+#[test]
+fn data_checks_name_the_problem() {
+    use matfree::bms::checks::{check_data, ColumnNames};
+    let n = 300;
+    let mut rng = Rng::new(4);
+    let z: Vec<f64> = rng.normals(n);
+    let x: Vec<f64> = rng.normals(n);
+    let y: Vec<f64> = (0..n).map(|i| f64::from(i % 3 == 0)).collect();
+    let m3 = model(3, 1);
+    let names: Vec<String> = ["(Intercept)", "age", "dose"].iter().map(|s| s.to_string()).collect();
+    let slope = vec!["(Intercept)".to_string()];
+    let err = |m: &BmsModel, d: &BmsData| {
+        let names = ColumnNames {
+            marginal: &names,
+            slope: &slope,
+        };
+        check_data(m, d, Some(names)).unwrap_err().to_string()
+    };
+    let one_class = data(
+        &[x.clone(), x.iter().map(|v| v * v).collect()],
+        &[],
+        z.clone(),
+        vec![0.0; n],
+    );
+    assert!(err(&m3, &one_class).contains("all 300 labels are 0"));
+    let constant = data(&[x.clone(), vec![2.5; n]], &[], z.clone(), y.clone());
+    let e = err(&m3, &constant);
+    assert!(e.contains("'dose'") && e.contains("constant 2.5"), "{e}");
+    let duplicated = data(&[x.clone(), x.clone()], &[], z.clone(), y.clone());
+    let e = err(&m3, &duplicated);
+    assert!(
+        e.contains("'age'") && e.contains("'dose'") && e.contains("collinear"),
+        "{e}"
+    );
+    let affine = data(
+        &[x.clone(), x.iter().map(|v| 3.0 * v - 1.0).collect()],
+        &[],
+        z.clone(),
+        y.clone(),
+    );
+    assert!(err(&m3, &affine).contains("collinear"));
+    let few = data(
+        &[x[..10].to_vec(), z[..10].to_vec()],
+        &[],
+        z[..10].to_vec(),
+        y[..10].to_vec(),
+    );
+    assert!(err(&m3, &few).contains("at least p rows"));
+    // Warnings: a shifted score, and a score of 4 distinct values.
+    let good = data(
+        &[x.clone(), z.iter().map(|v| v.sin()).collect()],
+        &[],
+        z.clone(),
+        y.clone(),
+    );
+    assert!(check_data(&m3, &good, None).unwrap().is_empty());
+    let shifted = data(
+        std::slice::from_ref(&x),
+        &[],
+        z.iter().map(|v| v + 50.0).collect(),
+        y.clone(),
+    );
+    let w = check_data(&model(2, 1), &shifted, None).unwrap();
+    assert!(
+        w.iter()
+            .any(|w| w.contains("not standardised") && w.contains("mean 49.9")),
+        "{w:?}"
+    );
+    let tied = data(
+        std::slice::from_ref(&x),
+        &[],
+        z.iter().map(|v| v.clamp(-1.0, 1.0).round()).collect(),
+        y,
+    );
+    let w = check_data(&model(2, 1), &tied, None).unwrap();
+    assert!(w.iter().any(|w| w.contains("3 distinct values")), "{w:?}");
+}

@@ -162,8 +162,10 @@ pub struct BmsFit {
 
 /// Fit `model` on `data` through `objective` (the model's negative
 /// log-likelihood on `data` on some backend): the rigid start on the CPU,
-/// then Newton at `opts.lambda` or REML. A fit that did not converge is
-/// still returned, marked so (`converged`, `termination`, `warnings`).
+/// then Newton at `opts.lambda` or REML. The data are checked first
+/// ([`super::checks::check_data`]): labels of one class, too few rows, a
+/// constant or collinear covariate are errors. A fit that did not converge
+/// is still returned, marked so (`converged`, `termination`, `warnings`).
 pub fn fit<B: Backend>(
     backend: &B,
     objective: &dyn Objective<B>,
@@ -189,8 +191,8 @@ pub fn fit<B: Backend>(
             ));
         }
     }
+    let mut warnings = super::checks::check_data(model, data, None)?;
     let start = rigid_start(model, data, opts.rigid_rows)?;
-    let mut warnings = Vec::new();
     if !start.report.converged {
         warnings.push(format!(
             "the rigid start did not converge ({:?}); the fit started from its last point",

@@ -8,6 +8,7 @@
 pub mod basis;
 pub mod calibration;
 pub mod cells;
+pub mod checks;
 pub mod fit;
 pub mod generator;
 pub mod inputs;

@@ -1,0 +1,146 @@
+//! Checks of a data set before a fit: what would make the model
+//! unidentifiable is a named error, what makes the fit doubtful is a
+//! warning. Each names the column or the rows and the rule.
+
+use super::{BmsData, BmsModel};
+use crate::{Error, Result};
+
+/// Column names of the two designs (intercepts included), for messages.
+pub struct ColumnNames<'a> {
+    /// The marginal design's columns.
+    pub marginal: &'a [String],
+    /// The slope design's columns.
+    pub slope: &'a [String],
+}
+
+/// A score whose sample mean is further than this from 0, or whose sample
+/// standard deviation is further than this factor from 1, is not
+/// standardised (a sample of n standard normals stays within both with
+/// overwhelming probability for n >= 100).
+pub const SCORE_MEAN_TOL: f64 = 0.25;
+/// See [`SCORE_MEAN_TOL`].
+pub const SCORE_SD_FACTOR: f64 = 1.5;
+
+/// Check `data` for `model`: an error for labels of one class, fewer rows
+/// than coefficients, a constant covariate, or covariates that are
+/// collinear (a rank-revealing eigen decomposition of each design's
+/// correlation matrix, naming the columns involved); warnings for a score
+/// that is not standardised and for a score with fewer distinct values
+/// than the warp's basis can use.
+pub fn check_data(model: &BmsModel, data: &BmsData, names: Option<ColumnNames<'_>>) -> Result<Vec<String>> {
+    let n = data.n();
+    let p = model.layout().p_total();
+    let positives = data.y.iter().filter(|&&y| y == 1.0).count();
+    if positives == 0 || positives == n {
+        let class = if positives == 0 { 0 } else { 1 };
+        return Err(Error::invalid(
+            "y",
+            format!("all {n} labels are {class}"),
+            "a binary model needs both classes",
+        ));
+    }
+    if n < p {
+        return Err(Error::invalid(
+            "rows",
+            n,
+            format!("the model has p = {p} coefficients: at least p rows are needed to estimate them"),
+        ));
+    }
+    let generic = |prefix: &str, k: usize| -> Vec<String> { (0..k).map(|j| format!("{prefix} column {j}")).collect() };
+    let (m_names, g_names) = match &names {
+        Some(c) => (c.marginal.to_vec(), c.slope.to_vec()),
+        None => (
+            generic("marginal", data.designs.p_m()),
+            generic("slope", data.designs.p_g()),
+        ),
+    };
+    let d = &data.designs;
+    check_design("marginal", d.x_m(), d.p_m(), &m_names)?;
+    check_design("slope", d.x_g(), d.p_g(), &g_names)?;
+    Ok(score_warnings(model, &data.z))
+}
+
+/// Constant and collinear columns of an n x p design whose column 0 is the
+/// intercept.
+fn check_design(design: &str, x: &[f64], p: usize, names: &[String]) -> Result<()> {
+    let n = x.len() / p.max(1);
+    let name = |j: usize| names.get(j).cloned().unwrap_or_else(|| format!("column {j}"));
+    let mut mean = vec![0.0; p];
+    for row in x.chunks_exact(p) {
+        mean.iter_mut().zip(row).for_each(|(m, v)| *m += v / n as f64);
+    }
+    let mut sd = vec![0.0; p];
+    for row in x.chunks_exact(p) {
+        sd.iter_mut()
+            .zip(row)
+            .zip(&mean)
+            .for_each(|((s, v), m)| *s += (v - m).powi(2));
+    }
+    sd.iter_mut().for_each(|s| *s = (*s / n as f64).sqrt());
+    for j in 1..p {
+        // A NaN spread (cannot happen for finite designs) counts as constant.
+        if sd[j].is_nan() || sd[j] <= 1e-12 * mean[j].abs().max(1e-300) {
+            return Err(Error::invalid(
+                format!("{design} covariate '{}'", name(j)),
+                format!("constant {}", x[j]),
+                "a constant covariate duplicates the intercept; drop it",
+            ));
+        }
+    }
+    if p <= 2 {
+        return Ok(());
+    }
+    // The correlation matrix of the covariates (intercept excluded): an
+    // eigenvalue near zero is a linear dependence; its eigenvector names
+    // the columns in it.
+    let k = p - 1;
+    let mut c = vec![0.0; k * k];
+    for row in x.chunks_exact(p) {
+        for a in 0..k {
+            let u = (row[a + 1] - mean[a + 1]) / sd[a + 1];
+            for b in 0..k {
+                c[a * k + b] += u * (row[b + 1] - mean[b + 1]) / sd[b + 1] / n as f64;
+            }
+        }
+    }
+    let (values, vectors) = matfree_solvers::symmetric_eigen(k, &c)?;
+    if values[0] < 1e-8 * values[k - 1] {
+        let involved: Vec<String> = (0..k)
+            .filter(|&a| vectors[a * k].abs() > 0.1)
+            .map(|a| format!("'{}'", name(a + 1)))
+            .collect();
+        return Err(Error::invalid(
+            format!("{design} covariates {}", involved.join(", ")),
+            format!("smallest correlation eigenvalue {:.1e}", values[0]),
+            "these covariates are collinear (one is a linear combination of the others); drop one",
+        ));
+    }
+    Ok(())
+}
+
+/// Warnings about the score: not standardised, or too few distinct values.
+fn score_warnings(model: &BmsModel, z: &[f64]) -> Vec<String> {
+    let n = z.len() as f64;
+    let mean = z.iter().sum::<f64>() / n;
+    let sd = (z.iter().map(|v| (v - mean).powi(2)).sum::<f64>() / n).sqrt();
+    let mut out = Vec::new();
+    let standard = mean.abs() <= SCORE_MEAN_TOL && sd > 1.0 / SCORE_SD_FACTOR && sd < SCORE_SD_FACTOR;
+    if !standard {
+        out.push(format!(
+            "the score is not standardised (mean {mean:.3}, sd {sd:.3}): the model assumes z ~ N(0, 1), so its \
+             calibration and warp are fitted for a score that is not this one; standardise it"
+        ));
+    }
+    let mut distinct: Vec<f64> = z.to_vec();
+    distinct.sort_by(f64::total_cmp);
+    distinct.dedup();
+    let p_h = model.bases().p_h();
+    if p_h > 0 && distinct.len() <= p_h {
+        out.push(format!(
+            "the score takes {} distinct values for a warp basis of {p_h}: the warp is identified only through \
+             its penalty",
+            distinct.len()
+        ));
+    }
+    out
+}
