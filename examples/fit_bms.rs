@@ -417,6 +417,29 @@ fn summarise(
     })
 }
 
+/// `x` to `digits` significant digits as a statistician reads it: plain
+/// between 1e-3 and 1e5 (9.894, 0.01234, 1234), otherwise in R's exponent
+/// form (1.234e+07, 5.1e-06).
+fn signif(x: f64, digits: usize) -> String {
+    if !x.is_finite() || x == 0.0 {
+        return format!("{x}");
+    }
+    let exp = x.abs().log10().floor() as i32;
+    if (-3..5).contains(&exp) {
+        let decimals = (digits as i32 - 1 - exp).max(0) as usize;
+        return format!("{x:.decimals$}");
+    }
+    let m = format!("{:.*e}", digits - 1, x);
+    let (mantissa, e) = m.split_once('e').unwrap_or((&m, "0"));
+    let e: i32 = e.parse().unwrap_or(0);
+    let mantissa = if mantissa.contains('.') {
+        mantissa.trim_end_matches('0').trim_end_matches('.')
+    } else {
+        mantissa
+    };
+    format!("{mantissa}e{}{:02}", if e < 0 { '-' } else { '+' }, e.abs())
+}
+
 /// The printed summary (every number here is also in the JSON).
 fn table(r: &Report) -> String {
     let mut s = String::new();
@@ -445,7 +468,13 @@ fn table(r: &Report) -> String {
     s += "\nSmooth terms:\n";
     s += &format!("{:<24} {:>6} {:>12} {:>9}\n", "", "dim", "lambda", "edf");
     for t in &r.smooths {
-        s += &format!("{:<24} {:>6} {:>12.4e} {:>9.3}\n", t.name, t.dim, t.lambda, t.edf);
+        s += &format!(
+            "{:<24} {:>6} {:>12} {:>9.3}\n",
+            t.name,
+            t.dim,
+            signif(t.lambda, 4),
+            t.edf
+        );
     }
     s += "\n";
     if let Some(v) = r.reml_score {

@@ -251,6 +251,62 @@ impl<'a, B: Backend> Pcg<'a, B> {
 
     /// Solve A x = b from `x0` (zero if `None`); x is then [`Pcg::x`].
     pub fn solve(&mut self, b: &B::Vector, x0: Option<&B::Vector>, opts: &PcgOptions) -> Result<PcgInfo> {
+        let info = self.solve_unscaled(b, x0, opts)?;
+        if info.b_norm.is_finite() && info.initial_residual_norm.is_finite() {
+            return Ok(info);
+        }
+        self.solve_scaled(b, x0, opts)
+    }
+
+    /// The solve again where ||b|| or ||b - A x0|| is not finite: a
+    /// non-finite entry of b or x0 is an error naming it; a finite b whose
+    /// norm overflows (entries near 1e155 and beyond) is solved as
+    /// `A (x / c) = b / c` with c = max |b_i| and x scaled back, with the
+    /// info's norms in the original units. This path reads b (and x0) back
+    /// once; a finite-norm solve never takes it.
+    fn solve_scaled(&mut self, b: &B::Vector, x0: Option<&B::Vector>, opts: &PcgOptions) -> Result<PcgInfo> {
+        let backend = self.backend;
+        let host_b = backend.download(b)?;
+        finite_entries("b", &host_b)?;
+        let host_x0 = x0.map(|x| backend.download(x)).transpose()?;
+        if let Some(x) = &host_x0 {
+            finite_entries("x0", x)?;
+        }
+        let c = host_b.iter().fold(0.0f64, |m, v| m.max(v.abs()));
+        if !(c.is_finite() && c > 0.0) {
+            return Err(SolverError::invalid(
+                "b",
+                "a finite vector",
+                "b - A x0 is not finite: the operator overflowed at x0",
+            ));
+        }
+        let scaled = |v: &[f64]| -> Vec<f64> { v.iter().map(|x| x / c).collect() };
+        let b_s = backend.upload(&scaled(&host_b))?;
+        let x0_s = host_x0.as_deref().map(|x| backend.upload(&scaled(x))).transpose()?;
+        let opts_s = PcgOptions {
+            atol: opts.atol / c,
+            ..opts.clone()
+        };
+        let mut info = self.solve_unscaled(&b_s, x0_s.as_ref(), &opts_s)?;
+        if !(info.b_norm.is_finite() && info.initial_residual_norm.is_finite()) {
+            return Err(SolverError::invalid(
+                "x0",
+                "a finite vector",
+                "b - A x0 is not finite even with b scaled: A x0 overflows",
+            ));
+        }
+        let x: Vec<f64> = backend.download(&self.w.x)?.iter().map(|v| v * c).collect();
+        self.w.x = backend.upload(&x)?;
+        info.b_norm *= c;
+        info.threshold *= c;
+        info.initial_residual_norm *= c;
+        info.final_residual_norm *= c;
+        info.true_residual_norm *= c;
+        info.residual_history.iter_mut().for_each(|(_, r)| *r *= c);
+        Ok(info)
+    }
+
+    fn solve_unscaled(&mut self, b: &B::Vector, x0: Option<&B::Vector>, opts: &PcgOptions) -> Result<PcgInfo> {
         opts.validate()?;
         let (backend, a) = (self.backend, self.a);
         let n = a.dim();
@@ -410,6 +466,14 @@ fn iteration<B: Backend>(
 
 /// Status before the first iteration: converged at once, a preconditioner
 /// that is not positive, or running.
+/// The first non-finite entry of a host vector, as an error naming it.
+fn finite_entries(field: &str, v: &[f64]) -> Result<()> {
+    match v.iter().position(|x| !x.is_finite()) {
+        Some(i) => Err(SolverError::invalid(format!("{field}[{i}]"), v[i], "must be finite")),
+        None => Ok(()),
+    }
+}
+
 fn initial_status(s: &[f64], threshold: f64) -> f64 {
     let (rr, rz) = (s[slot::RR], s[slot::RZ]);
     if rr.sqrt() <= threshold {

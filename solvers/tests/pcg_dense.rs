@@ -234,3 +234,32 @@ fn logdet_matches_eigenvalues_and_failing_pivot_is_named() {
         other => panic!("expected NotPositiveDefinite, got {:?}", other.err()),
     }
 }
+
+/// b with entries near 1e155 (||b||^2 overflows) is solved, not reported as
+/// converged at x = 0; a non-finite entry of b or x0 is an error naming it.
+#[test]
+fn huge_right_hand_sides_are_solved_and_non_finite_inputs_named() {
+    let be = CpuBackend::new();
+    let a = DenseOperator::new(2, vec![2.0, 0.0, 0.0, 3.0]).unwrap();
+    let j = Jacobi::identity(&be, 2).unwrap();
+    for big in [1e155, 1e300] {
+        let b = vec![big, -big];
+        let sol = cg(&be, &a, &j, &b, None, &PcgOptions::default()).unwrap();
+        assert!(sol.info.converged, "{big}: {:?}", sol.info);
+        assert!(sol.info.iterations > 0);
+        let want = [big / 2.0, -big / 3.0];
+        for (x, w) in sol.x.iter().zip(want) {
+            assert!(((x - w) / w).abs() < 1e-12, "{big}: {x} vs {w}");
+        }
+        assert!(sol.info.b_norm.is_finite(), "{:?}", sol.info);
+    }
+    let msg = |b: Vec<f64>, x0: Option<Vec<f64>>| {
+        cg(&be, &a, &j, &b, x0.as_ref(), &PcgOptions::default())
+            .err()
+            .map(|e| e.to_string())
+            .unwrap_or_default()
+    };
+    assert!(msg(vec![f64::INFINITY, 1.0], None).contains("b[0]"));
+    assert!(msg(vec![1.0, f64::NAN], None).contains("b[1]"));
+    assert!(msg(vec![1.0, 1.0], Some(vec![0.0, f64::NAN])).contains("x0[1]"));
+}
