@@ -57,54 +57,124 @@ pub struct Dataset {
 
 /// Read and validate a CSV file; see [`parse_csv`] for the rules.
 ///
-/// An unreadable file (missing, not UTF-8, a directory) is an error, not a panic.
+/// An unreadable file (missing, a directory) is an error, not a panic; bytes
+/// that are not UTF-8 are an error only where a used value holds them.
 pub fn read_csv(path: &Path, spec: &ColumnSpec, min_rows: usize) -> Result<Dataset> {
     let name = path.display().to_string();
-    let text =
-        std::fs::read_to_string(path).map_err(|e| Error::invalid(&name, "", format!("cannot read file: {e}")))?;
-    parse_csv(&name, &text, spec, min_rows)
+    let bytes = std::fs::read(path).map_err(|e| Error::invalid(&name, "", format!("cannot read file: {e}")))?;
+    parse_csv_bytes(&name, &bytes, spec, min_rows)
 }
 
 /// Parse and validate CSV text. `name_for_messages` (usually the path) leads
 /// every error's field.
 ///
-/// Rules: a header row of unique names; every requested column present; every
-/// data row with as many fields as the header; labels 0 or 1; every used value
-/// a finite number; weights > 0; at least `max(min_rows, 1)` data rows. Blank
-/// lines are skipped (they do not count as data rows).
+/// The text is RFC 4180 CSV, read with the `csv` crate: fields may be quoted
+/// (with commas, doubled quotes and line breaks inside), lines may end in
+/// CRLF, and a leading byte-order mark is ignored; whitespace around fields
+/// is trimmed. Rules: a header row of unique names; every requested column
+/// present; every data row with as many fields as the header; labels 0 or 1;
+/// every used value a finite number; weights > 0; at least
+/// `max(min_rows, 1)` data rows. Blank lines are skipped (they do not count
+/// as data rows). Every error names the file, the line and the column.
 pub fn parse_csv(name_for_messages: &str, text: &str, spec: &ColumnSpec, min_rows: usize) -> Result<Dataset> {
+    parse_csv_bytes(name_for_messages, text.as_bytes(), spec, min_rows)
+}
+
+/// [`parse_csv`] on bytes: columns that are not used may hold any bytes.
+pub fn parse_csv_bytes(name_for_messages: &str, bytes: &[u8], spec: &ColumnSpec, min_rows: usize) -> Result<Dataset> {
     let file = name_for_messages;
     // A leading byte-order mark (spreadsheet exports) is not part of the first name.
-    let text = text.strip_prefix('\u{feff}').unwrap_or(text);
-    let mut lines = text
-        .lines()
-        .enumerate()
-        .map(|(i, l)| (i + 1, l))
-        .filter(|(_, l)| !l.trim().is_empty());
-    let (header_line, header) = lines
+    let bytes = bytes.strip_prefix(b"\xef\xbb\xbf").unwrap_or(bytes);
+    let mut reader = csv::ReaderBuilder::new()
+        .has_headers(false)
+        .flexible(true)
+        .trim(csv::Trim::All)
+        .from_reader(bytes);
+    let mut records = reader.byte_records().filter_map(|r| match r {
+        Ok(rec) if rec.iter().all(<[u8]>::is_empty) => None,
+        other => Some(other),
+    });
+    // Lines from the record's byte offset, past the empty lines the reader
+    // skipped before it (its own line count leaves them out), counted
+    // incrementally: one pass over the text.
+    let mut lines = LineCounter::new(bytes);
+    let mut line_of = |rec: &csv::ByteRecord| {
+        rec.position().map_or(0, |p| {
+            let start = p.byte() as usize;
+            let skipped = bytes[start.min(bytes.len())..]
+                .iter()
+                .take_while(|&&b| b == b'\n' || b == b'\r')
+                .count();
+            lines.line_at(start + skipped)
+        })
+    };
+    let header = records
         .next()
-        .ok_or_else(|| Error::invalid(file, "", "the file is empty (no header row)"))?;
-    let names = parse_header(file, header_line, header)?;
+        .ok_or_else(|| Error::invalid(file, "", "the file is empty (no header row)"))?
+        .map_err(|e| csv_error(file, &e))?;
+    let names = parse_header(file, line_of(&header), &header)?;
     let cols = Columns::resolve(file, &names, spec)?;
     let mut acc = Accumulator::new(spec);
-    for (row, (line, text)) in lines.enumerate() {
+    for (row, rec) in records.enumerate() {
+        let rec = rec.map_err(|e| csv_error(file, &e))?;
         let at = Location {
             file,
-            line,
+            line: line_of(&rec),
             row: row + 1,
         };
-        let fields = split_fields(text);
+        let fields: Vec<std::borrow::Cow<'_, str>> = rec.iter().map(String::from_utf8_lossy).collect();
+        let fields: Vec<&str> = fields.iter().map(|f| unquote(f)).collect();
         if fields.len() != names.len() {
             let rule = format!(
                 "expected {} fields (as in the header), found {}",
                 names.len(),
                 fields.len()
             );
-            return Err(Error::invalid(at.whole_row(), text.trim(), rule));
+            return Err(Error::invalid(at.whole_row(), fields.join(","), rule));
         }
         acc.push_row(&at, &names, &fields, &cols)?;
     }
     acc.finish(file, min_rows)
+}
+
+/// 1-based line numbers of byte offsets, for offsets that only grow.
+struct LineCounter<'a> {
+    bytes: &'a [u8],
+    offset: usize,
+    line: usize,
+}
+
+impl<'a> LineCounter<'a> {
+    fn new(bytes: &'a [u8]) -> Self {
+        Self {
+            bytes,
+            offset: 0,
+            line: 1,
+        }
+    }
+
+    fn line_at(&mut self, offset: usize) -> usize {
+        let end = offset.min(self.bytes.len()).max(self.offset);
+        self.line += self.bytes[self.offset..end].iter().filter(|&&b| b == b'\n').count();
+        self.offset = end;
+        self.line
+    }
+}
+
+/// A field quoted with spaces outside its quotes (` "y"`), which RFC 4180
+/// leaves as written, loses the quotes too, as spreadsheet users expect.
+fn unquote(field: &str) -> &str {
+    let t = field.trim();
+    match t.strip_prefix('"').and_then(|s| s.strip_suffix('"')) {
+        Some(inner) if t.len() >= 2 => inner.trim(),
+        _ => t,
+    }
+}
+
+/// A malformed record (an unterminated quote, say), with its line.
+fn csv_error(file: &str, e: &csv::Error) -> Error {
+    let line = e.position().map_or(String::new(), |p| format!(": line {}", p.line()));
+    Error::invalid(format!("{file}{line}"), "", format!("malformed CSV: {e}"))
 }
 
 /// Where a value sits, for error messages.
@@ -126,23 +196,13 @@ impl Location<'_> {
     }
 }
 
-/// Split a line on commas, trimming whitespace and one pair of surrounding quotes.
-fn split_fields(line: &str) -> Vec<&str> {
-    line.split(',').map(unquote).collect()
-}
-
-fn unquote(field: &str) -> &str {
-    let t = field.trim();
-    match t.strip_prefix('"').and_then(|s| s.strip_suffix('"')) {
-        Some(inner) => inner.trim(),
-        None => t,
-    }
-}
-
 /// Header names, rejecting duplicates. Empty names are allowed (R writes one
 /// for its row-name column) but can never be requested.
-fn parse_header(file: &str, line: usize, header: &str) -> Result<Vec<String>> {
-    let names: Vec<String> = split_fields(header).into_iter().map(str::to_string).collect();
+fn parse_header(file: &str, line: usize, header: &csv::ByteRecord) -> Result<Vec<String>> {
+    let names: Vec<String> = header
+        .iter()
+        .map(|f| unquote(&String::from_utf8_lossy(f)).to_string())
+        .collect();
     let mut seen: HashMap<&str, usize> = HashMap::new();
     for (j, name) in names.iter().enumerate().filter(|(_, n)| !n.is_empty()) {
         if let Some(first) = seen.insert(name.as_str(), j) {

@@ -232,3 +232,62 @@ fn read_csv_reads_files_and_reports_unreadable_ones() {
     );
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+/// RFC 4180: quoted fields with commas, doubled quotes and line breaks in a
+/// column that is not used, and bytes that are not UTF-8 (Latin-1) there;
+/// the same byte in a used column, or an unterminated quote, is an error
+/// with the line and column.
+#[test]
+fn rfc_4180_quoting_and_foreign_bytes() {
+    let text = "id,y,z,w,x1,x2,x3,note\r\n\
+                a,1,0.5,2,1.5,-1,10,\"Smith, J.\"\r\n\
+                b,0,-1.25,0.5,2.5,0.3,20,\"said \"\"hi\"\"\"\r\n\
+                c,1,2,1,-0.5,0,30,\"two\nlines\"\r\n";
+    let ds = parse(text).unwrap();
+    assert_eq!(ds.n, 3);
+    assert_eq!(ds.z, [0.5, -1.25, 2.0]);
+    let mut latin1 = b"id,y,z,w,x1,x2,x3,note\na,1,0.5,2,1.5,-1,10,caf".to_vec();
+    latin1.push(0xe9);
+    latin1.extend_from_slice(b"\nb,0,-1.25,0.5,2.5,0.3,20,ok\n");
+    let ds = matfree::data::parse_csv_bytes("data.csv", &latin1, &spec(Some("w")), 1).unwrap();
+    assert_eq!(ds.n, 2);
+    let mut bad = b"id,y,z,w,x1,x2,x3\na,1,0.5,2,1.5,-1,10\nb,0,".to_vec();
+    bad.push(0xe9);
+    bad.extend_from_slice(b",0.5,2.5,0.3,20\n");
+    let (field, rule) = invalid(matfree::data::parse_csv_bytes("data.csv", &bad, &spec(Some("w")), 1));
+    assert!(field.contains("line 3") && field.contains("column 'z'"), "{field}");
+    assert!(rule.contains("not a number"), "{rule}");
+    let (field, _) = invalid(parse("id,y,z,w,x1,x2,x3\na,1,0.5,2,1.5,-1,10\nb,0,\"1,2,3,4,5\n"));
+    assert!(field.starts_with("data.csv"), "{field}");
+}
+
+/// Random bytes, random shapes and random non-finite entries never panic,
+/// and every error names the file.
+#[test]
+fn random_input_never_panics_and_errors_name_the_file() {
+    let mut state = 0x9E37_79B9_7F4A_7C15u64;
+    let mut next = move || {
+        state ^= state << 13;
+        state ^= state >> 7;
+        state ^= state << 17;
+        state
+    };
+    let alphabet = b"0123456789.,-+eE\"\n\r ,yzwx1NaNinf\xe9\xff";
+    for case in 0..2000 {
+        let len = (next() % 200) as usize;
+        let mut bytes: Vec<u8> = if case % 2 == 0 {
+            b"id,y,z,w,x1,x2,x3\n".to_vec()
+        } else {
+            Vec::new()
+        };
+        bytes.extend((0..len).map(|_| alphabet[(next() % alphabet.len() as u64) as usize]));
+        match matfree::data::parse_csv_bytes("data.csv", &bytes, &spec(Some("w")), 1) {
+            Ok(ds) => {
+                assert!(ds.z.iter().chain(&ds.x_m).chain(&ds.x_g).all(|v| v.is_finite()));
+                assert!(ds.y.iter().all(|&y| y == 0.0 || y == 1.0));
+            }
+            Err(Error::InvalidInput { field, .. }) => assert!(field.starts_with("data.csv"), "{field}"),
+            Err(e) => panic!("case {case}: unexpected error kind {e}"),
+        }
+    }
+}
