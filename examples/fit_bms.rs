@@ -210,15 +210,7 @@ fn run(args: Args) -> AnyResult<bool> {
     let report = summarise(&problem, &fit, backend, notes, &mut phases)?;
     print!("{}", table(&report));
     write_outputs(&args, &problem, &fit, &report)?;
-    phases.push(("output".into(), t.elapsed().as_secs_f64()));
-    eprintln!(
-        "phases (s): {}",
-        phases
-            .iter()
-            .map(|(k, v)| format!("{k} {v:.2}"))
-            .collect::<Vec<_>>()
-            .join(", ")
-    );
+    eprintln!("output written in {:.2} s", t.elapsed().as_secs_f64());
     Ok(fit.converged)
 }
 

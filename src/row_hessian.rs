@@ -88,11 +88,18 @@ fn reduce_chunks(
 
 impl RowHessian {
     /// Wrap per-row Hessians (`n * r * r`, row-major, finite, symmetric to
-    /// within rounding) and the designs.
+    /// within rounding) and the designs. Symmetry is checked: `apply` and
+    /// `to_dense` read different triangles, so an asymmetric row would make
+    /// them disagree. The tolerance is [`matfree_solvers::symmetry_error`]'s.
     pub fn new(layout: Layout, designs: Arc<Designs>, hess: Vec<f64>) -> Result<Self> {
         check_layout_designs(&layout, &designs)?;
         let r = layout.r();
         check_matrix("hess", &hess, designs.n(), r * r)?;
+        for (i, h) in hess.chunks_exact(r * r).enumerate() {
+            if let Some((u, v, rule)) = matfree_solvers::symmetry_error(r, h) {
+                return Err(Error::invalid(format!("hess[{i}][{u},{v}]"), h[u * r + v], rule));
+            }
+        }
         Ok(Self { layout, designs, hess })
     }
 

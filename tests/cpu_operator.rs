@@ -231,3 +231,21 @@ fn bad_inputs_are_rejected_with_the_field_named() {
     assert!(op.apply(&vec![1.0; 3], &mut y).is_err(), "wrong x length must fail");
     expect_invalid(op.joint_gradient(&[1.0], &[0.0; 6]), "neglog.len");
 }
+
+/// A row Hessian that is not symmetric is refused, naming the row and the
+/// entry (apply and to_dense read different triangles); rounding-level
+/// asymmetry is accepted.
+#[test]
+fn asymmetric_row_hessians_are_rejected() {
+    let layout = Layout::standard(2, 1, 0, 0).unwrap();
+    let designs = Arc::new(Designs::new(2, 2, 1, vec![1.0, 0.5, 1.0, -0.5], vec![1.0, 1.0]).unwrap());
+    let sym = vec![2.0, 0.3, 0.3, 1.0, 1.5, -0.2, -0.2, 0.8];
+    assert!(RowHessian::new(layout.clone(), designs.clone(), sym.clone()).is_ok());
+    let mut rounding = sym.clone();
+    rounding[2] += 1e-15;
+    assert!(RowHessian::new(layout.clone(), designs.clone(), rounding).is_ok());
+    let mut bad = sym;
+    bad[5] = 0.2;
+    let e = RowHessian::new(layout, designs, bad).unwrap_err().to_string();
+    assert!(e.contains("hess[1][1,0]") && e.contains("symmetric"), "{e}");
+}

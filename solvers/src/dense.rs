@@ -14,10 +14,14 @@ pub struct Cholesky {
 
 impl Cholesky {
     /// Factor a row-major `n x n` symmetric matrix (its lower triangle is
-    /// read). A matrix that is not positive definite is an error naming the
-    /// failing pivot and the value found there.
+    /// read, after checking that it mirrors the upper one: see
+    /// [`symmetry_error`]). A matrix that is not positive definite is an
+    /// error naming the failing pivot and the value found there.
     pub fn factor(n: usize, a: &[f64]) -> Result<Self> {
         let m = dense_matrix(n, a)?;
+        if let Some((i, j, rule)) = symmetry_error(n, a) {
+            return Err(SolverError::invalid(format!("a[{i},{j}]"), a[i * n + j], rule));
+        }
         match m.llt(Side::Lower) {
             Ok(llt) => Ok(Self { llt, n }),
             Err(faer::linalg::cholesky::llt::factor::LltError::NonPositivePivot { index }) => {
@@ -70,6 +74,28 @@ fn schur_pivot(n: usize, a: &[f64], pivot: usize) -> f64 {
         }
     }
     f64::NAN
+}
+
+/// Relative tolerance of the symmetry checks: rounding in sums of products
+/// leaves asymmetry near 1e-16 relative; 1e-10 is far above it and far
+/// below any real asymmetry.
+pub const SYMMETRY_TOL: f64 = 1e-10;
+
+/// The first entry of a row-major `n x n` matrix that breaks symmetry,
+/// `|a_ij - a_ji| > SYMMETRY_TOL * max(|a_ij|, |a_ji|, sqrt(|a_ii a_jj|))`,
+/// as (i, j, the rule with both values), or `None`.
+pub fn symmetry_error(n: usize, a: &[f64]) -> Option<(usize, usize, String)> {
+    for i in 0..n {
+        for j in 0..i {
+            let (x, y) = (a[i * n + j], a[j * n + i]);
+            let scale = x.abs().max(y.abs()).max((a[i * n + i] * a[j * n + j]).abs().sqrt());
+            if (x - y).abs() > SYMMETRY_TOL * scale {
+                let rule = format!("must equal [{j},{i}] = {y} (symmetric to within {SYMMETRY_TOL:e} relative)");
+                return Some((i, j, rule));
+            }
+        }
+    }
+    None
 }
 
 /// A row-major `n x n` matrix checked (length, finiteness) into faer's.

@@ -22,7 +22,7 @@ pub mod reml;
 
 pub use backend::{Backend, PcgVectors, Slot};
 pub use cpu::CpuBackend;
-pub use dense::{clip_eigenvalues, symmetric_eigen, Cholesky};
+pub use dense::{clip_eigenvalues, symmetric_eigen, symmetry_error, Cholesky, SYMMETRY_TOL};
 pub use error::{Result, SolverError};
 pub use logdet::PenalisedFactor;
 pub use newton::{

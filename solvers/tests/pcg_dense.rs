@@ -263,3 +263,15 @@ fn huge_right_hand_sides_are_solved_and_non_finite_inputs_named() {
     assert!(msg(vec![1.0, f64::NAN], None).contains("b[1]"));
     assert!(msg(vec![1.0, 1.0], Some(vec![0.0, f64::NAN])).contains("x0[1]"));
 }
+
+/// Cholesky reads one triangle: a matrix whose triangles differ beyond
+/// rounding is an error naming the entry, not a silent factor of half of it.
+#[test]
+fn cholesky_rejects_asymmetric_matrices() {
+    let a = [4.0, 1.0, 0.0, 1.0, 3.0, 0.5, 0.0, 0.5, 2.0];
+    assert!(Cholesky::factor(3, &a).is_ok());
+    let mut b = a;
+    b[7] = 0.7;
+    let e = Cholesky::factor(3, &b).err().unwrap().to_string();
+    assert!(e.contains("a[2,1]") && e.contains("symmetric"), "{e}");
+}
