@@ -403,3 +403,27 @@ fn data_checks_name_the_problem() {
     let w = check_data(&model(2, 1), &tied, None).unwrap();
     assert!(w.iter().any(|w| w.contains("3 distinct values")), "{w:?}");
 }
+
+/// A covariate that splits the labels exactly (the label itself, say) is an
+/// error naming it; a score that does is a warning.
+#[test]
+fn complete_separation_is_named() {
+    use matfree::bms::checks::check_data;
+    let n = 200;
+    let mut rng = Rng::new(12);
+    let z: Vec<f64> = rng.normals(n);
+    let y: Vec<f64> = (0..n).map(|i| f64::from(i % 2 == 0)).collect();
+    let label_copy = data(std::slice::from_ref(&y), &[], z.clone(), y.clone());
+    let e = check_data(&model(2, 1), &label_copy, None).unwrap_err().to_string();
+    assert!(
+        e.contains("marginal covariate 'marginal column 1'") && e.contains("complete separation"),
+        "{e}"
+    );
+    let by_score: Vec<f64> = z.iter().map(|v| f64::from(*v > 0.3)).collect();
+    let x: Vec<f64> = rng.normals(n);
+    let w = check_data(&model(2, 1), &data(&[x], &[], z, by_score), None).unwrap();
+    assert!(
+        w.iter().any(|w| w.contains("score") && w.contains("exactly where")),
+        "{w:?}"
+    );
+}

@@ -57,7 +57,50 @@ pub fn check_data(model: &BmsModel, data: &BmsData, names: Option<ColumnNames<'_
     let d = &data.designs;
     check_design("marginal", d.x_m(), d.p_m(), &m_names)?;
     check_design("slope", d.x_g(), d.p_g(), &g_names)?;
-    Ok(score_warnings(model, &data.z))
+    check_separation("marginal", d.x_m(), d.p_m(), &data.y, &m_names)?;
+    check_separation("slope", d.x_g(), d.p_g(), &data.y, &g_names)?;
+    let mut warnings = score_warnings(model, &data.z);
+    if let Some(w) = separated_by("score", &data.z, &data.y) {
+        warnings.push(format!("{w}: the fit will push the score's slope toward infinity"));
+    }
+    Ok(warnings)
+}
+
+/// Complete separation by one covariate (a label copied into a covariate,
+/// say): every estimate would run to infinity, so it is an error.
+fn check_separation(design: &str, x: &[f64], p: usize, y: &[f64], names: &[String]) -> Result<()> {
+    for j in 1..p {
+        let column: Vec<f64> = x.chunks_exact(p).map(|row| row[j]).collect();
+        let name = names.get(j).cloned().unwrap_or_else(|| format!("column {j}"));
+        if let Some(rule) = separated_by(&format!("{design} covariate '{name}'"), &column, y) {
+            return Err(Error::invalid(
+                format!("{design} covariate '{name}'"),
+                "separates the labels",
+                format!("{rule}: complete separation, no finite maximum likelihood estimate"),
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// Whether a threshold on `v` splits the labels exactly.
+fn separated_by(what: &str, v: &[f64], y: &[f64]) -> Option<String> {
+    let range = |label: f64| {
+        v.iter()
+            .zip(y)
+            .filter(|(_, &l)| l == label)
+            .fold((f64::INFINITY, f64::NEG_INFINITY), |(lo, hi), (&x, _)| {
+                (lo.min(x), hi.max(x))
+            })
+    };
+    let ((lo0, hi0), (lo1, hi1)) = (range(0.0), range(1.0));
+    if hi0 < lo1 {
+        Some(format!("{what} is below {lo1} exactly where y = 0"))
+    } else if hi1 < lo0 {
+        Some(format!("{what} is below {lo0} exactly where y = 1"))
+    } else {
+        None
+    }
 }
 
 /// Constant and collinear columns of an n x p design whose column 0 is the
