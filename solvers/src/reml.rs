@@ -732,17 +732,12 @@ pub fn reml<B: Backend>(
         };
         evaluations += penalty.n_blocks();
         let (next, next_at_beta) = with_gradient(objective, penalty, trial, opts)?;
-        let small = t == 1.0
-            && next
-                .rho
-                .iter()
-                .zip(&cur.rho)
-                .all(|(a, b)| (a - b).abs() <= opts.step_tol);
         let moved = next
             .rho
             .iter()
             .zip(&cur.rho)
             .fold(0.0f64, |a, (x, y)| a.max((x - y).abs()));
+        let small = t == 1.0 && moved <= opts.step_tol;
         radius = if t == 1.0 {
             (2.0 * radius).min(opts.max_step)
         } else {
