@@ -451,10 +451,14 @@ fn table(r: &Report) -> String {
         .iter()
         .filter(|c| c.name.starts_with("marginal:") || c.name.starts_with("slope:"))
     {
-        let truth = c.truth.map_or("-".to_string(), |t| format!("{t:.6}"));
+        let truth = c.truth.map_or("-".to_string(), |t| signif(t, 5));
         s += &format!(
-            "{:<24} {:>12.6} {:>12.6} {:>9.3} {:>10}\n",
-            c.name, c.estimate, c.std_error, c.z_value, truth
+            "{:<24} {:>12} {:>12} {:>9} {:>10}\n",
+            c.name,
+            signif(c.estimate, 5),
+            signif(c.std_error, 5),
+            signif(c.z_value, 4),
+            truth
         );
     }
     s += "\nSmooth terms:\n";
