@@ -177,6 +177,7 @@ fn run(args: Args) -> AnyResult<bool> {
     if !(args.frailty_sd.is_finite() && args.frailty_sd >= 0.0) {
         return Err(format!("--frailty-sd {}: must be finite and >= 0", args.frailty_sd).into());
     }
+    check_options(&args)?;
     check_outputs(&args)?;
     let mut phases = Vec::new();
     let mut notes = Vec::new();
@@ -268,7 +269,8 @@ fn standardise(z: &mut [f64], column: &str) -> Option<String> {
     let mean = z.iter().sum::<f64>() / n;
     let sd = (z.iter().map(|v| (v - mean).powi(2)).sum::<f64>() / n).sqrt();
     let standard = mean.abs() <= SCORE_MEAN_TOL && sd > 1.0 / SCORE_SD_FACTOR && sd < SCORE_SD_FACTOR;
-    if standard || sd.is_nan() || sd <= 0.0 {
+    // A spread that is zero or overflows is left to check_data to name.
+    if standard || !sd.is_finite() || sd <= 0.0 {
         return None;
     }
     z.iter_mut().for_each(|v| *v = (*v - mean) / sd);
@@ -513,6 +515,22 @@ fn partial(path: &Path) -> PathBuf {
     let mut name = path.file_name().unwrap_or_default().to_os_string();
     name.push(".partial");
     path.with_file_name(name)
+}
+
+/// Options checked by the flag the user typed (the solvers would name their
+/// own fields).
+fn check_options(args: &Args) -> AnyResult<()> {
+    for (flag, v) in [("--newton-tol", args.newton_tol), ("--reml-tol", args.reml_tol)] {
+        if !(v.is_finite() && v > 0.0) {
+            return Err(format!("{flag} {v}: must be finite and > 0").into());
+        }
+    }
+    if let Some(l) = &args.lambda {
+        if let Some(v) = l.iter().find(|v| !(v.is_finite() && **v > 0.0)) {
+            return Err(format!("--lambda {v}: every smoothing parameter must be finite and > 0").into());
+        }
+    }
+    Ok(())
 }
 
 /// Every output path checked before the fit, so that no fit is lost to an

@@ -308,6 +308,9 @@ fn output_paths_and_conflicting_options_are_checked_before_fitting() {
             vec!["--plot", "no smooth"],
         ),
         (with(&["--simulate", "500"]), vec!["--simulate", "--data"]),
+        (with(&["--reml-tol", "0"]), vec!["--reml-tol 0", "> 0"]),
+        (with(&["--newton-tol", "NaN"]), vec!["--newton-tol NaN"]),
+        (with(&["--lambda", "1,-2"]), vec!["--lambda -2"]),
     ];
     for (args, needles) in cases {
         let args: Vec<&str> = args.iter().map(String::as_str).collect();

@@ -394,6 +394,12 @@ fn data_checks_name_the_problem() {
             .any(|w| w.contains("not standardised") && w.contains("mean 49.9")),
         "{w:?}"
     );
+    let huge = data(&[x.iter().map(|v| v * 1e300).collect()], &[], z.clone(), y.clone());
+    let e = check_data(&model(2, 1), &huge, None).unwrap_err().to_string();
+    assert!(
+        e.contains("marginal 'marginal column 1', row 0") && e.contains("rescale"),
+        "{e}"
+    );
     let tied = data(
         std::slice::from_ref(&x),
         &[],

@@ -55,6 +55,9 @@ pub fn check_data(model: &BmsModel, data: &BmsData, names: Option<ColumnNames<'_
         ),
     };
     let d = &data.designs;
+    check_magnitude("score", &data.z, 1, &["z".to_string()])?;
+    check_magnitude("marginal", d.x_m(), d.p_m(), &m_names)?;
+    check_magnitude("slope", d.x_g(), d.p_g(), &g_names)?;
     check_design("marginal", d.x_m(), d.p_m(), &m_names)?;
     check_design("slope", d.x_g(), d.p_g(), &g_names)?;
     check_separation("marginal", d.x_m(), d.p_m(), &data.y, &m_names)?;
@@ -64,6 +67,27 @@ pub fn check_data(model: &BmsModel, data: &BmsData, names: Option<ColumnNames<'_
         warnings.push(format!("{w}: the fit will push the score's slope toward infinity"));
     }
     Ok(warnings)
+}
+
+/// Values beyond this magnitude overflow the model's products (squares of
+/// the linear predictor, cubic cell polynomials) before any fit.
+pub const MAX_MAGNITUDE: f64 = 1e100;
+
+/// A value too large for the model's arithmetic, named by column and row.
+fn check_magnitude(what: &str, x: &[f64], p: usize, names: &[String]) -> Result<()> {
+    match x.iter().position(|v| v.abs() > MAX_MAGNITUDE) {
+        Some(k) => {
+            let name = names.get(k % p.max(1)).cloned().unwrap_or_default();
+            Err(Error::invalid(
+                format!("{what} '{name}', row {}", k / p.max(1)),
+                format!("{:e}", x[k]),
+                format!(
+                    "|value| must be at most {MAX_MAGNITUDE:e} (the model squares and cubes it); rescale the column"
+                ),
+            ))
+        }
+        None => Ok(()),
+    }
 }
 
 /// Complete separation by one covariate (a label copied into a covariate,
