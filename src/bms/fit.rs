@@ -193,6 +193,15 @@ pub fn fit<B: Backend>(
     }
     let mut warnings = super::checks::check_data(model, data, None)?;
     let start = rigid_start(model, data, opts.rigid_rows)?;
+    if start.extreme_rows > 0 {
+        warnings.push(format!(
+            "the rigid start fits {} of {} rows with their label's probability numerically 1 (margin beyond {}): \
+             the data may be (quasi-)separated, and estimates along that direction may run large",
+            start.extreme_rows,
+            start.rows,
+            super::rigid::EXTREME_ETA
+        ));
+    }
     if !start.report.converged {
         warnings.push(format!(
             "the rigid start did not converge ({:?}); the fit started from its last point",

@@ -66,6 +66,23 @@ impl<'a> RigidObjective<'a> {
         })
     }
 
+    /// Rows whose margin `s eta` exceeds [`EXTREME_ETA`] at `beta`.
+    fn extreme_rows(&self, beta: &[f64]) -> usize {
+        let d = &self.data.designs;
+        let blk = self.layout.block();
+        let dot = |x: &[f64], b: &[f64]| x.iter().zip(b).map(|(x, b)| x * b).sum::<f64>();
+        (0..self.data.n())
+            .filter(|&i| {
+                let (q, b) = (
+                    dot(d.x_m_row(i), &beta[blk.m_range()]),
+                    dot(d.x_g_row(i), &beta[blk.g_range()]),
+                );
+                let eta = q * (1.0 + self.s_f * self.s_f * b * b).sqrt() + self.s_f * b * self.data.z[i];
+                (2.0 * self.data.y[i] - 1.0) * eta > EXTREME_ETA
+            })
+            .count()
+    }
+
     fn rows(&self, beta: &[f64]) -> (Vec<f64>, Vec<f64>, Vec<f64>) {
         let d = &self.data.designs;
         let blk = self.layout.block();
@@ -124,7 +141,15 @@ pub struct RigidStart {
     /// Rows the rigid fit used (every row, or an even subsample of at most
     /// `max_rows`).
     pub rows: usize,
+    /// Rows the rigid fit gives its own label with probability numerically
+    /// 1 (`s eta > EXTREME_ETA`): R's "fitted probabilities numerically 0
+    /// or 1", the mark of (quasi-)separation.
+    pub extreme_rows: usize,
 }
+
+/// The margin `s eta` beyond which a probit probability is 1 to within
+/// 1e-15 (R's glm warns at the same point).
+pub const EXTREME_ETA: f64 = 8.0;
 
 /// Fit the rigid model (unpenalised Newton from zero) on `data`, or on an
 /// evenly strided subsample of `max_rows` rows when it has more: a start
@@ -147,12 +172,14 @@ pub fn rigid_start(model: &BmsModel, data: &BmsData, max_rows: usize) -> Result<
         ..NewtonOptions::default()
     };
     let fit = newton(&CpuBackend::new(), &objective, &penalty, &[], &vec![0.0; p], &opts)?;
+    let extreme_rows = objective.extreme_rows(&fit.beta);
     let mut beta = fit.beta;
     beta.resize(model.layout().p_total(), 0.0);
     Ok(RigidStart {
         beta,
         report: fit.report,
         rows: data.n(),
+        extreme_rows,
     })
 }
 
