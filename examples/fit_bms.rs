@@ -14,7 +14,7 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use clap::Parser;
-use matfree::bms::checks::{check_data, ColumnNames, SCORE_MEAN_TOL, SCORE_SD_FACTOR};
+use matfree::bms::checks::{check_data, is_standardised, score_moments, ColumnNames};
 use matfree::bms::fit::{fit_on_device, BmsFit, FitOptions};
 use matfree::bms::generator::{generate, GeneratorConfig};
 use matfree::bms::summary::{coefficients, smooth_band, sub_block, Coefficient, SmoothTerm};
@@ -265,10 +265,8 @@ fn load(path: &Path, args: &Args, notes: &mut Vec<String>) -> AnyResult<Problem>
 /// Standardise the score in place when it is not standardised (the rule of
 /// [`check_data`]), returning the note that says how.
 fn standardise(z: &mut [f64], column: &str) -> Option<String> {
-    let n = z.len() as f64;
-    let mean = z.iter().sum::<f64>() / n;
-    let sd = (z.iter().map(|v| (v - mean).powi(2)).sum::<f64>() / n).sqrt();
-    let standard = mean.abs() <= SCORE_MEAN_TOL && sd > 1.0 / SCORE_SD_FACTOR && sd < SCORE_SD_FACTOR;
+    let (mean, sd) = score_moments(z);
+    let standard = is_standardised(mean, sd);
     // A spread that is zero or overflows is left to check_data to name.
     if standard || !sd.is_finite() || sd <= 0.0 {
         return None;

@@ -514,6 +514,11 @@ pub struct RemlFit {
     pub report: RemlReport,
 }
 
+/// Block k's effective degrees of freedom, `dim_k - lambda_k tr((H + S)^{-1} S_k)`.
+fn block_edf(e: &LamlEvaluation, b: &PenaltyBlock, k: usize) -> f64 {
+    b.dim as f64 - e.rho[k].exp() * e.penalty_traces[k]
+}
+
 /// A smooth whose effective degrees of freedom are below this is treated
 /// as shrunk to nothing when its lambda would still grow (see
 /// [`Outer::direction`]).
@@ -562,7 +567,7 @@ impl Outer<'_> {
             .iter()
             .enumerate()
             .map(|(k, b)| {
-                let edf = b.dim as f64 - e.rho[k].exp() * e.penalty_traces[k];
+                let edf = block_edf(e, b, k);
                 !self.pinned(e, k) && e.gradient[k] < 0.0 && edf < VANISHED_EDF && e.rho[k] < self.upper[k]
             })
             .collect();
@@ -817,9 +822,8 @@ struct Probe<'o, B: Backend> {
 /// maximum, while a lower minimum with the smooth in use lies below (the
 /// reference start can be on the wrong side at large n). Once per smooth,
 /// when it has vanished (shrunk to nothing, or at its upper bound), V is
-/// evaluated with its
-/// rho at `rho_ref - PROBE_DISTANCE`; a lower V there becomes the current
-/// point. Costs one inner solve (and a gradient when taken).
+/// evaluated with its rho at `rho_ref - PROBE_DISTANCE`; a lower V there
+/// becomes the current point. Costs one inner solve (and a gradient when taken).
 fn probe_other_side<'o, B: Backend>(
     backend: &B,
     objective: &'o dyn Objective<B>,
@@ -832,7 +836,7 @@ fn probe_other_side<'o, B: Backend>(
     let candidate = penalty.blocks().iter().enumerate().position(|(k, b)| {
         // Whatever the gradient's sign: V is flat out there, and rounding
         // can leave a shallow local minimum of its own.
-        let edf = b.dim as f64 - cur.rho[k].exp() * cur.penalty_traces[k];
+        let edf = block_edf(cur, b, k);
         let vanishing = edf < VANISHED_EDF || cur.rho[k] >= outer.upper[k];
         let target = outer.rho_ref[k] - PROBE_DISTANCE;
         !probed[k] && vanishing && target < cur.rho[k] - 1.0
@@ -936,10 +940,9 @@ struct Search<'o, B: Backend> {
 /// trial whose inner solve does not converge, or ends where H + S is not
 /// positive definite, counts as failed. The first trial's inner solve starts
 /// at `start` (`cur.beta` or a probe's optimum, with the objective's
-/// evaluation there); each later
-/// one at the last failed trial's beta_hat with its evaluation (a warm start
-/// that evaluates no beta twice), or at `cur.beta` afresh after a failed
-/// inner solve.
+/// evaluation there); each later one at the last failed trial's beta_hat
+/// with its evaluation (a warm start that evaluates no beta twice), or at
+/// `cur.beta` afresh after a failed inner solve.
 fn outer_line_search<'o, B: Backend>(
     backend: &B,
     objective: &'o dyn Objective<B>,

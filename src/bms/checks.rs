@@ -185,14 +185,25 @@ fn check_design(design: &str, x: &[f64], p: usize, names: &[String]) -> Result<(
     Ok(())
 }
 
-/// Warnings about the score: not standardised, or too few distinct values.
-fn score_warnings(model: &BmsModel, z: &[f64]) -> Vec<String> {
+/// The sample mean and standard deviation (divisor n) of the score.
+pub fn score_moments(z: &[f64]) -> (f64, f64) {
     let n = z.len() as f64;
     let mean = z.iter().sum::<f64>() / n;
     let sd = (z.iter().map(|v| (v - mean).powi(2)).sum::<f64>() / n).sqrt();
+    (mean, sd)
+}
+
+/// Whether a score of this mean and sd counts as standardised
+/// ([`SCORE_MEAN_TOL`], [`SCORE_SD_FACTOR`]).
+pub fn is_standardised(mean: f64, sd: f64) -> bool {
+    mean.abs() <= SCORE_MEAN_TOL && sd > 1.0 / SCORE_SD_FACTOR && sd < SCORE_SD_FACTOR
+}
+
+/// Warnings about the score: not standardised, or too few distinct values.
+fn score_warnings(model: &BmsModel, z: &[f64]) -> Vec<String> {
+    let (mean, sd) = score_moments(z);
     let mut out = Vec::new();
-    let standard = mean.abs() <= SCORE_MEAN_TOL && sd > 1.0 / SCORE_SD_FACTOR && sd < SCORE_SD_FACTOR;
-    if !standard {
+    if !is_standardised(mean, sd) {
         out.push(format!(
             "the score is not standardised (mean {mean:.3}, sd {sd:.3}): the model assumes z ~ N(0, 1), so its \
              calibration and warp are fitted for a score that is not this one; standardise it"

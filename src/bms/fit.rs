@@ -48,7 +48,7 @@ impl Default for FitOptions {
 }
 
 /// Effective degrees of freedom of a fit.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 pub struct Edf {
     /// Per smooth (penalty block), each in [0, its dimension].
     pub blocks: Vec<f64>,
@@ -240,11 +240,8 @@ fn fixed<B: Backend>(
         reml_score: None,
         penalised_neglog: f.objective,
         covariance: None,
-        edf: Edf {
-            blocks: Vec::new(),
-            total: 0.0,
-            from_positive_part: false,
-        },
+        // Filled by `finish`.
+        edf: Edf::default(),
         reml_iterations: 0,
         newton_iterations: steps,
         first_newton_iterations: steps,
@@ -284,11 +281,8 @@ fn selected<B: Backend>(
         rho_ref: r.rho_ref.clone(),
         reml: true,
         covariance: None,
-        edf: Edf {
-            blocks: Vec::new(),
-            total: 0.0,
-            from_positive_part: false,
-        },
+        // Filled by `finish`.
+        edf: Edf::default(),
         reml_iterations: r.iterations.len(),
         newton_iterations: f.laml.newton.steps(),
         first_newton_iterations: r.start_newton_steps,

@@ -36,10 +36,15 @@ pub struct RigidObjective<'a> {
     scales: Vec<f64>,
 }
 
+/// The rigid predictor `eta = q c + s_f b z` and `c = sqrt(1 + s_f^2 b^2)`.
+fn rigid_eta(q: f64, b: f64, z: f64, s_f: f64) -> (f64, f64) {
+    let c = (1.0 + s_f * s_f * b * b).sqrt();
+    (q * c + s_f * b * z, c)
+}
+
 /// One row's neglog, gradient (2) and Hessian (2 x 2) at theta = (q, b).
 pub fn rigid_row(q: f64, b: f64, z: f64, y: f64, w: f64, s_f: f64) -> (f64, [f64; 2], [f64; 4]) {
-    let c = (1.0 + s_f * s_f * b * b).sqrt();
-    let eta = q * c + s_f * b * z;
+    let (eta, c) = rigid_eta(q, b, z, s_f);
     let e = [c, q * s_f * s_f * b / c + s_f * z];
     let (e_qb, e_bb) = (s_f * s_f * b / c, q * s_f * s_f / (c * c * c));
     let s = 2.0 * y - 1.0;
@@ -68,30 +73,30 @@ impl<'a> RigidObjective<'a> {
 
     /// Rows whose margin `s eta` exceeds [`EXTREME_ETA`] at `beta`.
     fn extreme_rows(&self, beta: &[f64]) -> usize {
-        let d = &self.data.designs;
-        let blk = self.layout.block();
-        let dot = |x: &[f64], b: &[f64]| x.iter().zip(b).map(|(x, b)| x * b).sum::<f64>();
         (0..self.data.n())
             .filter(|&i| {
-                let (q, b) = (
-                    dot(d.x_m_row(i), &beta[blk.m_range()]),
-                    dot(d.x_g_row(i), &beta[blk.g_range()]),
-                );
-                let eta = q * (1.0 + self.s_f * self.s_f * b * b).sqrt() + self.s_f * b * self.data.z[i];
+                let (q, b) = self.q_b(beta, i);
+                let eta = rigid_eta(q, b, self.data.z[i], self.s_f).0;
                 (2.0 * self.data.y[i] - 1.0) * eta > EXTREME_ETA
             })
             .count()
     }
 
-    fn rows(&self, beta: &[f64]) -> (Vec<f64>, Vec<f64>, Vec<f64>) {
-        let d = &self.data.designs;
-        let blk = self.layout.block();
+    /// Row i's (q, b) at beta.
+    fn q_b(&self, beta: &[f64], i: usize) -> (f64, f64) {
+        let (d, blk) = (&self.data.designs, self.layout.block());
         let dot = |x: &[f64], b: &[f64]| x.iter().zip(b).map(|(x, b)| x * b).sum::<f64>();
+        (
+            dot(d.x_m_row(i), &beta[blk.m_range()]),
+            dot(d.x_g_row(i), &beta[blk.g_range()]),
+        )
+    }
+
+    fn rows(&self, beta: &[f64]) -> (Vec<f64>, Vec<f64>, Vec<f64>) {
         let rows: Vec<(f64, [f64; 2], [f64; 4])> = (0..self.data.n())
             .into_par_iter()
             .map(|i| {
-                let q = dot(d.x_m_row(i), &beta[blk.m_range()]);
-                let b = dot(d.x_g_row(i), &beta[blk.g_range()]);
+                let (q, b) = self.q_b(beta, i);
                 rigid_row(q, b, self.data.z[i], self.data.y[i], self.data.w[i], self.s_f)
             })
             .collect();
