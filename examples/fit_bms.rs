@@ -120,6 +120,8 @@ struct Report {
     smooths: Vec<SmoothTerm>,
     phases: Vec<(String, f64)>,
     notes: Vec<String>,
+    /// The REML loop's iterations (rho, V, gradient, step, inner solves).
+    reml_trace: Option<matfree_solvers::reml::RemlReport>,
 }
 
 /// A problem ready to fit.
@@ -406,6 +408,7 @@ fn summarise(
         smooths,
         phases: phases.to_vec(),
         notes,
+        reml_trace: fit.reml_report.clone(),
     })
 }
 

@@ -53,6 +53,8 @@ struct SeedResult {
     seed: u64,
     converged: bool,
     termination: String,
+    /// The REML score V at the fit.
+    reml_score: Option<f64>,
     /// (estimate - truth) / SE per coefficient.
     z: Vec<f64>,
     lambda: Vec<f64>,
@@ -150,6 +152,7 @@ fn run(args: Args) -> Result<bool, Box<dyn Error>> {
             seed,
             converged: f.converged,
             termination: f.termination.clone(),
+            reml_score: f.reml_score,
             z,
             rho_moved: f.lambda.iter().zip(&f.rho_ref).map(|(l, r)| l.ln() - r).collect(),
             lambda: f.lambda.clone(),

@@ -34,5 +34,6 @@ pub use pcg::{cg, BreakdownQuantity, Pcg, PcgInfo, PcgOptions, PcgSolution, Stop
 pub use penalty::{Penalised, Penalty, PenaltyBlock, PenaltyMatrix};
 pub use precond::{Jacobi, Preconditioner};
 pub use reml::{
-    laml, reference_rho, reml, LamlEvaluation, RemlFit, RemlIteration, RemlOptions, RemlReport, RemlTermination,
+    fellner_schall_step, laml, reference_rho, reml, LamlEvaluation, OuterStep, RemlFit, RemlIteration, RemlOptions,
+    RemlReport, RemlTermination,
 };

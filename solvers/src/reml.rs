@@ -13,12 +13,20 @@
 //! `fd_step` standard errors). `beta_hat` comes from [`newton_from`]; the
 //! log-determinant and traces from the exact dense path ([`PenalisedFactor`]).
 //!
-//! The outer minimiser is Newton on rho with the LAML Hessian in which H is
-//! held fixed (exact for a quadratic objective; the neglected terms are the
-//! third derivatives of the likelihood), its eigenvalues made positive, the
-//! step capped and projected onto the bounds, and Armijo backtracking.
-//! Each trial's inner solve starts at the last `beta_hat`, whose evaluation
-//! it takes over, and the gradient is computed for accepted trials only.
+//! The outer minimiser starts with Fellner-Schall steps
+//! ([`fellner_schall_step`]) while they are long: far from the optimum V
+//! grows like e^rho and Newton would gain one unit of rho a step, while the
+//! multiplicative update lands near the optimum in one or two and needs no
+//! dH/drho. Then Newton on rho with the LAML Hessian in which H is held
+//! fixed (exact for a quadratic objective; the neglected terms are the third
+//! derivatives of the likelihood) plus a secant correction, its eigenvalues
+//! made positive, the step capped and projected onto the bounds, and Armijo
+//! backtracking. A smooth whose V decays geometrically toward lambda =
+//! infinity (or whose edf is already gone) jumps to its bound. Each trial's
+//! inner solve starts at the current `beta_hat` with the evaluation kept
+//! from there (so no beta is evaluated twice), a long trial's is cut off
+//! after a few Newton steps, and the gradient is computed for accepted
+//! trials only.
 //!
 //! Start and bounds are relative to the data: `rho_ref` puts each penalty's
 //! mean diagonal at the Hessian's on its block (mgcv's `initial.sp`), and
@@ -449,14 +457,28 @@ impl RemlTermination {
     }
 }
 
+/// How an outer iteration chose its step.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum OuterStep {
+    /// A Fellner-Schall update from the start ([`fellner_schall_step`]).
+    FellnerSchall,
+    /// A vanished smooth's other side, probed ([`PROBE_DISTANCE`]).
+    Probe,
+    /// Newton on rho with a line search.
+    Newton,
+}
+
 /// One outer iteration.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct RemlIteration {
+    /// How the step was chosen.
+    pub kind: OuterStep,
     /// rho at the start of the iteration.
     pub rho: Vec<f64>,
     /// V(rho).
     pub value: f64,
-    /// dV/drho.
+    /// dV/drho; for a Fellner-Schall step the same without the dH/drho
+    /// terms (the update does not compute them).
     pub gradient: Vec<f64>,
     /// Accepted step length (0 if none).
     pub step_length: f64,
@@ -560,17 +582,29 @@ impl Outer<'_> {
     /// Newton step gains about one unit of rho), so walking out would cost
     /// an inner solve per unit for a change in V below its gradient, while
     /// the jump is one trial that the line search checks.
-    fn direction(&self, e: &LamlEvaluation, correction: &[f64], penalty: &Penalty, radius: f64) -> Result<Direction> {
+    fn direction(
+        &self,
+        e: &LamlEvaluation,
+        prev: Option<&LamlEvaluation>,
+        correction: &[f64],
+        penalty: &Penalty,
+        radius: f64,
+    ) -> Result<Direction> {
         let m = e.rho.len();
         let vanishing: Vec<bool> = penalty
             .blocks()
             .iter()
             .enumerate()
             .map(|(k, b)| {
-                let edf = block_edf(e, b, k);
-                !self.pinned(e, k) && e.gradient[k] < 0.0 && edf < VANISHED_EDF && e.rho[k] < self.upper[k]
+                let shrunk = block_edf(e, b, k) < VANISHED_EDF || prev.is_some_and(|p| exponential_tail(p, e, k));
+                !self.pinned(e, k) && e.gradient[k] < 0.0 && shrunk && e.rho[k] < self.upper[k]
             })
             .collect();
+        let tail = penalty
+            .blocks()
+            .iter()
+            .enumerate()
+            .any(|(k, b)| vanishing[k] && block_edf(e, b, k) >= VANISHED_EDF);
         let free: Vec<usize> = (0..m).filter(|&k| !self.pinned(e, k) && !vanishing[k]).collect();
         let f = free.len();
         let sub: Vec<f64> = (0..f * f)
@@ -598,7 +632,15 @@ impl Outer<'_> {
         for (i, &k) in free.iter().enumerate() {
             d[k] = step[i];
         }
-        let decrement = dot(&g, &step);
+        // The decrement ends the solve, so it is taken from the plain
+        // fixed-H model as well and the larger one kept: a secant
+        // correction built on a long or bound-hitting step can inflate the
+        // curvature and shrink the decrement of a point that is not the
+        // optimum.
+        let plain: Vec<f64> = (0..f * f)
+            .map(|i| e.outer_hessian[free[i / f] * m + free[i % f]])
+            .collect();
+        let decrement = dot(&g, &step).max(clipped_decrement(f, &plain, &g)?);
         let norm = d.iter().fold(0.0f64, |a, v| a.max(v.abs()));
         if norm > radius {
             d.iter_mut().for_each(|v| *v *= radius / norm);
@@ -608,8 +650,45 @@ impl Outer<'_> {
             d[k] = self.upper[k] - e.rho[k];
             jump |= e.gradient[k].abs() > self.opts.grad_tol;
         }
-        Ok(Direction { d, decrement, jump })
+        Ok(Direction {
+            d,
+            decrement,
+            jump,
+            tail,
+        })
     }
+}
+
+/// `g^T B^{-1} g` with B's eigenvalues raised to a floor relative to its
+/// largest (as for the step).
+fn clipped_decrement(f: usize, b: &[f64], g: &[f64]) -> Result<f64> {
+    if f == 0 {
+        return Ok(0.0);
+    }
+    let top = b.iter().fold(0.0f64, |a, v| a.max(v.abs()));
+    let fixed = clip_eigenvalues(f, b, (1e-6 * top).max(1e-8))?;
+    Ok(dot(g, &crate::dense::Cholesky::factor(f, &fixed)?.solve(g, 1)?))
+}
+
+/// The least move of rho_k between two iterates for the tail test.
+const TAIL_MIN_MOVE: f64 = 0.25;
+
+/// Whether V along rho_k decays like `V_inf + b e^{-rho_k}` between the
+/// last two iterates: both gradients negative (V falling as lambda_k grows),
+/// rho_k moved up, and the gradient shrank by `e^{-delta rho_k}` to within
+/// half the step in the log. That is the tail of a smooth being shrunk to
+/// nothing, whose infimum is at lambda_k = infinity: Newton would gain
+/// about one unit of rho an iteration toward it (the curvature there equals
+/// the slope), so the step jumps to the bound instead (the line search
+/// checks that V is lower there).
+fn exponential_tail(prev: &LamlEvaluation, e: &LamlEvaluation, k: usize) -> bool {
+    let (g0, g1) = (prev.gradient[k], e.gradient[k]);
+    let moved = e.rho[k] - prev.rho[k];
+    // Over a shorter move the gradient's ratio says too little.
+    if !(g0 < 0.0 && g1 < 0.0 && moved >= TAIL_MIN_MOVE) {
+        return false;
+    }
+    ((g1 / g0).ln() + moved).abs() <= 0.5 * moved
 }
 
 /// An outer step and what it predicts.
@@ -622,6 +701,9 @@ struct Direction {
     /// Whether a vanishing smooth jumps to its bound with a gradient above
     /// `grad_tol` (so the solve has not converged).
     jump: bool,
+    /// Whether a jump comes from the exponential-tail test alone (a smooth
+    /// not yet shrunk to nothing).
+    tail: bool,
 }
 
 /// Minimise V(rho), starting the first inner solve at `beta0`. `rho0`
@@ -666,13 +748,21 @@ pub fn reml<B: Backend>(
     evaluations += tries;
     let start_newton_steps = trial.laml.newton.steps();
     let converged_start = trial.laml.newton.converged;
+    let mut iterations = Vec::new();
+    let trial = if converged_start {
+        let fs = fellner_schall_phase(backend, objective, penalty, &outer, trial)?;
+        evaluations += fs.evaluations;
+        iterations = fs.iterations;
+        fs.trial
+    } else {
+        trial
+    };
     let (mut cur, at_beta) = if converged_start {
         evaluations += penalty.n_blocks();
         with_gradient(objective, penalty, trial, opts)?
     } else {
         (trial.laml, trial.at_beta)
     };
-    let mut iterations = Vec::new();
     let m = penalty.n_blocks();
     let mut correction = vec![0.0; m * m];
     // A trust radius on the outer step: cut to the accepted step after a
@@ -680,7 +770,13 @@ pub fn reml<B: Backend>(
     // full step.
     let mut radius = opts.max_step;
     let mut probed = vec![false; m];
-    let mut start: Start<'_, B> = (cur.beta.clone(), Some(at_beta));
+    // The last Newton iterate, for the exponential-tail test.
+    let mut prev: Option<LamlEvaluation> = None;
+    // The objective's evaluation at cur.beta, shared by every trial that
+    // starts there, and where the next line search's first trial starts
+    // (cur.beta, or the optimum of a probe that did not improve V).
+    let mut at_cur = at_beta;
+    let mut start: Start<'_, B> = (cur.beta.clone(), Some(at_cur.clone()));
     let termination = loop {
         if !converged_start {
             break RemlTermination::InnerNotConverged;
@@ -690,6 +786,7 @@ pub fn reml<B: Backend>(
             evaluations += probe.evaluations;
             if let Some((next, next_at_beta)) = probe.better {
                 iterations.push(RemlIteration {
+                    kind: OuterStep::Probe,
                     rho: cur.rho.clone(),
                     value: cur.value,
                     gradient: cur.gradient.clone(),
@@ -701,7 +798,9 @@ pub fn reml<B: Backend>(
                 });
                 correction.iter_mut().for_each(|c| *c = 0.0);
                 radius = opts.max_step;
-                start = (next.beta.clone(), Some(next_at_beta));
+                start = (next.beta.clone(), Some(next_at_beta.clone()));
+                at_cur = next_at_beta;
+                prev = None;
                 cur = next;
                 continue;
             }
@@ -709,25 +808,46 @@ pub fn reml<B: Backend>(
         if outer.projected_norm(&cur) <= opts.grad_tol {
             break RemlTermination::Gradient;
         }
-        let step = outer.direction(&cur, &correction, penalty, radius)?;
+        let step = outer.direction(&cur, prev.as_ref(), &correction, penalty, radius)?;
         if step.decrement <= opts.decrement_tol && !step.jump {
             break RemlTermination::Decrement;
         }
         if iterations.len() == opts.max_iter {
             break RemlTermination::MaxIterations;
         }
-        let dir = step.d;
-        let from = std::mem::replace(&mut start, (cur.beta.clone(), None));
-        let search = outer_line_search(backend, objective, penalty, &outer, &cur, &dir, from)?;
-        evaluations += search.evaluations;
+        let from = match std::mem::replace(&mut start, (cur.beta.clone(), None)) {
+            (_, None) => (cur.beta.clone(), Some(at_cur.clone())),
+            kept => kept,
+        };
+        let here = (&cur, &at_cur);
+        let along =
+            |d: &[f64], from, halvings| outer_line_search(backend, objective, penalty, &outer, here, d, from, halvings);
+        let (step, search, tried) = if step.tail {
+            // A tail jump is tried whole, once; if V is not lower at the
+            // bound, the step without the tail test is searched as usual.
+            let jump = along(&step.d, from, 0)?;
+            if jump.accepted.is_some() {
+                (step, jump, 0)
+            } else {
+                let plain = outer.direction(&cur, None, &correction, penalty, radius)?;
+                let search = along(&plain.d, (cur.beta.clone(), Some(at_cur.clone())), opts.max_halvings)?;
+                (plain, search, jump.evaluations)
+            }
+        } else {
+            let search = along(&step.d, from, opts.max_halvings)?;
+            (step, search, 0)
+        };
+        let step_jumped = (0..m).any(|k| cur.rho[k] + step.d[k] >= outer.upper[k] && step.d[k] > radius);
+        evaluations += tried + search.evaluations;
         let mut record = RemlIteration {
+            kind: OuterStep::Newton,
             rho: cur.rho.clone(),
             value: cur.value,
             gradient: cur.gradient.clone(),
             step_length: 0.0,
             halvings: search.halvings,
             newton_iterations: search.newton_iterations,
-            newton_evaluations: search.evaluations,
+            newton_evaluations: tried + search.evaluations,
             seconds: 0.0,
         };
         let Some((t, trial)) = search.accepted else {
@@ -751,9 +871,16 @@ pub fn reml<B: Backend>(
         record.step_length = t;
         record.seconds = t0.elapsed().as_secs_f64();
         iterations.push(record);
-        secant_update(&mut correction, &cur, &next);
-        start = (next.beta.clone(), Some(next_at_beta));
-        cur = next;
+        if step_jumped {
+            // A jump to a bound is no Newton step: the secant pair it makes
+            // says nothing of the curvature near the iterates.
+            correction.iter_mut().for_each(|c| *c = 0.0);
+        } else {
+            secant_update(&mut correction, &cur, &next);
+        }
+        start = (next.beta.clone(), Some(next_at_beta.clone()));
+        at_cur = next_at_beta;
+        prev = Some(std::mem::replace(&mut cur, next));
         if small {
             break RemlTermination::Step;
         }
@@ -874,6 +1001,142 @@ fn probe_other_side<'o, B: Backend>(
     Ok(Some(probe))
 }
 
+/// Most Fellner-Schall steps before Newton takes over.
+const FS_STEPS: usize = 4;
+
+/// The Fellner-Schall phase ends once its step is below this in every
+/// component (Newton converges fast from there).
+const FS_MIN_STEP: f64 = 1.0;
+
+/// The generalised Fellner-Schall update (Wood and Fasiolo 2017, Biometrics
+/// 73:1071) in rho: `delta rho_k = ln(edf_k / (lambda_k beta^T S_k beta))`,
+/// the multiplicative fixed-point step toward `dV/drho_k = 0` with the
+/// dH/drho terms left out (so it needs no extra evaluation), capped at
+/// `max_step` and kept within the bounds. From a start several units from
+/// the optimum it moves there in one or two steps, where Newton on V
+/// (whose gradient grows like e^rho far above the optimum) gains about one
+/// unit a step. A smooth with no edf left, or a wiggliness of zero, goes up
+/// by the cap.
+pub fn fellner_schall_step(penalty: &Penalty, e: &LamlEvaluation, max_step: f64) -> Vec<f64> {
+    edf_and_wiggliness(penalty, e)
+        .into_iter()
+        .map(|(edf, quad)| {
+            let ratio = edf / quad;
+            let step = if ratio.is_finite() && ratio > 0.0 {
+                ratio.ln()
+            } else {
+                max_step
+            };
+            step.clamp(-max_step, max_step)
+        })
+        .collect()
+}
+
+/// Per block, its edf and `lambda_k beta^T S_k beta`: the two sides of the
+/// fixed point `dV/drho_k = 0` without the dH/drho terms.
+fn edf_and_wiggliness(penalty: &Penalty, e: &LamlEvaluation) -> Vec<(f64, f64)> {
+    let p = e.beta.len();
+    penalty
+        .blocks()
+        .iter()
+        .enumerate()
+        .map(|(k, b)| {
+            let quad = dot(&e.beta, &embedded_product(b, e.rho[k].exp(), &e.beta, p));
+            (block_edf(e, b, k), quad)
+        })
+        .collect()
+}
+
+/// What the Fellner-Schall phase ended with.
+struct FsPhase<'o, B: Backend> {
+    trial: Trial<'o, B>,
+    iterations: Vec<RemlIteration>,
+    evaluations: usize,
+}
+
+/// Halvings of a Fellner-Schall step whose trial is not kept.
+const FS_HALVINGS: usize = 2;
+
+/// Fellner-Schall steps from the converged start while they are long
+/// (some component at least [`FS_MIN_STEP`]), at most [`FS_STEPS`]. A step
+/// is kept where its inner solve converges and V is lower, and otherwise
+/// halved up to [`FS_HALVINGS`] times; the phase ends at the first step
+/// not kept. Each trial costs one warm inner solve and no dH/drho.
+fn fellner_schall_phase<'o, B: Backend>(
+    backend: &B,
+    objective: &'o dyn Objective<B>,
+    penalty: &Penalty,
+    outer: &Outer<'_>,
+    mut trial: Trial<'o, B>,
+) -> Result<FsPhase<'o, B>> {
+    let mut iterations = Vec::new();
+    let mut evaluations = 0;
+    while iterations.len() < FS_STEPS {
+        let t0 = Instant::now();
+        let cur = &trial.laml;
+        let step = fellner_schall_step(penalty, cur, outer.opts.max_step);
+        let full = outer.clamp(&cur.rho.iter().zip(&step).map(|(r, d)| r + d).collect::<Vec<_>>());
+        if full.iter().zip(&cur.rho).all(|(x, y)| (x - y).abs() < FS_MIN_STEP) {
+            break;
+        }
+        let mut record = RemlIteration {
+            kind: OuterStep::FellnerSchall,
+            rho: cur.rho.clone(),
+            value: cur.value,
+            gradient: fixed_point_gradient(penalty, cur),
+            step_length: 0.0,
+            halvings: 0,
+            newton_iterations: 0,
+            newton_evaluations: 0,
+            seconds: 0.0,
+        };
+        let mut kept = None;
+        let mut t = 1.0;
+        loop {
+            let rho: Vec<f64> = cur.rho.iter().zip(&full).map(|(r, f)| r + t * (f - r)).collect();
+            let start = Some(trial.at_beta.clone());
+            match laml_value(backend, objective, penalty, &rho, &cur.beta, start, outer.opts) {
+                Ok(next) => {
+                    evaluations += next.laml.newton.evaluations;
+                    record.newton_iterations += next.laml.newton.iterations.len();
+                    record.newton_evaluations += next.laml.newton.evaluations;
+                    if next.laml.newton.converged && next.laml.value < cur.value - resolution(cur.value) {
+                        kept = Some(next);
+                        break;
+                    }
+                }
+                Err(SolverError::NotPositiveDefinite { .. }) => {}
+                Err(e) => return Err(e),
+            }
+            if record.halvings == FS_HALVINGS {
+                break;
+            }
+            record.halvings += 1;
+            t *= 0.5;
+        }
+        record.step_length = if kept.is_some() { t } else { 0.0 };
+        record.seconds = t0.elapsed().as_secs_f64();
+        iterations.push(record);
+        match kept {
+            Some(next) => trial = next,
+            None => break,
+        }
+    }
+    Ok(FsPhase {
+        trial,
+        iterations,
+        evaluations,
+    })
+}
+
+/// dV/drho without the dH/drho terms: `(lambda_k beta^T S_k beta - edf_k) / 2`.
+fn fixed_point_gradient(penalty: &Penalty, e: &LamlEvaluation) -> Vec<f64> {
+    edf_and_wiggliness(penalty, e)
+        .into_iter()
+        .map(|(edf, quad)| 0.5 * (quad - edf))
+        .collect()
+}
+
 /// Starts tried above the first, each [`PROBE_DISTANCE`] higher.
 const START_RETRIES: usize = 2;
 
@@ -935,24 +1198,40 @@ struct Search<'o, B: Backend> {
     evaluations: usize,
 }
 
+/// Inner Newton steps allowed to a line-search trial before it counts as
+/// failed, while the step is long (fewer than [`UNCAPPED_AFTER`] halvings):
+/// a warm inner solve takes 1-3, and one that needs many means rho moved
+/// too far for its start, where a shorter step is both cheaper and more
+/// likely to be accepted.
+const TRIAL_STEPS: usize = 6;
+
+/// Halvings after which a trial's inner solve may use all of `max_iter`.
+const UNCAPPED_AFTER: usize = 2;
+
 /// Halve t from 1 along `dir` (projected onto the bounds) until
 /// `V(rho_t) <= V + c g^T (rho_t - rho)` (with the rounding slack of V). A
-/// trial whose inner solve does not converge, or ends where H + S is not
-/// positive definite, counts as failed. The first trial's inner solve starts
-/// at `start` (`cur.beta` or a probe's optimum, with the objective's
-/// evaluation there); each later one at the last failed trial's beta_hat
-/// with its evaluation (a warm start that evaluates no beta twice), or at
-/// `cur.beta` afresh after a failed inner solve.
+/// trial whose inner solve does not converge (within [`TRIAL_STEPS`] while
+/// the step is long), or ends where H + S is not positive definite, counts
+/// as failed. The first trial's inner solve starts at `start` (`cur.beta`
+/// or a probe's optimum, with the objective's evaluation there); each later
+/// one at `cur.beta` with the evaluation `at_cur` kept from there: its first
+/// Newton step is the exact optimum of the quadratic model at the trial's
+/// lambda, so no evaluation is repeated and no trial starts from a failed
+/// trial's distant optimum.
+#[allow(clippy::too_many_arguments)]
 fn outer_line_search<'o, B: Backend>(
     backend: &B,
     objective: &'o dyn Objective<B>,
     penalty: &Penalty,
     outer: &Outer<'_>,
-    cur: &LamlEvaluation,
+    (cur, at_cur): (&LamlEvaluation, &Evaluation<'o, B>),
     dir: &[f64],
     mut start: Start<'o, B>,
+    max_halvings: usize,
 ) -> Result<Search<'o, B>> {
     let opts = outer.opts;
+    let mut capped = opts.clone();
+    capped.newton.max_iter = opts.newton.max_iter.min(TRIAL_STEPS);
     let mut s = Search {
         accepted: None,
         halvings: 0,
@@ -969,8 +1248,9 @@ fn outer_line_search<'o, B: Backend>(
             .zip(&cur.gradient)
             .map(|((a, b), g)| g * (a - b))
             .sum();
-        let (beta0, eval) = std::mem::replace(&mut start, (cur.beta.clone(), None));
-        match laml_value(backend, objective, penalty, &rho, &beta0, eval, opts) {
+        let (beta0, eval) = std::mem::replace(&mut start, (cur.beta.clone(), Some(at_cur.clone())));
+        let trial_opts = if s.halvings < UNCAPPED_AFTER { &capped } else { opts };
+        match laml_value(backend, objective, penalty, &rho, &beta0, eval, trial_opts) {
             Ok(trial) => {
                 let newton = &trial.laml.newton;
                 s.newton_iterations += newton.iterations.len();
@@ -980,18 +1260,62 @@ fn outer_line_search<'o, B: Backend>(
                     s.accepted = Some((t, trial));
                     return Ok(s);
                 }
-                if newton.converged {
-                    start = (trial.laml.beta, Some(trial.at_beta));
-                }
             }
             // H + S not positive definite at this rho's inner end: back off.
             Err(SolverError::NotPositiveDefinite { .. }) => {}
             Err(e) => return Err(e),
         }
-        if s.halvings == opts.max_halvings {
+        if s.halvings == max_halvings {
             return Ok(s);
         }
         s.halvings += 1;
         t *= 0.5;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn at(rho: f64, gradient: f64) -> LamlEvaluation {
+        LamlEvaluation {
+            rho: vec![rho],
+            value: 0.0,
+            gradient: vec![gradient],
+            outer_hessian: vec![1.0],
+            beta: vec![0.0],
+            objective: 0.0,
+            logdet_penalised_hessian: 0.0,
+            log_pseudo_det_penalty: 0.0,
+            penalty_traces: vec![0.0],
+            hessian: vec![0.0],
+            newton: NewtonReport {
+                iterations: Vec::new(),
+                check: None,
+                termination: crate::newton::Termination::Decrement,
+                converged: true,
+                objective: 0.0,
+                grad_norm: 0.0,
+                decrement: 0.0,
+                evaluations: 0,
+                seconds: 0.0,
+            },
+        }
+    }
+
+    #[test]
+    fn the_tail_test_needs_a_geometric_decay_over_a_real_move() {
+        let g0 = -0.1;
+        // V = V_inf + b e^{-rho}: the gradient shrinks by e^{-move}.
+        assert!(exponential_tail(&at(4.0, g0), &at(4.6, g0 * (-0.6f64).exp()), 0));
+        // Within half the move in the log, either way.
+        assert!(exponential_tail(&at(4.0, g0), &at(4.6, g0 * (-0.85f64).exp()), 0));
+        assert!(!exponential_tail(&at(4.0, g0), &at(4.6, g0 * (-1.0f64).exp()), 0));
+        // A gradient that barely shrinks points at an interior optimum.
+        assert!(!exponential_tail(&at(4.0, g0), &at(4.6, 0.97 * g0), 0));
+        // Too short a move, a move down, or V rising: no tail.
+        assert!(!exponential_tail(&at(4.0, g0), &at(4.1, g0 * (-0.1f64).exp()), 0));
+        assert!(!exponential_tail(&at(4.6, g0), &at(4.0, g0 * (-0.6f64).exp()), 0));
+        assert!(!exponential_tail(&at(4.0, -g0), &at(4.6, -g0 * (-0.6f64).exp()), 0));
     }
 }

@@ -6,7 +6,8 @@ mod common;
 
 use common::*;
 use matfree_solvers::{
-    laml, newton, reml, CpuBackend, Evaluation, NewtonOptions, Objective, PenalisedFactor, RemlFit, RemlOptions, Result,
+    fellner_schall_step, laml, newton, reml, CpuBackend, Evaluation, NewtonOptions, Objective, OuterStep,
+    PenalisedFactor, RemlFit, RemlOptions, Result,
 };
 
 fn f1(x: f64) -> f64 {
@@ -320,4 +321,44 @@ fn reference_rho_scales_with_the_information() {
     let hm = b0.range().map(|j| diag[j].abs()).sum::<f64>() / b0.dim as f64;
     let sm = (0..b0.dim).map(|i| b0.s[i * b0.dim + i]).sum::<f64>() / b0.dim as f64;
     assert!((r1[0] - (hm / sm).ln()).abs() < 1e-12);
+}
+
+/// Far above its optimum V grows like e^rho, and Newton on rho gains about
+/// one unit a step; the Fellner-Schall start moves there in one. From
+/// rho_ref + 8, the first (Fellner-Schall) step takes the real smooth at
+/// least 4 units toward its optimum, and the fit ends where the default
+/// start's does.
+#[test]
+fn a_start_far_above_the_optimum_is_left_in_one_step() {
+    let (d, base) = fit_simulated();
+    let (obj, pen, be) = (Logistic::new(&d), penalty(&d), CpuBackend::new());
+    let far: Vec<f64> = base.report.rho_ref.iter().map(|r| r + 8.0).collect();
+    let fit = reml(&be, &obj, &pen, Some(&far), &vec![0.0; d.p], &RemlOptions::default()).unwrap();
+    assert!(fit.report.converged, "{:?}", fit.report);
+    let first = &fit.report.iterations[0];
+    assert_eq!(first.kind, OuterStep::FellnerSchall);
+    assert!(first.step_length > 0.0, "{first:?}");
+    let second = &fit.report.iterations[1];
+    assert!(
+        first.rho[0] - second.rho[0] >= 4.0,
+        "one step from {} went to {} (optimum {})",
+        first.rho[0],
+        second.rho[0],
+        base.laml.rho[0]
+    );
+    assert!(
+        (fit.laml.rho[0] - base.laml.rho[0]).abs() < 0.05,
+        "{:?} vs {:?}",
+        fit.laml.rho,
+        base.laml.rho
+    );
+    assert!((fit.laml.value - base.laml.value).abs() < 1e-3);
+    // The null smooth is shrunk to nothing from either start.
+    let edf = block_edf(&d, &fit);
+    assert!(edf[1] < 0.05, "edf {edf:?}");
+    // Without its dH/drho terms the Fellner-Schall step is of the size of
+    // the fixed-point gap, and at the optimum that gap is the dH terms alone:
+    // far smaller than the first step's.
+    let at_optimum = fellner_schall_step(&pen, &fit.laml, 5.0);
+    assert!(at_optimum[0].abs() < 0.5, "{at_optimum:?}");
 }

@@ -8,7 +8,7 @@ use std::cell::Cell;
 use std::time::Instant;
 
 use matfree_solvers::newton::{newton, CostEstimate, Evaluation, NewtonOptions, Objective};
-use matfree_solvers::reml::{reml, RemlOptions};
+use matfree_solvers::reml::{reml, RemlOptions, RemlReport};
 use matfree_solvers::{clip_eigenvalues, Backend, CpuBackend, PenalisedFactor, Penalty};
 use serde::{Deserialize, Serialize};
 
@@ -158,6 +158,9 @@ pub struct BmsFit {
     pub at_upper_bound: Vec<usize>,
     /// Warnings a user should read.
     pub warnings: Vec<String>,
+    /// The outer REML loop's record (each iteration's rho, V, gradient,
+    /// step and inner solves), for diagnosis; `None` at fixed lambda.
+    pub reml_report: Option<RemlReport>,
 }
 
 /// Fit `model` on `data` through `objective` (the model's negative
@@ -249,6 +252,7 @@ fn fixed<B: Backend>(
         rigid_start: (0, false),
         at_upper_bound: Vec::new(),
         warnings: Vec::new(),
+        reml_report: None,
     })
 }
 
@@ -289,6 +293,7 @@ fn selected<B: Backend>(
         evaluations: r.evaluations,
         rigid_start: (0, false),
         warnings,
+        reml_report: Some(f.report.clone()),
     })
 }
 

@@ -68,7 +68,7 @@ impl Objective<CpuBackend> for BmsObjective<'_> {
         Ok(Some(Evaluation {
             value: joint.neglog,
             gradient: joint.gradient,
-            hessian: Box::new(hessian),
+            hessian: std::rc::Rc::new(hessian),
         }))
     }
 

@@ -126,7 +126,7 @@ impl Objective<CpuBackend> for RigidObjective<'_> {
         Ok(Some(Evaluation {
             value: joint.neglog,
             gradient: joint.gradient,
-            hessian: Box::new(hessian),
+            hessian: std::rc::Rc::new(hessian),
         }))
     }
 

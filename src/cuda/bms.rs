@@ -373,7 +373,7 @@ impl matfree_solvers::newton::Objective<super::CudaBackend> for BmsDeviceObjecti
         Ok(Some(matfree_solvers::newton::Evaluation {
             value: joint.neglog,
             gradient: joint.gradient,
-            hessian: Box::new(rows.hessian),
+            hessian: std::rc::Rc::new(rows.hessian),
         }))
     }
 

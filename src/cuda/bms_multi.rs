@@ -98,7 +98,7 @@ impl Objective<MultiGpuBackend> for BmsMultiObjective<'_> {
         Ok(Some(Evaluation {
             value: joint.neglog,
             gradient: joint.gradient,
-            hessian: Box::new(rows.hessian),
+            hessian: std::rc::Rc::new(rows.hessian),
         }))
     }
 

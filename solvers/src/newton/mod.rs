@@ -24,6 +24,7 @@
 mod options;
 mod step;
 
+use std::rc::Rc;
 use std::time::Instant;
 
 use serde::{Deserialize, Serialize};
@@ -43,7 +44,19 @@ pub struct Evaluation<'a, B: Backend> {
     /// Its gradient, on the host.
     pub gradient: Vec<f64>,
     /// Its Hessian as an operator on the backend (without the penalty).
-    pub hessian: Box<dyn LinearOperator<B> + 'a>,
+    pub hessian: Rc<dyn LinearOperator<B> + 'a>,
+}
+
+// By hand: a derived Clone would ask `B: Clone`. The Hessian is shared, not
+// copied, so a kept evaluation can start several inner solves.
+impl<B: Backend> Clone for Evaluation<'_, B> {
+    fn clone(&self) -> Self {
+        Self {
+            value: self.value,
+            gradient: self.gradient.clone(),
+            hessian: Rc::clone(&self.hessian),
+        }
+    }
 }
 
 /// Cost estimates in flops that steer [`Solver::Auto`].
@@ -259,7 +272,7 @@ pub struct NewtonFit<'a, B: Backend> {
     /// Penalised gradient at beta.
     pub gradient: Vec<f64>,
     /// Unpenalised Hessian at beta.
-    pub hessian: Box<dyn LinearOperator<B> + 'a>,
+    pub hessian: Rc<dyn LinearOperator<B> + 'a>,
     /// The objective's own value and gradient at beta (without the penalty).
     pub unpenalised: (f64, Vec<f64>),
     /// What the solve did.
@@ -283,7 +296,7 @@ struct Point<'a, B: Backend> {
     beta: Vec<f64>,
     value: f64,
     grad: Vec<f64>,
-    hessian: Box<dyn LinearOperator<B> + 'a>,
+    hessian: Rc<dyn LinearOperator<B> + 'a>,
     /// The objective's own value and gradient.
     unpenalised: (f64, Vec<f64>),
 }

@@ -218,7 +218,7 @@ impl Objective<CpuBackend> for Logistic<'_> {
         Ok(Some(Evaluation {
             value: self.neglog(beta),
             gradient,
-            hessian: Box::new(DenseOperator::new(self.data.p, h)?),
+            hessian: std::rc::Rc::new(DenseOperator::new(self.data.p, h)?),
         }))
     }
     fn value(&self, beta: &[f64]) -> Result<Option<f64>> {
