@@ -600,11 +600,13 @@ impl Outer<'_> {
                 !self.pinned(e, k) && e.gradient[k] < 0.0 && shrunk && e.rho[k] < self.upper[k]
             })
             .collect();
-        let tail = penalty
+        let tail_gain: f64 = penalty
             .blocks()
             .iter()
             .enumerate()
-            .any(|(k, b)| vanishing[k] && block_edf(e, b, k) >= VANISHED_EDF);
+            .filter(|&(k, b)| vanishing[k] && block_edf(e, b, k) >= VANISHED_EDF)
+            .map(|(k, _)| 0.5 * e.gradient[k].abs())
+            .sum();
         let free: Vec<usize> = (0..m).filter(|&k| !self.pinned(e, k) && !vanishing[k]).collect();
         let f = free.len();
         let sub: Vec<f64> = (0..f * f)
@@ -654,7 +656,8 @@ impl Outer<'_> {
             d,
             decrement,
             jump,
-            tail,
+            tail: tail_gain > 0.0,
+            tail_gain,
         })
     }
 }
@@ -704,6 +707,12 @@ struct Direction {
     /// Whether a jump comes from the exponential-tail test alone (a smooth
     /// not yet shrunk to nothing).
     tail: bool,
+    /// The least fall of V that accepts such a jump: half of what the
+    /// exponential model predicts (`|dV/drho_k|` summed over the tail
+    /// components). A gradient can shrink geometrically for a while and
+    /// still cross zero ahead, at an interior minimum; then V at the bound
+    /// falls far less than the model says.
+    tail_gain: f64,
 }
 
 /// Minimise V(rho), starting the first inner solve at `beta0`. `rho0`
@@ -825,16 +834,20 @@ pub fn reml<B: Backend>(
         let (step, search, tried) = if step.tail {
             // A tail jump is tried whole, once; if V is not lower at the
             // bound, the step without the tail test is searched as usual.
-            let jump = along(&step.d, from, 0)?;
+            let jump = along(&step.d, from, (0, step.tail_gain))?;
             if jump.accepted.is_some() {
                 (step, jump, 0)
             } else {
                 let plain = outer.direction(&cur, None, &correction, penalty, radius)?;
-                let search = along(&plain.d, (cur.beta.clone(), Some(at_cur.clone())), opts.max_halvings)?;
+                let search = along(
+                    &plain.d,
+                    (cur.beta.clone(), Some(at_cur.clone())),
+                    (opts.max_halvings, 0.0),
+                )?;
                 (plain, search, jump.evaluations)
             }
         } else {
-            let search = along(&step.d, from, opts.max_halvings)?;
+            let search = along(&step.d, from, (opts.max_halvings, 0.0))?;
             (step, search, 0)
         };
         let step_jumped = (0..m).any(|k| cur.rho[k] + step.d[k] >= outer.upper[k] && step.d[k] > radius);
@@ -1208,8 +1221,9 @@ const TRIAL_STEPS: usize = 6;
 /// Halvings after which a trial's inner solve may use all of `max_iter`.
 const UNCAPPED_AFTER: usize = 2;
 
-/// Halve t from 1 along `dir` (projected onto the bounds) until
-/// `V(rho_t) <= V + c g^T (rho_t - rho)` (with the rounding slack of V). A
+/// Halve t from 1 along `dir` (projected onto the bounds), at most
+/// `max_halvings` times, until `V(rho_t) <= V + c g^T (rho_t - rho) - gain`
+/// (with the rounding slack of V; `gain` is a tail jump's, else 0). A
 /// trial whose inner solve does not converge (within [`TRIAL_STEPS`] while
 /// the step is long), or ends where H + S is not positive definite, counts
 /// as failed. The first trial's inner solve starts at `start` (`cur.beta`
@@ -1227,7 +1241,7 @@ fn outer_line_search<'o, B: Backend>(
     (cur, at_cur): (&LamlEvaluation, &Evaluation<'o, B>),
     dir: &[f64],
     mut start: Start<'o, B>,
-    max_halvings: usize,
+    (max_halvings, gain): (usize, f64),
 ) -> Result<Search<'o, B>> {
     let opts = outer.opts;
     let mut capped = opts.clone();
@@ -1255,7 +1269,7 @@ fn outer_line_search<'o, B: Backend>(
                 let newton = &trial.laml.newton;
                 s.newton_iterations += newton.iterations.len();
                 s.evaluations += newton.evaluations;
-                let ok = trial.laml.value <= cur.value + opts.armijo * decrease + resolution(cur.value);
+                let ok = trial.laml.value <= cur.value + opts.armijo * decrease - gain + resolution(cur.value);
                 if newton.converged && ok {
                     s.accepted = Some((t, trial));
                     return Ok(s);
