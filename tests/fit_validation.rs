@@ -502,3 +502,30 @@ fn indefinite_hessian_and_sharp_v_converge() {
     );
     check_fit_with_step("seed 24", &g.model, &g.data, &f, 0.005);
 }
+
+/// A fit at fixed lambda reports its REML score too (as mgcv does), so
+/// smoothing choices compare: at REML's own lambda it is REML's score, and
+/// at lambdas ten times larger or smaller it is higher.
+#[test]
+fn fixed_lambda_fits_report_the_reml_score() {
+    let g = simulated(2000, 3);
+    let objective = BmsObjective::new(&g.model, &g.data);
+    let at = |lambda: Vec<f64>| {
+        let opts = FitOptions {
+            lambda: Some(lambda),
+            ..FitOptions::default()
+        };
+        fit(&CpuBackend::new(), &objective, &g.model, &g.data, &opts).unwrap()
+    };
+    let reml = cpu_fit(&g.model, &g.data);
+    let v = reml.reml_score.unwrap();
+    let same = at(reml.lambda.clone());
+    assert!(same.converged);
+    let vs = same.reml_score.unwrap();
+    assert!((vs - v).abs() < 1e-6, "fixed at REML's lambda: {vs} vs {v}");
+    for factor in [10.0, 0.1] {
+        let other = at(reml.lambda.iter().map(|l| l * factor).collect());
+        let vo = other.reml_score.unwrap();
+        assert!(vo > v, "lambda x {factor}: V {vo} not above the optimum's {v}");
+    }
+}

@@ -132,7 +132,10 @@ pub struct BmsFit {
     pub converged: bool,
     /// Why the fit stopped (the outer loop's reason under REML).
     pub termination: String,
-    /// The REML (LAML) score V at the fit, under REML.
+    /// The REML (LAML) score V at the fit, `f + log|H + S|/2 -
+    /// log|S|_+/2`, at fixed lambda too (as mgcv reports it, so smoothing
+    /// choices can be compared); `None` where H + S is not positive
+    /// definite.
     pub reml_score: Option<f64>,
     /// The penalised negative log-likelihood at the fit.
     pub penalised_neglog: f64,
@@ -303,7 +306,13 @@ fn finish(out: &mut BmsFit, penalty: &Penalty) -> Result<()> {
     let s = penalty.dense(&out.lambda)?;
     let a: Vec<f64> = out.hessian.iter().zip(&s).map(|(h, s)| h + s).collect();
     match PenalisedFactor::new(p, &a) {
-        Ok(f) => out.covariance = Some(f.inverse()?.to_vec()),
+        Ok(f) => {
+            out.covariance = Some(f.inverse()?.to_vec());
+            if out.reml_score.is_none() {
+                let log_pdet = penalty.log_pseudo_det(&out.lambda)?;
+                out.reml_score = Some(out.penalised_neglog + 0.5 * f.logdet() - 0.5 * log_pdet);
+            }
+        }
         Err(matfree_solvers::SolverError::NotPositiveDefinite { .. }) => {
             out.converged = false;
             out.warnings.push(
