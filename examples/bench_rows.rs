@@ -27,15 +27,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         .transpose()?
         .unwrap_or(195_000);
     let cfg = if args.iter().any(|a| a == "--fit-shape") {
-        GeneratorConfig {
-            n,
-            p_m: 3,
-            p_g: 2,
-            p_h: 8,
-            p_w: 6,
-            s_f: 1.0,
-            seed: 1,
-        }
+        GeneratorConfig::fit_shape(n, 1)
     } else {
         GeneratorConfig::seed_shape(n)
     };

@@ -17,6 +17,7 @@ use clap::Parser;
 use matfree::bms::checks::{check_data, is_standardised, score_moments, ColumnNames};
 use matfree::bms::fit::{fit_on_device, BmsFit, FitOptions};
 use matfree::bms::generator::{generate, GeneratorConfig};
+use matfree::bms::saved::SavedFit;
 use matfree::bms::summary::{coefficients, smooth_band, sub_block, Coefficient, SmoothTerm};
 use matfree::bms::{Bases, BmsData, BmsModel, CubicBasis};
 use matfree::cuda::{select_device, Device, Gpu, GpuPolicy};
@@ -97,6 +98,10 @@ struct Args {
     /// Draw the fitted smooths with 95% bands as SVG here.
     #[arg(long)]
     plot: Option<PathBuf>,
+    /// Save the fit (model, coefficients, covariance, smoothing parameters)
+    /// here as JSON, to load with `matfree::bms::saved::SavedFit::load`.
+    #[arg(long)]
+    save: Option<PathBuf>,
 }
 
 /// Everything the program reports, printed as a table and written as JSON.
@@ -538,7 +543,7 @@ fn check_options(args: &Args) -> AnyResult<()> {
 /// unwritable path: not a directory, not the input data, and creatable
 /// (its temporary file is created and removed); and a plot needs a smooth.
 fn check_outputs(args: &Args) -> AnyResult<()> {
-    let outputs = [("--json", &args.json), ("--plot", &args.plot)];
+    let outputs = [("--json", &args.json), ("--plot", &args.plot), ("--save", &args.save)];
     for (flag, path) in outputs.iter().filter_map(|(f, p)| p.as_ref().map(|p| (f, p))) {
         if path.is_dir() {
             return Err(format!("{flag} {}: is a directory", path.display()).into());
@@ -552,9 +557,13 @@ fn check_outputs(args: &Args) -> AnyResult<()> {
         std::fs::write(&tmp, "").map_err(|e| format!("{flag} {}: cannot be written: {e}", path.display()))?;
         let _ = std::fs::remove_file(&tmp);
     }
-    if let (Some(json), Some(plot)) = (&args.json, &args.plot) {
-        if json == plot {
-            return Err(format!("--json and --plot both name {}", json.display()).into());
+    let named: Vec<(&str, &PathBuf)> = outputs
+        .iter()
+        .filter_map(|(f, p)| p.as_ref().map(|p| (*f, p)))
+        .collect();
+    for (i, (a, pa)) in named.iter().enumerate() {
+        if let Some((b, _)) = named[i + 1..].iter().find(|(_, pb)| pb == pa) {
+            return Err(format!("{a} and {b} both name {}", pa.display()).into());
         }
     }
     if args.plot.is_some() && args.score_basis == 0 && args.link_basis == 0 {
@@ -563,13 +572,18 @@ fn check_outputs(args: &Args) -> AnyResult<()> {
     Ok(())
 }
 
-/// Write the JSON, then the plot: a failure of one does not drop the other
-/// (the first error is returned after both were tried).
+/// Write the JSON, the saved fit, then the plot: a failure of one does not
+/// drop the others (the first error is returned after all were tried).
 fn write_outputs(args: &Args, problem: &Problem, fit: &BmsFit, report: &Report) -> AnyResult<()> {
     let json = args
         .json
         .as_ref()
         .map(|path| write_atomically(path, &serde_json::to_string_pretty(report)?));
+    let saved = args.save.as_ref().map(|path| -> AnyResult<()> {
+        let names = (problem.marginal_names.clone(), problem.slope_names.clone());
+        let saved = SavedFit::new(&problem.model, fit.clone(), names.0, names.1)?;
+        write_atomically(path, &serde_json::to_string(&saved)?)
+    });
     let svg = args.plot.as_ref().map(|path| match &fit.covariance {
         Some(cov) => write_atomically(path, &plot(problem, cov, fit)?),
         None => Err(format!(
@@ -579,6 +593,7 @@ fn write_outputs(args: &Args, problem: &Problem, fit: &BmsFit, report: &Report) 
         .into()),
     });
     json.unwrap_or(Ok(()))?;
+    saved.unwrap_or(Ok(()))?;
     svg.unwrap_or(Ok(()))
 }
 

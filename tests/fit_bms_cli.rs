@@ -324,3 +324,37 @@ fn output_paths_and_conflicting_options_are_checked_before_fitting() {
     }
     assert_eq!(std::fs::read_to_string(&csv).unwrap(), text, "the input was touched");
 }
+
+/// `--save` writes a fit that loads back with the printed estimates.
+#[test]
+fn a_saved_fit_loads_with_the_reported_estimates() {
+    let (save, out) = (tmp("saved-model.json"), tmp("saved-report.json"));
+    let (s, j) = (save.to_str().unwrap(), out.to_str().unwrap());
+    let o = run(&["--simulate", "1500", "--save", s, "--json", j]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let (saved, model) = matfree::bms::saved::SavedFit::load(&save).unwrap();
+    let report = json(&out);
+    let estimates: Vec<f64> = report["coefficients"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| c["estimate"].as_f64().unwrap())
+        .collect();
+    assert_eq!(estimates, saved.fit.beta[..estimates.len()].to_vec());
+    assert_eq!(model.layout().p_total(), saved.fit.beta.len());
+    assert_eq!(saved.marginal_names[0], "(Intercept)");
+    for p in [&save, &out] {
+        let _ = std::fs::remove_file(p);
+    }
+    // --save may not name the same file as another output.
+    let o = run(&[
+        "--simulate",
+        "1500",
+        "--save",
+        save.to_str().unwrap(),
+        "--json",
+        save.to_str().unwrap(),
+    ]);
+    assert!(!o.status.success());
+    assert!(String::from_utf8_lossy(&o.stderr).contains("--json and --save both name"));
+}

@@ -56,16 +56,7 @@ fn standardise(z: &mut [f64]) {
 
 /// `fit_bms`' default simulated data (p_m 3, p_g 2, warp 8, link 6).
 fn simulated(n: usize, seed: u64) -> matfree::bms::generator::Generated {
-    matfree::bms::generator::generate(matfree::bms::generator::GeneratorConfig {
-        n,
-        p_m: 3,
-        p_g: 2,
-        p_h: 8,
-        p_w: 6,
-        s_f: 1.0,
-        seed,
-    })
-    .unwrap()
+    matfree::bms::generator::generate(matfree::bms::generator::GeneratorConfig::fit_shape(n, seed)).unwrap()
 }
 
 fn cpu_fit(model: &BmsModel, data: &BmsData) -> BmsFit {
@@ -220,16 +211,7 @@ fn near_separable_labels() {
 /// smoothing parameters.
 #[test]
 fn rescaled_covariate_gives_the_same_fit() {
-    let g = matfree::bms::generator::generate(matfree::bms::generator::GeneratorConfig {
-        n: 1500,
-        p_m: 3,
-        p_g: 2,
-        p_h: 8,
-        p_w: 6,
-        s_f: 1.0,
-        seed: 3,
-    })
-    .unwrap();
+    let g = simulated(1500, 3);
     let base = cpu_fit(&g.model, &g.data);
     assert!(base.converged, "{}", base.termination);
     for c in [1e-4, 1e6] {

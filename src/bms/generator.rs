@@ -35,6 +35,21 @@ pub struct GeneratorConfig {
 }
 
 impl GeneratorConfig {
+    /// `fit_bms`' default data with n rows: p_m 3, p_g 2 (intercepts
+    /// included), score warp 8, link deviation 6 (r = 16, p = 19), no
+    /// frailty.
+    pub fn fit_shape(n: usize, seed: u64) -> Self {
+        Self {
+            n,
+            p_m: 3,
+            p_g: 2,
+            p_h: 8,
+            p_w: 6,
+            s_f: 1.0,
+            seed,
+        }
+    }
+
     /// The benchmarks' seed shape with n rows: p_m 14, p_g 12, p_h 10, p_w 8
     /// (r = 20, p = 44), no frailty, seed 1.
     pub fn seed_shape(n: usize) -> Self {

@@ -17,6 +17,7 @@ pub mod probit;
 pub mod quadrature;
 pub mod rigid;
 pub mod row_kernel;
+pub mod saved;
 pub mod summary;
 
 use std::borrow::Cow;

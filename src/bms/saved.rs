@@ -1,0 +1,176 @@
+//! A fit saved to disk and loaded back: the model's specification (knots,
+//! frailty scale, design widths), the column names and the fit itself, as
+//! JSON through serde with a `format_version`. The bases are rebuilt from
+//! their knots on load, not read as numbers someone could have edited, and
+//! every length and value of the fit is checked against the model: a file
+//! of another version, a truncated or edited file, or a fit whose bases do
+//! not match its coefficients is a named error, never a panic.
+
+use std::path::Path;
+
+use serde::{Deserialize, Serialize};
+
+use super::basis::CubicBasis;
+use super::fit::BmsFit;
+use super::{Bases, BmsModel};
+use crate::{Error, Result};
+
+/// The version [`SavedFit::save`] writes and [`SavedFit::load`] reads.
+pub const FORMAT_VERSION: u32 = 1;
+
+/// What defines a model: each basis by its knots, s_f and the design widths
+/// (intercepts included).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct ModelSpec {
+    /// The score warp's knots (`None`: no warp).
+    pub score_knots: Option<Vec<f64>>,
+    /// The link deviation's knots (`None`: no deviation).
+    pub link_knots: Option<Vec<f64>>,
+    /// The frailty scale s_f.
+    pub s_f: f64,
+    /// Marginal design width.
+    pub p_m: usize,
+    /// Slope design width.
+    pub p_g: usize,
+}
+
+impl ModelSpec {
+    /// The specification of `model`.
+    pub fn of(model: &BmsModel) -> Self {
+        let b = model.bases();
+        let block = model.layout().block();
+        Self {
+            score_knots: b.score.as_ref().map(|c| c.knots().to_vec()),
+            link_knots: b.link.as_ref().map(|c| c.knots().to_vec()),
+            s_f: b.s_f,
+            p_m: block.p_m,
+            p_g: block.p_g,
+        }
+    }
+
+    /// The model it specifies, its bases rebuilt from the knots.
+    pub fn model(&self) -> Result<BmsModel> {
+        let basis = |knots: &Option<Vec<f64>>| knots.clone().map(CubicBasis::new).transpose();
+        let bases = Bases::new(basis(&self.score_knots)?, basis(&self.link_knots)?, self.s_f)?;
+        BmsModel::new(bases, self.p_m, self.p_g)
+    }
+}
+
+/// A fit with what it needs to be read back and used.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct SavedFit {
+    /// [`FORMAT_VERSION`] when written.
+    pub format_version: u32,
+    /// The model.
+    pub model: ModelSpec,
+    /// Names of the marginal design's columns (the intercept's first).
+    pub marginal_names: Vec<String>,
+    /// See `marginal_names`.
+    pub slope_names: Vec<String>,
+    /// The fit.
+    pub fit: BmsFit,
+}
+
+impl SavedFit {
+    /// A fit of `model`, checked against it.
+    pub fn new(model: &BmsModel, fit: BmsFit, marginal_names: Vec<String>, slope_names: Vec<String>) -> Result<Self> {
+        let saved = Self {
+            format_version: FORMAT_VERSION,
+            model: ModelSpec::of(model),
+            marginal_names,
+            slope_names,
+            fit,
+        };
+        saved.check(model)?;
+        Ok(saved)
+    }
+
+    /// Write as JSON to `path`.
+    pub fn save(&self, path: &Path) -> Result<()> {
+        let text = serde_json::to_string(self).map_err(|e| Error::invalid("fit", "JSON", e.to_string()))?;
+        std::fs::write(path, text).map_err(|e| Error::invalid("save path", path.display(), e.to_string()))
+    }
+
+    /// Read a fit written by [`SavedFit::save`], with its model.
+    pub fn load(path: &Path) -> Result<(Self, BmsModel)> {
+        let text =
+            std::fs::read_to_string(path).map_err(|e| Error::invalid("model file", path.display(), e.to_string()))?;
+        Self::from_json(&text).map_err(|e| match e {
+            Error::InvalidInput { field, value, rule } => {
+                Error::invalid(format!("{}: {field}", path.display()), value, rule)
+            }
+            other => other,
+        })
+    }
+
+    /// Parse and check a saved fit.
+    pub fn from_json(text: &str) -> Result<(Self, BmsModel)> {
+        #[derive(Deserialize)]
+        struct Version {
+            format_version: Option<u32>,
+        }
+        let version: Version =
+            serde_json::from_str(text).map_err(|e| Error::invalid("file", "not a saved fit", e.to_string()))?;
+        match version.format_version {
+            Some(FORMAT_VERSION) => {}
+            Some(v) => {
+                return Err(Error::invalid(
+                    "format_version",
+                    v,
+                    format!("this build reads version {FORMAT_VERSION}"),
+                ))
+            }
+            None => return Err(Error::invalid("format_version", "missing", "a saved fit has one")),
+        }
+        let saved: Self =
+            serde_json::from_str(text).map_err(|e| Error::invalid("file", "not a saved fit", e.to_string()))?;
+        let model = saved.model.model()?;
+        saved.check(&model)?;
+        Ok((saved, model))
+    }
+
+    /// Every length and value of the fit against the model.
+    fn check(&self, model: &BmsModel) -> Result<()> {
+        let p = model.layout().p_total();
+        let f = &self.fit;
+        let smooths = usize::from(model.bases().score.is_some()) + usize::from(model.bases().link.is_some());
+        let block = model.layout().block();
+        let names = [
+            ("marginal_names", self.marginal_names.len(), block.p_m),
+            ("slope_names", self.slope_names.len(), block.p_g),
+        ];
+        let lengths = [
+            ("fit.beta", f.beta.len(), p),
+            ("fit.lambda", f.lambda.len(), smooths),
+            ("fit.hessian", f.hessian.len(), p * p),
+            ("fit.covariance", f.covariance.as_ref().map_or(p * p, Vec::len), p * p),
+            ("fit.edf.blocks", f.edf.blocks.len(), smooths),
+        ];
+        for (field, got, want) in names.into_iter().chain(lengths) {
+            if got != want {
+                return Err(Error::invalid(
+                    field,
+                    format!("{got} values"),
+                    format!("the model needs {want}"),
+                ));
+            }
+        }
+        let finite = [
+            ("fit.beta", &f.beta),
+            ("fit.hessian", &f.hessian),
+            ("fit.lambda", &f.lambda),
+        ];
+        for (field, v) in finite
+            .into_iter()
+            .chain(f.covariance.as_ref().map(|c| ("fit.covariance", c)))
+        {
+            if let Some(i) = v.iter().position(|x| !x.is_finite()) {
+                return Err(Error::invalid(format!("{field}[{i}]"), v[i], "must be finite"));
+            }
+        }
+        if let Some(k) = f.lambda.iter().position(|&l| l <= 0.0) {
+            return Err(Error::invalid(format!("fit.lambda[{k}]"), f.lambda[k], "must be > 0"));
+        }
+        Ok(())
+    }
+}
