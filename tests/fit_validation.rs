@@ -511,3 +511,33 @@ fn fixed_lambda_fits_report_the_reml_score() {
         assert!(vo > v, "lambda x {factor}: V {vo} not above the optimum's {v}");
     }
 }
+
+/// Every edf lies in [0, dim] exactly, whatever the rounding: random
+/// positive semi-definite H of rank 4 to 8 (so smooths are informed in few
+/// directions), with each smooth's lambda from 1 to 1e16.
+#[test]
+fn edf_stay_inside_their_bounds_exactly() {
+    use matfree::bms::fit::effective_df;
+    let m = model(3, 2);
+    let penalty = bms_penalty(&m).unwrap();
+    let p = m.layout().p_total();
+    let mut rng = Rng::new(7);
+    for draw in 0..200 {
+        let rank = 4 + draw as usize % 5;
+        let x: Vec<f64> = rng.normals(rank * p);
+        let h: Vec<f64> = (0..p * p)
+            .map(|jk| (0..rank).map(|i| x[i * p + jk / p] * x[i * p + jk % p]).sum())
+            .collect();
+        let lambda = [10f64.powi(draw % 17), 10f64.powi((draw * 7) % 17)];
+        let s = penalty.dense(&lambda).unwrap();
+        let edf = effective_df(p, &h, &s, &penalty).unwrap();
+        for (b, e) in penalty.blocks().iter().zip(&edf.blocks) {
+            assert!((0.0..=b.dim as f64).contains(e), "draw {draw}: edf {e} of {}", b.dim);
+        }
+        assert!(
+            (0.0..=p as f64).contains(&edf.total),
+            "draw {draw}: total {}",
+            edf.total
+        );
+    }
+}

@@ -82,7 +82,7 @@ pub fn effective_df(p: usize, h: &[f64], s: &[f64], penalty: &Penalty) -> Result
                 .zip(&plain.blocks)
                 .all(|(b, &e)| inside(e, b.dim as f64));
         if ok {
-            return Ok(plain);
+            return Ok(within_bounds(plain, penalty, p));
         }
     }
     // The positive part, with a ridge of 1e-10 of its largest eigenvalue
@@ -97,10 +97,31 @@ pub fn effective_df(p: usize, h: &[f64], s: &[f64], penalty: &Penalty) -> Result
             edf_of(p, &positive, s, penalty)?
         }
     };
-    Ok(Edf {
-        from_positive_part: true,
+    Ok(within_bounds(
+        Edf {
+            from_positive_part: true,
+            ..edf
+        },
+        penalty,
+        p,
+    ))
+}
+
+/// The edf moved onto their bounds where rounding left them just outside,
+/// so every edf lies in [0, dim] as printed and tested (a smooth at lambda
+/// = 1e7 gave -1.4e-8).
+fn within_bounds(edf: Edf, penalty: &Penalty, p: usize) -> Edf {
+    let blocks = penalty
+        .blocks()
+        .iter()
+        .zip(&edf.blocks)
+        .map(|(b, &e)| e.clamp(0.0, b.dim as f64))
+        .collect();
+    Edf {
+        blocks,
+        total: edf.total.clamp(0.0, p as f64),
         ..edf
-    })
+    }
 }
 
 fn edf_of(p: usize, h: &[f64], s: &[f64], penalty: &Penalty) -> Result<Edf> {
