@@ -560,8 +560,12 @@ pub const VANISHED_EDF: f64 = 0.05;
 /// that is gone has its coefficients, and so its penalty term, near zero
 /// as well.
 fn vanished(e: &LamlEvaluation, b: &PenaltyBlock, k: usize) -> bool {
-    let quad = dot(&e.beta, &embedded_product(b, e.rho[k].exp(), &e.beta, e.beta.len()));
-    block_edf(e, b, k) < VANISHED_EDF && quad < VANISHED_EDF
+    block_edf(e, b, k) < VANISHED_EDF && wiggliness(e, b, k) < VANISHED_EDF
+}
+
+/// Block k's penalty term `lambda_k beta^T S_k beta`.
+fn wiggliness(e: &LamlEvaluation, b: &PenaltyBlock, k: usize) -> f64 {
+    dot(&e.beta, &embedded_product(b, e.rho[k].exp(), &e.beta, e.beta.len()))
 }
 
 /// Bounds and options of one outer solve.
@@ -1164,15 +1168,11 @@ pub fn fellner_schall_step(penalty: &Penalty, e: &LamlEvaluation, max_step: f64)
 /// Per block, its edf and `lambda_k beta^T S_k beta`: the two sides of the
 /// fixed point `dV/drho_k = 0` without the dH/drho terms.
 fn edf_and_wiggliness(penalty: &Penalty, e: &LamlEvaluation) -> Vec<(f64, f64)> {
-    let p = e.beta.len();
     penalty
         .blocks()
         .iter()
         .enumerate()
-        .map(|(k, b)| {
-            let quad = dot(&e.beta, &embedded_product(b, e.rho[k].exp(), &e.beta, p));
-            (block_edf(e, b, k), quad)
-        })
+        .map(|(k, b)| (block_edf(e, b, k), wiggliness(e, b, k)))
         .collect()
 }
 
