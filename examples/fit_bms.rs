@@ -17,7 +17,7 @@ use clap::Parser;
 use matfree::bms::checks::{check_data, is_standardised, score_moments, ColumnNames};
 use matfree::bms::fit::{fit_on_device, BmsFit, FitOptions};
 use matfree::bms::generator::{generate, GeneratorConfig};
-use matfree::bms::saved::SavedFit;
+use matfree::bms::saved::{SavedFit, ScoreColumn};
 use matfree::bms::summary::{coefficients, smooth_band, sub_block, Coefficient, SmoothTerm};
 use matfree::bms::{Bases, BmsData, BmsModel, CubicBasis};
 use matfree::cuda::{select_device, Device, Gpu, GpuPolicy};
@@ -102,6 +102,17 @@ struct Args {
     /// here as JSON, to load with `matfree::bms::saved::SavedFit::load`.
     #[arg(long)]
     save: Option<PathBuf>,
+    /// Predict from a fit saved with --save instead of fitting (with
+    /// --predict and --out).
+    #[arg(long, requires_all = ["predict", "out"], conflicts_with_all = ["data", "simulate", "lambda", "json", "plot", "save"])]
+    model: Option<PathBuf>,
+    /// New rows to predict (CSV with the saved fit's score and covariate
+    /// columns; other columns, a label among them, are ignored).
+    #[arg(long, requires = "model")]
+    predict: Option<PathBuf>,
+    /// Write the predictions here (CSV: row, p, eta, se_eta).
+    #[arg(long, requires = "model")]
+    out: Option<PathBuf>,
 }
 
 /// Everything the program reports, printed as a table and written as JSON.
@@ -136,6 +147,7 @@ struct Problem {
     truth: Option<Vec<f64>>,
     marginal_names: Vec<String>,
     slope_names: Vec<String>,
+    score: ScoreColumn,
     source: String,
 }
 
@@ -184,6 +196,9 @@ fn run(args: Args) -> AnyResult<bool> {
     if !(args.frailty_sd.is_finite() && args.frailty_sd >= 0.0) {
         return Err(format!("--frailty-sd {}: must be finite and >= 0", args.frailty_sd).into());
     }
+    if let Some(model) = &args.model {
+        return predict_saved(model, &args);
+    }
     check_options(&args)?;
     check_outputs(&args)?;
     let mut phases = Vec::new();
@@ -222,6 +237,74 @@ fn run(args: Args) -> AnyResult<bool> {
     Ok(fit.converged)
 }
 
+/// `--model m.json --predict new.csv --out predictions.csv`: the saved
+/// fit's predictions of the new rows, with notes on extrapolated rows.
+fn predict_saved(model_path: &Path, args: &Args) -> AnyResult<bool> {
+    let (input, out) = (args.predict.as_ref(), args.out.as_ref());
+    let (input, out) = input
+        .zip(out)
+        .ok_or("--model needs --predict FILE.csv and --out FILE.csv")?;
+    check_output("--out", out, &[input, model_path])?;
+    let (saved, model) = SavedFit::load(model_path)?;
+    let (designs, z) = saved.read_predictors(input)?;
+    let device = choose_device(&args.backend)?;
+    let t = Instant::now();
+    let pred = saved.fit.predict(&device, &model, designs.clone(), &z)?;
+    let seconds = t.elapsed().as_secs_f64();
+    let mut text = Vec::new();
+    pred.write_csv(&mut text)?;
+    write_atomically(out, std::str::from_utf8(&text)?)?;
+    eprintln!(
+        "predicted {} rows in {seconds:.3} s ({}) -> {}",
+        z.len(),
+        device.describe(),
+        out.display()
+    );
+    for note in extrapolation_notes(&model, &saved.fit.beta, &designs, &z, &pred.intercept) {
+        eprintln!("note: {note}");
+    }
+    if pred.se_eta.is_none() {
+        eprintln!("note: the saved fit has no covariance (it did not end at a minimum): se_eta is left empty");
+    }
+    Ok(true)
+}
+
+/// How many rows reach past the knots of the score warp (z) or of the link
+/// deviation (t = a + b z), where both are extrapolated linearly.
+fn extrapolation_notes(model: &BmsModel, beta: &[f64], designs: &Designs, z: &[f64], a: &[f64]) -> Vec<String> {
+    let outside = |knots: &[f64], x: &mut dyn Iterator<Item = f64>| {
+        let (lo, hi) = (knots[0], knots[knots.len() - 1]);
+        (x.filter(|v| *v < lo || *v > hi).count(), lo, hi)
+    };
+    let g = model.layout().block().g_range();
+    let slope = |i: usize| -> f64 {
+        designs
+            .x_g_row(i)
+            .iter()
+            .zip(&beta[g.clone()])
+            .map(|(x, b)| x * b)
+            .sum()
+    };
+    let bases = model.bases();
+    let mut notes = Vec::new();
+    if let Some(score) = &bases.score {
+        let (k, lo, hi) = outside(score.knots(), &mut z.iter().copied());
+        notes.push((k, format!("scores outside the score warp's knots [{lo}, {hi}]")));
+    }
+    if let Some(link) = &bases.link {
+        let (k, lo, hi) = outside(link.knots(), &mut (0..z.len()).map(|i| a[i] + slope(i) * z[i]));
+        notes.push((
+            k,
+            format!("t = a + b z outside the link deviation's knots [{lo}, {hi}]"),
+        ));
+    }
+    notes
+        .into_iter()
+        .filter(|(k, _)| *k > 0)
+        .map(|(k, what)| format!("{k} of {} rows have {what}: extrapolated linearly", z.len()))
+        .collect()
+}
+
 fn bases(args: &Args) -> AnyResult<Bases> {
     let s_f = 1.0 / (1.0 + args.frailty_sd * args.frailty_sd).sqrt();
     let score = (args.score_basis > 0)
@@ -244,9 +327,11 @@ fn load(path: &Path, args: &Args, notes: &mut Vec<String>) -> AnyResult<Problem>
     let p = 2 + args.marginal.len() + args.slope.len() + args.score_basis + args.link_basis;
     let mut ds = read_csv(path, &spec, p)?;
     let model = BmsModel::new(bases(args)?, ds.p_m, ds.p_g)?;
+    let mut score = ScoreColumn::plain(&args.score);
     if !args.keep_score {
-        if let Some(note) = standardise(&mut ds.z, &args.score) {
+        if let Some((note, moments)) = standardise(&mut ds.z, &args.score) {
             notes.push(note);
+            score.standardised = Some(moments);
         }
     }
     let designs = Arc::new(Designs::new(ds.n, ds.p_m, ds.p_g, ds.x_m, ds.x_g)?);
@@ -265,13 +350,14 @@ fn load(path: &Path, args: &Args, notes: &mut Vec<String>) -> AnyResult<Problem>
         truth: None,
         marginal_names: ds.marginal_names,
         slope_names: ds.slope_names,
+        score,
         source,
     })
 }
 
 /// Standardise the score in place when it is not standardised (the rule of
-/// [`check_data`]), returning the note that says how.
-fn standardise(z: &mut [f64], column: &str) -> Option<String> {
+/// [`check_data`]), returning the note that says how and the (mean, sd) used.
+fn standardise(z: &mut [f64], column: &str) -> Option<(String, (f64, f64))> {
     let (mean, sd) = score_moments(z);
     let standard = is_standardised(mean, sd);
     // A spread that is zero or overflows is left to check_data to name.
@@ -279,10 +365,11 @@ fn standardise(z: &mut [f64], column: &str) -> Option<String> {
         return None;
     }
     z.iter_mut().for_each(|v| *v = (*v - mean) / sd);
-    Some(format!(
+    let note = format!(
         "score '{column}' standardised: the model assumes z ~ N(0, 1), and it had mean {mean:.4} and sd {sd:.4}; \
          the fit uses (z - {mean:.4}) / {sd:.4} (--keep-score fits it as given)"
-    ))
+    );
+    Some((note, (mean, sd)))
 }
 
 fn simulate(args: &Args, gpu: bool, notes: &mut Vec<String>) -> AnyResult<Problem> {
@@ -306,13 +393,15 @@ fn simulate(args: &Args, gpu: bool, notes: &mut Vec<String>) -> AnyResult<Proble
     };
     eprintln!("simulating {n} rows (seed {})", args.seed);
     let g = generate(cfg)?;
-    let names = |p: usize| {
+    // Covariate names as a CSV of the same data would have them: the two
+    // designs' covariates are different columns.
+    let names = |prefix: &str, p: usize| {
         (0..p)
             .map(|j| {
                 if j == 0 {
                     "(Intercept)".to_string()
                 } else {
-                    format!("x{j}")
+                    format!("{prefix}{j}")
                 }
             })
             .collect()
@@ -322,8 +411,9 @@ fn simulate(args: &Args, gpu: bool, notes: &mut Vec<String>) -> AnyResult<Proble
         model: g.model,
         data: g.data,
         truth: Some(g.beta),
-        marginal_names: names(3),
-        slope_names: names(2),
+        marginal_names: names("m", 3),
+        slope_names: names("g", 2),
+        score: ScoreColumn::plain("z"),
     })
 }
 
@@ -523,6 +613,24 @@ fn partial(path: &Path) -> PathBuf {
     path.with_file_name(name)
 }
 
+/// An output path checked before the work that fills it: not a directory,
+/// none of the `inputs`, and creatable (its temporary file is created and
+/// removed).
+fn check_output(flag: &str, path: &Path, inputs: &[&Path]) -> AnyResult<()> {
+    if path.is_dir() {
+        return Err(format!("{flag} {}: is a directory", path.display()).into());
+    }
+    if let Ok(out) = path.canonicalize() {
+        if inputs.iter().any(|i| i.canonicalize().is_ok_and(|d| d == out)) {
+            return Err(format!("{flag} {}: is an input data file", path.display()).into());
+        }
+    }
+    let tmp = partial(path);
+    std::fs::write(&tmp, "").map_err(|e| format!("{flag} {}: cannot be written: {e}", path.display()))?;
+    let _ = std::fs::remove_file(&tmp);
+    Ok(())
+}
+
 /// Options checked by the flag the user typed (the solvers would name their
 /// own fields).
 fn check_options(args: &Args) -> AnyResult<()> {
@@ -545,17 +653,7 @@ fn check_options(args: &Args) -> AnyResult<()> {
 fn check_outputs(args: &Args) -> AnyResult<()> {
     let outputs = [("--json", &args.json), ("--plot", &args.plot), ("--save", &args.save)];
     for (flag, path) in outputs.iter().filter_map(|(f, p)| p.as_ref().map(|p| (f, p))) {
-        if path.is_dir() {
-            return Err(format!("{flag} {}: is a directory", path.display()).into());
-        }
-        if let (Some(data), Ok(out)) = (&args.data, path.canonicalize()) {
-            if data.canonicalize().is_ok_and(|d| d == out) {
-                return Err(format!("{flag} {}: is the input data file (--data)", path.display()).into());
-            }
-        }
-        let tmp = partial(path);
-        std::fs::write(&tmp, "").map_err(|e| format!("{flag} {}: cannot be written: {e}", path.display()))?;
-        let _ = std::fs::remove_file(&tmp);
+        check_output(flag, path, &args.data.iter().map(PathBuf::as_path).collect::<Vec<_>>())?;
     }
     let named: Vec<(&str, &PathBuf)> = outputs
         .iter()
@@ -581,7 +679,7 @@ fn write_outputs(args: &Args, problem: &Problem, fit: &BmsFit, report: &Report) 
         .map(|path| write_atomically(path, &serde_json::to_string_pretty(report)?));
     let saved = args.save.as_ref().map(|path| -> AnyResult<()> {
         let names = (problem.marginal_names.clone(), problem.slope_names.clone());
-        let saved = SavedFit::new(&problem.model, fit.clone(), names.0, names.1)?;
+        let saved = SavedFit::new(&problem.model, fit.clone(), names, problem.score.clone())?;
         write_atomically(path, &serde_json::to_string(&saved)?)
     });
     let svg = args.plot.as_ref().map(|path| match &fit.covariance {

@@ -18,7 +18,8 @@ pub const INTERCEPT: &str = "(Intercept)";
 /// Which CSV columns feed which part of the model.
 #[derive(Clone, Debug, Default)]
 pub struct ColumnSpec {
-    /// The 0/1 label column.
+    /// The 0/1 label column; empty: no label (new data to predict), and
+    /// [`Dataset::y`] is then empty.
     pub label: String,
     /// The standardised score column.
     pub score: String,
@@ -35,7 +36,7 @@ pub struct ColumnSpec {
 pub struct Dataset {
     /// Number of data rows.
     pub n: usize,
-    /// Labels, each 0.0 or 1.0.
+    /// Labels, each 0.0 or 1.0 (empty when no label column was asked for).
     pub y: Vec<f64>,
     /// Scores.
     pub z: Vec<f64>,
@@ -216,7 +217,7 @@ fn parse_header(file: &str, line: usize, header: &csv::ByteRecord) -> Result<Vec
 
 /// Field indices of every requested column.
 struct Columns {
-    label: usize,
+    label: Option<usize>,
     score: usize,
     weights: Option<usize>,
     marginal: Vec<usize>,
@@ -237,7 +238,9 @@ impl Columns {
             wanted.iter().map(|c| find(role, c)).collect()
         };
         Ok(Self {
-            label: find("label", &spec.label)?,
+            label: (!spec.label.is_empty())
+                .then(|| find("label", &spec.label))
+                .transpose()?,
             score: find("score", &spec.score)?,
             weights: spec.weights.as_deref().map(|w| find("weights", w)).transpose()?,
             marginal: list("marginal", &spec.marginal)?,
@@ -266,6 +269,15 @@ fn number(at: &Location, column: &str, raw: &str) -> Result<f64> {
         return Err(Error::invalid(at.cell(column), raw, "must be finite"));
     }
     Ok(v)
+}
+
+/// A label must be 0 or 1.
+fn label(at: &Location, column: &str, raw: &str) -> Result<f64> {
+    let y = number(at, column, raw)?;
+    if y != 0.0 && y != 1.0 {
+        return Err(Error::invalid(at.cell(column), y, "label must be 0 or 1"));
+    }
+    Ok(y)
 }
 
 /// A weight must be > 0: a zero weight drops the row silently, a negative one breaks convexity.
@@ -307,10 +319,7 @@ impl Accumulator {
 
     fn push_row(&mut self, at: &Location, names: &[String], fields: &[&str], cols: &Columns) -> Result<()> {
         let get = |j: usize| number(at, &names[j], fields[j]);
-        let y = get(cols.label)?;
-        if y != 0.0 && y != 1.0 {
-            return Err(Error::invalid(at.cell(&names[cols.label]), y, "label must be 0 or 1"));
-        }
+        let y = cols.label.map(|j| label(at, &names[j], fields[j])).transpose()?;
         let z = get(cols.score)?;
         let w = match cols.weights {
             Some(j) => positive(at, &names[j], get(j)?)?,
@@ -325,7 +334,7 @@ impl Accumulator {
         for &j in &cols.slope {
             ds.x_g.push(get(j)?);
         }
-        ds.y.push(y);
+        ds.y.extend(y);
         ds.z.push(z);
         ds.w.push(w);
         ds.n += 1;

@@ -358,3 +358,89 @@ fn a_saved_fit_loads_with_the_reported_estimates() {
     assert!(!o.status.success());
     assert!(String::from_utf8_lossy(&o.stderr).contains("--json and --save both name"));
 }
+
+/// The rows of a predictions CSV: (row, p, eta, se_eta).
+fn read_predictions(path: &PathBuf) -> Vec<(usize, f64, f64, f64)> {
+    let text = std::fs::read_to_string(path).unwrap();
+    let mut lines = text.lines();
+    assert_eq!(lines.next(), Some("row,p,eta,se_eta"));
+    lines
+        .map(|l| {
+            let f: Vec<&str> = l.split(',').collect();
+            (
+                f[0].parse().unwrap(),
+                f[1].parse().unwrap(),
+                f[2].parse().unwrap(),
+                f[3].parse().unwrap(),
+            )
+        })
+        .collect()
+}
+
+/// Fit a CSV whose score is not standardised, save, and predict the same
+/// file from the saved fit: the predictions are the library's on the
+/// standardised score, and p = Phi(eta) of the fitted model row by row.
+#[test]
+fn a_saved_fit_predicts_new_rows_from_a_csv() {
+    let mut g = generate(GeneratorConfig::fit_shape(800, 12)).unwrap();
+    let (csv, model, out) = (tmp("pred-data.csv"), tmp("pred-model.json"), tmp("pred-out.csv"));
+    let standard_z = g.data.z.clone();
+    g.data.z.iter_mut().for_each(|z| *z = 3.0 * *z + 10.0);
+    write_csv(&g, &csv);
+    let (c, m, o) = (csv.to_str().unwrap(), model.to_str().unwrap(), out.to_str().unwrap());
+    let fitted = run(&[
+        "--data",
+        c,
+        "--marginal",
+        "m1,m2",
+        "--slope",
+        "g1",
+        "--backend",
+        "cpu",
+        "--save",
+        m,
+    ]);
+    assert!(fitted.status.success(), "{}", String::from_utf8_lossy(&fitted.stderr));
+    let predicted = run(&["--model", m, "--predict", c, "--out", o]);
+    let stderr = String::from_utf8_lossy(&predicted.stderr);
+    assert!(predicted.status.success(), "{stderr}");
+    assert!(stderr.contains("predicted 800 rows"), "{stderr}");
+    let rows = read_predictions(&out);
+    assert_eq!(rows.len(), 800);
+    let (saved, model_back) = matfree::bms::saved::SavedFit::load(&model).unwrap();
+    let (mean, sd) = saved.score.standardised.expect("the score was standardised");
+    assert!((mean - 10.0).abs() < 0.5 && (sd - 3.0).abs() < 0.3, "{mean} {sd}");
+    let z: Vec<f64> = g.data.z.iter().map(|z| (z - mean) / sd).collect();
+    assert!(z.iter().zip(&standard_z).all(|(a, b)| (a - b).abs() < 0.2));
+    let device = matfree::cuda::Device::Cpu { reason: "test".into() };
+    let lib = saved
+        .fit
+        .predict(&device, &model_back, g.data.designs.clone(), &z)
+        .unwrap();
+    let se = lib.se_eta.as_ref().unwrap();
+    for (i, &(row, p, eta, s)) in rows.iter().enumerate() {
+        assert_eq!((row, p, eta, s), (i + 1, lib.p[i], lib.eta[i], se[i]), "row {i}");
+        let theta = model_back.theta(&g.data, &saved.fit.beta, i);
+        let a = matfree::bms::solve_intercept(model_back.bases(), &theta, i).unwrap().a;
+        let e = model_back.bases().observed(&theta, a, z[i]).e;
+        assert!((p - matfree::bms::probit::norm_cdf(e)).abs() <= 1e-12, "row {i}");
+    }
+    // A file without a covariate, a non-finite value, and --out onto the
+    // input are named errors; --model needs --predict and --out.
+    let bad = tmp("pred-bad.csv");
+    std::fs::write(&bad, "z,m1,m2\n0.1,0.2,0.3\n").unwrap();
+    expect_failure(
+        &["--model", m, "--predict", bad.to_str().unwrap(), "--out", o],
+        &["g1", "no such column"],
+    );
+    std::fs::write(&bad, "z,m1,m2,g1\n0.1,0.2,0.3,0.4\n0.1,nan,0.3,0.4\n").unwrap();
+    expect_failure(
+        &["--model", m, "--predict", bad.to_str().unwrap(), "--out", o],
+        &["line 3", "m1"],
+    );
+    expect_failure(&["--model", m, "--predict", c, "--out", c], &["--out", "input data"]);
+    expect_failure(&["--model", m, "--predict", c], &["--out"]);
+    for p in [&csv, &model, &out, &bad] {
+        let _ = std::fs::remove_file(p);
+    }
+}

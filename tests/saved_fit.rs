@@ -5,7 +5,7 @@ use std::path::PathBuf;
 
 use matfree::bms::fit::{fit, FitOptions};
 use matfree::bms::generator::{generate, GeneratorConfig};
-use matfree::bms::saved::{SavedFit, FORMAT_VERSION};
+use matfree::bms::saved::{SavedFit, ScoreColumn, FORMAT_VERSION};
 use matfree::bms::BmsObjective;
 use matfree::solvers::CpuBackend;
 use matfree::Error;
@@ -24,7 +24,11 @@ fn saved(lambda: Option<Vec<f64>>) -> SavedFit {
             .map(|j| if j == 0 { "(Intercept)".into() } else { format!("x{j}") })
             .collect()
     };
-    SavedFit::new(&g.model, f, names(3), names(2)).unwrap()
+    let score = ScoreColumn {
+        name: "z".into(),
+        standardised: Some((0.5, 2.0)),
+    };
+    SavedFit::new(&g.model, f, (names(3), names(2)), score).unwrap()
 }
 
 fn temp(name: &str) -> PathBuf {
@@ -79,7 +83,18 @@ fn damaged_files_are_named_errors() {
         SavedFit::from_json(&v.to_string()).map(|_| ()).unwrap_err()
     };
     let cases: Vec<(&str, Error)> = vec![
-        ("format_version", edit(&|v| v["format_version"] = 2.into())),
+        ("format_version", edit(&|v| v["format_version"] = 1.into())),
+        ("format_version", edit(&|v| v["format_version"] = 3.into())),
+        (
+            "score.standardised.sd",
+            edit(&|v| v["score"]["standardised"][1] = 0.0.into()),
+        ),
+        (
+            "file",
+            edit(&|v| {
+                v.as_object_mut().unwrap().remove("score");
+            }),
+        ),
         (
             "format_version",
             edit(&|v| {

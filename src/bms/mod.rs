@@ -13,6 +13,7 @@ pub mod fit;
 pub mod generator;
 pub mod inputs;
 pub mod objective;
+pub mod predict;
 pub mod probit;
 pub mod quadrature;
 pub mod rigid;

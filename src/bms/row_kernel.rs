@@ -92,6 +92,55 @@ fn cell_sums(inp: &RowKernelInputs, i: usize) -> RowSums {
     s
 }
 
+/// F_a and F_u (u >= 1; F_0 = -mu_1, the q-row override) of one row: the
+/// first-order half of [`cell_sums`], all a prediction needs.
+fn first_order_sums(inp: &RowKernelInputs, i: usize) -> (f64, Vec<f64>) {
+    let r = inp.r;
+    let (mut f_a, mut f_u) = (0.0, vec![0.0; r]);
+    for c in inp.row_cells(i) {
+        let m = &inp.cell_moments[c * MOMENTS..(c + 1) * MOMENTS];
+        let d = |v: &[f64]| cell_d(&[v[0], v[1], v[2], v[3]], m);
+        f_a += d(slice4(&inp.cell_a, c));
+        for (u, f) in f_u.iter_mut().enumerate().skip(1) {
+            *f += d(slice4(&inp.cell_r, c * (r - 1) + u - 1));
+        }
+    }
+    f_u[0] = -inp.mu_1[i];
+    (f_a, f_u)
+}
+
+/// One row's d eta(z_obs) / d theta_u = chi a_u + rho_u, with a_u = -F_u / F_a
+/// (the observed jet e_u of the gradient, before the probit layer).
+fn row_eta_gradient(inp: &RowKernelInputs, i: usize) -> std::result::Result<Vec<f64>, String> {
+    let r = inp.r;
+    let (f_a, f_u) = first_order_sums(inp, i);
+    if !(f_a.is_finite() && f_a > 0.0) {
+        return Err(format!("F_a = {f_a}: must be finite and > 0"));
+    }
+    let (chi, rho) = (inp.chi_obs[i], &inp.rho_u[i * r..(i + 1) * r]);
+    let e_u: Vec<f64> = f_u.iter().zip(rho).map(|(f, rho)| chi * (-f / f_a) + rho).collect();
+    if e_u.iter().any(|e| !e.is_finite()) {
+        return Err("non-finite gradient of eta".into());
+    }
+    Ok(e_u)
+}
+
+/// The gradient of every row's eta(z_obs) in its theta (n x r, row-major),
+/// through the calibrated intercept: what prediction's delta method needs.
+/// The first rejected row (lowest index) is the error.
+pub fn eta_gradients(inp: &RowKernelInputs) -> Result<Vec<f64>> {
+    inp.validate()?;
+    let rows: Vec<_> = (0..inp.n_rows)
+        .into_par_iter()
+        .map(|i| row_eta_gradient(inp, i))
+        .collect();
+    let mut out = Vec::with_capacity(inp.n_rows * inp.r);
+    for (i, res) in rows.into_iter().enumerate() {
+        out.extend(res.map_err(|reason| Error::RowRejected { row: i, reason })?);
+    }
+    Ok(out)
+}
+
 /// One row's (neglog, gradient, Hessian); Err(reason) when rejected.
 fn row(inp: &RowKernelInputs, i: usize) -> std::result::Result<(f64, Vec<f64>, Vec<f64>), String> {
     let r = inp.r;

@@ -7,16 +7,19 @@
 //! not match its coefficients is a named error, never a panic.
 
 use std::path::Path;
+use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
 
 use super::basis::CubicBasis;
 use super::fit::BmsFit;
 use super::{Bases, BmsModel};
-use crate::{Error, Result};
+use crate::data::{read_csv, ColumnSpec, INTERCEPT};
+use crate::{Designs, Error, Result};
 
-/// The version [`SavedFit::save`] writes and [`SavedFit::load`] reads.
-pub const FORMAT_VERSION: u32 = 1;
+/// The version [`SavedFit::save`] writes and [`SavedFit::load`] reads
+/// (2: the score column and its standardisation, needed to predict).
+pub const FORMAT_VERSION: u32 = 2;
 
 /// What defines a model: each basis by its knots, s_f and the design widths
 /// (intercepts included).
@@ -56,6 +59,45 @@ impl ModelSpec {
     }
 }
 
+/// The score column and the standardisation the fit applied to it: new
+/// scores are transformed the same way before they are predicted.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct ScoreColumn {
+    /// The column's name.
+    pub name: String,
+    /// `(mean, sd)`: the fit used `(z - mean) / sd`; `None`: z as given.
+    pub standardised: Option<(f64, f64)>,
+}
+
+impl ScoreColumn {
+    /// A score used as given.
+    pub fn plain(name: impl Into<String>) -> Self {
+        Self {
+            name: name.into(),
+            standardised: None,
+        }
+    }
+
+    /// The fit's scale of raw scores `z`, in place.
+    pub fn apply(&self, z: &mut [f64]) {
+        if let Some((mean, sd)) = self.standardised {
+            z.iter_mut().for_each(|v| *v = (*v - mean) / sd);
+        }
+    }
+
+    fn check(&self) -> Result<()> {
+        match self.standardised {
+            Some((mean, _)) if !mean.is_finite() => {
+                Err(Error::invalid("score.standardised.mean", mean, "must be finite"))
+            }
+            Some((_, sd)) if !(sd.is_finite() && sd > 0.0) => {
+                Err(Error::invalid("score.standardised.sd", sd, "must be finite and > 0"))
+            }
+            _ => Ok(()),
+        }
+    }
+}
+
 /// A fit with what it needs to be read back and used.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct SavedFit {
@@ -67,18 +109,22 @@ pub struct SavedFit {
     pub marginal_names: Vec<String>,
     /// See `marginal_names`.
     pub slope_names: Vec<String>,
+    /// The score column.
+    pub score: ScoreColumn,
     /// The fit.
     pub fit: BmsFit,
 }
 
 impl SavedFit {
-    /// A fit of `model`, checked against it.
-    pub fn new(model: &BmsModel, fit: BmsFit, marginal_names: Vec<String>, slope_names: Vec<String>) -> Result<Self> {
+    /// A fit of `model`, checked against it; `names` are the marginal
+    /// and the slope design's column names (intercepts first).
+    pub fn new(model: &BmsModel, fit: BmsFit, names: (Vec<String>, Vec<String>), score: ScoreColumn) -> Result<Self> {
         let saved = Self {
             format_version: FORMAT_VERSION,
             model: ModelSpec::of(model),
-            marginal_names,
-            slope_names,
+            marginal_names: names.0,
+            slope_names: names.1,
+            score,
             fit,
         };
         saved.check(model)?;
@@ -129,8 +175,31 @@ impl SavedFit {
         Ok((saved, model))
     }
 
+    /// The columns new data needs to be predicted by this fit: the score
+    /// and the covariates, no label and no weights.
+    pub fn column_spec(&self) -> ColumnSpec {
+        ColumnSpec {
+            label: String::new(),
+            score: self.score.name.clone(),
+            weights: None,
+            marginal: self.marginal_names[1..].to_vec(),
+            slope: self.slope_names[1..].to_vec(),
+        }
+    }
+
+    /// New rows from a CSV file with this fit's columns (other columns,
+    /// a label among them, are ignored), the score transformed as the
+    /// fit's was: the designs and the scores to predict.
+    pub fn read_predictors(&self, path: &Path) -> Result<(Arc<Designs>, Vec<f64>)> {
+        let mut ds = read_csv(path, &self.column_spec(), 1)?;
+        self.score.apply(&mut ds.z);
+        let designs = Designs::new(ds.n, ds.p_m, ds.p_g, ds.x_m, ds.x_g)?;
+        Ok((Arc::new(designs), ds.z))
+    }
+
     /// Every length and value of the fit against the model.
     fn check(&self, model: &BmsModel) -> Result<()> {
+        self.score.check()?;
         let p = model.layout().p_total();
         let f = &self.fit;
         let smooths = usize::from(model.bases().score.is_some()) + usize::from(model.bases().link.is_some());
@@ -146,6 +215,19 @@ impl SavedFit {
             ("fit.covariance", f.covariance.as_ref().map_or(p * p, Vec::len), p * p),
             ("fit.edf.blocks", f.edf.blocks.len(), smooths),
         ];
+        for (field, names) in [
+            ("marginal_names", &self.marginal_names),
+            ("slope_names", &self.slope_names),
+        ] {
+            if names.first().map(String::as_str) != Some(INTERCEPT) {
+                let first = names.first().cloned().unwrap_or_default();
+                return Err(Error::invalid(
+                    format!("{field}[0]"),
+                    first,
+                    format!("must be {INTERCEPT}"),
+                ));
+            }
+        }
         for (field, got, want) in names.into_iter().chain(lengths) {
             if got != want {
                 return Err(Error::invalid(

@@ -383,6 +383,13 @@ impl DeviceStage1 {
         self.gpu().download(&work.a)
     }
 
+    /// eta(z_i) at the solved intercepts of the last evaluation (a
+    /// download, for predictions).
+    pub fn observed_eta(&self) -> Result<Vec<f64>> {
+        let work = self.lock_work()?;
+        self.gpu().download(&work.observed[5])
+    }
+
     /// The cell moments of the last evaluation, `[n, slots, 10]`.
     pub fn cell_moments(&self) -> Result<Vec<f64>> {
         let work = self.lock_work()?;
