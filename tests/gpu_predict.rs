@@ -30,7 +30,10 @@ fn gpu_predictions_match_the_cpu() {
     for (k, zi) in z.iter_mut().take(6).enumerate() {
         *zi = if k % 2 == 0 { -39.0 } else { 39.0 };
     }
-    let p = g.beta.len();
+    // A steeper slope, so that z = -39 reaches eta < -33 (the CPU's rows).
+    let mut beta = g.beta.clone();
+    beta[g.model.layout().block().g_range().start] *= 1.5;
+    let p = beta.len();
     let mut rng = Rng::new(3);
     let l: Vec<f64> = (0..p * p).map(|_| 0.02 * rng.normal()).collect();
     let mut cov = vec![0.0; p * p];
@@ -40,13 +43,14 @@ fn gpu_predictions_match_the_cpu() {
         }
     }
     let est = Estimates {
-        beta: &g.beta,
+        beta: &beta,
         covariance: Some(&cov),
     };
     let designs: Arc<Designs> = g.data.designs.clone();
     let cpu = predict_cpu(&g.model, est, designs.clone(), &z).unwrap();
     let dev = predict_gpu(&gpu, &g.model, est, designs.clone(), &z).unwrap();
     assert!(cpu.eta[0] < -33.0, "a lower-tail row: eta {}", cpu.eta[0]);
+    assert!(cpu.eta[1] > 33.0, "an upper-tail row: eta {}", cpu.eta[1]);
     let (se_c, se_d) = (cpu.se_eta.as_ref().unwrap(), dev.se_eta.as_ref().unwrap());
     let errors = [
         ("eta", worst(&dev.eta, &cpu.eta, 1.0)),

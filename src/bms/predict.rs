@@ -34,7 +34,7 @@ use rayon::prelude::*;
 use super::fit::BmsFit;
 use super::probit::{log_ndtr_mills_curvature, norm_cdf};
 use super::row_kernel::eta_gradients;
-use super::{BmsData, BmsModel};
+use super::{BmsData, BmsModel, RowKernelInputs};
 use crate::cuda::{Device, DeviceStage1, Gpu};
 use crate::designs::check_matrix;
 use crate::{Designs, Error, Result};
@@ -205,13 +205,18 @@ impl Jets {
 
 fn cpu_jets(model: &BmsModel, beta: &[f64], data: &BmsData) -> Result<Jets> {
     let mut out = Jets::with_capacity(data.n(), model.layout().r());
+    // One bundle for every chunk: its memory is reused, not returned to the
+    // system and faulted back in a chunk later.
+    let mut inputs = RowKernelInputs::default();
     for range in chunks(data.n(), CPU_CHUNK_ROWS) {
         let start = range.start;
         let part = data.rows(range)?;
-        let (inputs, intercept) = model.stage1(&part, beta).map_err(|e| in_chunk(e, start))?;
+        let intercept = model
+            .stage1_into(&part, beta, &mut inputs)
+            .map_err(|e| in_chunk(e, start))?;
         let grad = eta_gradients(&inputs).map_err(|e| in_chunk(e, start))?;
         out.append(Jets {
-            eta: inputs.e_obs,
+            eta: inputs.e_obs.clone(),
             intercept,
             grad,
         });
