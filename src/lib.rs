@@ -8,6 +8,7 @@
 //! (PCG, Jacobi, the dense Cholesky path) run on it unchanged.
 #![warn(missing_docs)]
 
+pub mod arrays;
 pub mod bms;
 pub mod cuda;
 pub mod data;
@@ -22,6 +23,8 @@ pub use designs::Designs;
 pub use error::{Error, Result};
 pub use layout::{BlockLayout, Layout, PrimaryLayout};
 pub use matfree_solvers as solvers;
+/// The ndarray this crate takes and returns (`matfree::arrays`).
+pub use ndarray;
 pub use row_hessian::{joint_gradient, JointGradient, RowHessian};
 
 /// The README's library example, compiled and run as a doctest.
