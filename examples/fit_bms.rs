@@ -17,6 +17,7 @@ use clap::Parser;
 use matfree::bms::checks::{check_data, is_standardised, score_moments, ColumnNames};
 use matfree::bms::fit::{fit_on_device, BmsFit, FitOptions};
 use matfree::bms::generator::{generate, GeneratorConfig};
+use matfree::bms::progress::Display;
 use matfree::bms::saved::{SavedFit, ScoreColumn};
 use matfree::bms::summary::{coefficients, smooth_band, sub_block, Coefficient, SmoothTerm};
 use matfree::bms::{Bases, BmsData, BmsModel, CubicBasis};
@@ -102,6 +103,14 @@ struct Args {
     /// here as JSON, to load with `matfree::bms::saved::SavedFit::load`.
     #[arg(long)]
     save: Option<PathBuf>,
+    /// Print only the result: no progress, no phase lines on stderr.
+    #[arg(long, conflicts_with = "verbose")]
+    quiet: bool,
+    /// A line per objective evaluation and per Newton and REML iteration
+    /// (default: one live status line on a terminal, a line per REML
+    /// iteration when stderr is not a terminal).
+    #[arg(long)]
+    verbose: bool,
     /// Predict from a fit saved with --save instead of fitting (with
     /// --predict and --out).
     #[arg(long, requires_all = ["predict", "out"], conflicts_with_all = ["data", "simulate", "lambda", "json", "plot", "save"])]
@@ -171,6 +180,14 @@ fn main() -> std::process::ExitCode {
     }
 }
 
+fn display(args: &Args) -> Display {
+    match (args.quiet, args.verbose) {
+        (true, _) => Display::Quiet,
+        (_, true) => Display::Verbose,
+        _ => Display::Status,
+    }
+}
+
 fn choose_device(backend: &str) -> AnyResult<Device> {
     let policy = match backend {
         "auto" => GpuPolicy::from_env()?,
@@ -204,7 +221,12 @@ fn run(args: Args) -> AnyResult<bool> {
     let mut phases = Vec::new();
     let mut notes = Vec::new();
     let device = choose_device(&args.backend)?;
-    eprintln!("backend: {}", device.describe());
+    let say = |line: String| {
+        if !args.quiet {
+            eprintln!("{line}");
+        }
+    };
+    say(format!("backend: {}", device.describe()));
     let gpus = gpu_count(&device, args.gpus)?;
     let t = Instant::now();
     let problem = match &args.data {
@@ -216,10 +238,17 @@ fn run(args: Args) -> AnyResult<bool> {
         t.elapsed().as_secs_f64(),
     ));
     match &args.lambda {
-        Some(lambda) => eprintln!("Newton at fixed lambda = {lambda:?}"),
-        None => eprintln!("REML over the smoothing parameters"),
+        Some(lambda) => say(format!("Newton at fixed lambda = {lambda:?}")),
+        None => say("REML over the smoothing parameters".into()),
     }
-    let run = fit_on_device(&device, gpus, &problem.model, &problem.data, &fit_options(&args), true)?;
+    let run = fit_on_device(
+        &device,
+        gpus,
+        &problem.model,
+        &problem.data,
+        &fit_options(&args),
+        display(&args),
+    )?;
     phases.push(("upload".into(), run.upload_seconds));
     phases.push(("fit".into(), run.fit_seconds));
     phases.push(("fit: row evaluations".into(), run.evaluation_seconds));
@@ -233,7 +262,7 @@ fn run(args: Args) -> AnyResult<bool> {
     let report = summarise(&problem, &fit, backend, notes, &mut phases)?;
     print!("{}", table(&report));
     write_outputs(&args, &problem, &fit, &report)?;
-    eprintln!("output written in {:.2} s", t.elapsed().as_secs_f64());
+    say(format!("output written in {:.2} s", t.elapsed().as_secs_f64()));
     Ok(fit.converged)
 }
 
@@ -391,7 +420,9 @@ fn simulate(args: &Args, gpu: bool, notes: &mut Vec<String>) -> AnyResult<Proble
         s_f,
         seed: args.seed,
     };
-    eprintln!("simulating {n} rows (seed {})", args.seed);
+    if !args.quiet {
+        eprintln!("simulating {n} rows (seed {})", args.seed);
+    }
     let g = generate(cfg)?;
     // Covariate names as a CSV of the same data would have them: the two
     // designs' covariates are different columns.

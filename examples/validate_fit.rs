@@ -18,6 +18,7 @@ use std::time::Instant;
 use clap::Parser;
 use matfree::bms::fit::{fit_on_device, FitOptions};
 use matfree::bms::generator::{generate, GeneratorConfig};
+use matfree::bms::progress::Display;
 use matfree::cuda::{select_device, GpuPolicy};
 use serde::Serialize;
 
@@ -138,7 +139,7 @@ fn run(args: Args) -> Result<bool, Box<dyn Error>> {
             seed,
         })?;
         let t = Instant::now();
-        let run = fit_on_device(&device, 1, &g.model, &g.data, &FitOptions::default(), false)?;
+        let run = fit_on_device(&device, 1, &g.model, &g.data, &FitOptions::default(), Display::Quiet)?;
         backend = run.backend;
         let f = run.fit;
         let p = f.beta.len();

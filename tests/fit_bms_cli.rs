@@ -444,3 +444,41 @@ fn a_saved_fit_predicts_new_rows_from_a_csv() {
         let _ = std::fs::remove_file(p);
     }
 }
+
+/// stderr is not a terminal here: the default shows a plain line per REML
+/// iteration (no escape codes), --verbose a line per evaluation too, and
+/// --quiet nothing but the result on stdout.
+#[test]
+fn progress_is_plain_text_off_a_terminal_and_quiet_is_silent() {
+    let default = run(&["--simulate", "1500"]);
+    let quiet = run(&["--simulate", "1500", "--quiet"]);
+    let verbose = run(&["--simulate", "1500", "--verbose"]);
+    for o in [&default, &quiet, &verbose] {
+        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    }
+    let (d, q, v) = (
+        String::from_utf8_lossy(&default.stderr),
+        String::from_utf8_lossy(&quiet.stderr),
+        String::from_utf8_lossy(&verbose.stderr),
+    );
+    assert!(d.contains("REML iteration 1") && !d.contains("evaluation    1"), "{d}");
+    assert!(v.contains("REML iteration 1") && v.contains("evaluation    1"), "{v}");
+    assert!(q.is_empty(), "{q}");
+    assert!(
+        !d.contains('\u{1b}') && !v.contains('\u{1b}'),
+        "escape codes off a terminal"
+    );
+    // The result is the same, whatever is shown.
+    let result = |o: &Output| -> Vec<String> {
+        let text = String::from_utf8_lossy(&o.stdout).to_string();
+        text.lines()
+            .filter(|l| !l.starts_with("time"))
+            .map(String::from)
+            .collect()
+    };
+    assert_eq!(result(&default), result(&quiet));
+    expect_failure(
+        &["--simulate", "1500", "--quiet", "--verbose"],
+        &["--quiet", "--verbose"],
+    );
+}

@@ -26,7 +26,7 @@ pub use dense::{clip_eigenvalues, symmetric_eigen, symmetry_error, Cholesky, SYM
 pub use error::{Result, SolverError};
 pub use logdet::PenalisedFactor;
 pub use newton::{
-    fd_hessian_derivative, newton, newton_from, resolution, CostEstimate, Evaluation, Forcing, NewtonFit,
+    fd_hessian_derivative, newton, newton_from, resolution, CostEstimate, Evaluation, FitEvent, Forcing, NewtonFit,
     NewtonIteration, NewtonOptions, NewtonReport, Objective, Solver, Termination,
 };
 pub use operator::{DenseOperator, LinearOperator};

@@ -44,7 +44,7 @@ use serde::{Deserialize, Serialize};
 use crate::backend::Backend;
 use crate::dense::{clip_eigenvalues, symmetric_eigen};
 use crate::logdet::PenalisedFactor;
-use crate::newton::{newton_from, resolution, Evaluation, NewtonOptions, NewtonReport, Objective};
+use crate::newton::{newton_from, resolution, Evaluation, FitEvent, NewtonOptions, NewtonReport, Objective};
 use crate::operator::expect_len;
 use crate::penalty::{Penalty, PenaltyBlock};
 use crate::{Result, SolverError};
@@ -897,19 +897,23 @@ pub fn reml<B: Backend>(
         if let Some(probe) = probe_other_side(backend, objective, penalty, &outer, &cur, &mut probed, &mut start)? {
             evaluations += probe.evaluations;
             if let Some((next, next_at_beta)) = probe.better {
-                iterations.push(RemlIteration {
-                    kind: OuterStep::Probe,
-                    rho: cur.rho.clone(),
-                    value: cur.value,
-                    gradient: cur.gradient.clone(),
-                    decrement: 0.0,
-                    hessian_measured: false,
-                    step_length: 1.0,
-                    halvings: 0,
-                    newton_iterations: probe.newton_iterations,
-                    newton_evaluations: probe.evaluations,
-                    seconds: t0.elapsed().as_secs_f64(),
-                });
+                keep(
+                    objective,
+                    &mut iterations,
+                    RemlIteration {
+                        kind: OuterStep::Probe,
+                        rho: cur.rho.clone(),
+                        value: cur.value,
+                        gradient: cur.gradient.clone(),
+                        decrement: 0.0,
+                        hessian_measured: false,
+                        step_length: 1.0,
+                        halvings: 0,
+                        newton_iterations: probe.newton_iterations,
+                        newton_evaluations: probe.evaluations,
+                        seconds: t0.elapsed().as_secs_f64(),
+                    },
+                );
                 correction.iter_mut().for_each(|c| *c = 0.0);
                 radius = opts.max_step;
                 start = (next.beta.clone(), Some(next_at_beta.clone()));
@@ -982,7 +986,7 @@ pub fn reml<B: Backend>(
         model_poor = search.halvings >= POOR_MODEL_HALVINGS;
         let Some((t, trial)) = search.accepted else {
             record.seconds = t0.elapsed().as_secs_f64();
-            iterations.push(record);
+            keep(objective, &mut iterations, record);
             if measured_at.as_ref() != Some(&cur.rho) {
                 // Once per point: measure the curvature and search again.
                 continue;
@@ -1004,7 +1008,7 @@ pub fn reml<B: Backend>(
         };
         record.step_length = t;
         record.seconds = t0.elapsed().as_secs_f64();
-        iterations.push(record);
+        keep(objective, &mut iterations, record);
         if step_jumped {
             // A jump to a bound is no Newton step: the secant pair it makes
             // says nothing of the curvature near the iterates.
@@ -1247,7 +1251,7 @@ fn fellner_schall_phase<'o, B: Backend>(
         }
         record.step_length = if kept.is_some() { t } else { 0.0 };
         record.seconds = t0.elapsed().as_secs_f64();
-        iterations.push(record);
+        keep(objective, &mut iterations, record);
         match kept {
             Some(next) => trial = next,
             None => break,
@@ -1258,6 +1262,12 @@ fn fellner_schall_phase<'o, B: Backend>(
         iterations,
         evaluations,
     })
+}
+
+/// Record an outer iteration, telling the objective first.
+fn keep<B: Backend>(objective: &dyn Objective<B>, iterations: &mut Vec<RemlIteration>, record: RemlIteration) {
+    objective.observe(FitEvent::Reml(&record));
+    iterations.push(record);
 }
 
 /// dV/drho without the dH/drho terms: `(lambda_k beta^T S_k beta - edf_k) / 2`.

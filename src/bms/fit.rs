@@ -4,14 +4,14 @@
 //! why it converged). The backend's objective is given by the caller (CPU,
 //! one GPU or several); everything else is the same algorithm.
 
-use std::cell::Cell;
 use std::time::Instant;
 
-use matfree_solvers::newton::{newton, CostEstimate, Evaluation, NewtonOptions, Objective};
+use matfree_solvers::newton::{newton, NewtonOptions, Objective};
 use matfree_solvers::reml::{reml, RemlOptions, RemlReport};
 use matfree_solvers::{clip_eigenvalues, Backend, CpuBackend, PenalisedFactor, Penalty};
 use serde::{Deserialize, Serialize};
 
+use super::progress::{Display, Observed};
 use super::rigid::rigid_start;
 use super::{bms_penalty, BmsData, BmsModel, BmsObjective};
 use crate::cuda::{BmsDeviceObjective, BmsMultiObjective, CudaBackend, Device, GpuGroup, MultiGpuBackend};
@@ -359,56 +359,6 @@ fn finish(out: &mut BmsFit, penalty: &Penalty) -> Result<()> {
     Ok(())
 }
 
-/// Prints a line per objective evaluation to stderr (so long fits show
-/// progress) and times the evaluations.
-struct Progress<'o, B: Backend> {
-    inner: &'o dyn Objective<B>,
-    print: bool,
-    count: Cell<usize>,
-    start: Instant,
-    evaluating: Cell<f64>,
-}
-
-impl<B: Backend> Objective<B> for Progress<'_, B> {
-    fn dim(&self) -> usize {
-        self.inner.dim()
-    }
-    fn evaluate(&self, beta: &[f64]) -> matfree_solvers::Result<Option<Evaluation<'_, B>>> {
-        let t = Instant::now();
-        let e = self.inner.evaluate(beta)?;
-        self.evaluating.set(self.evaluating.get() + t.elapsed().as_secs_f64());
-        self.count.set(self.count.get() + 1);
-        if self.print {
-            let value = e.as_ref().map_or(f64::NAN, |e| e.value);
-            eprintln!(
-                "  evaluation {:>4}: neglog {value:.6}  ({:.1} s)",
-                self.count.get(),
-                self.start.elapsed().as_secs_f64()
-            );
-        }
-        Ok(e)
-    }
-    fn cost(&self) -> CostEstimate {
-        self.inner.cost()
-    }
-    fn coefficient_scales(&self) -> Option<Vec<f64>> {
-        self.inner.coefficient_scales()
-    }
-    fn exact_hessian_derivative(&self) -> bool {
-        self.inner.exact_hessian_derivative()
-    }
-    fn hessian_derivative(&self, beta: &[f64], h: &[f64], d: &[f64], step: f64) -> matfree_solvers::Result<Vec<f64>> {
-        // The inner objective's own derivative where it has one; the finite
-        // difference through this wrapper otherwise, so that its evaluation
-        // is counted and timed.
-        if self.inner.exact_hessian_derivative() {
-            self.inner.hessian_derivative(beta, h, d, step)
-        } else {
-            matfree_solvers::fd_hessian_derivative(self, beta, h, d, step)
-        }
-    }
-}
-
 /// A fit run on a device, with where it ran and how long evaluations took.
 pub struct DeviceFit {
     /// The fit.
@@ -424,33 +374,33 @@ pub struct DeviceFit {
 }
 
 /// [`fit`] on `device`: the CPU, one GPU, or the first `gpus` GPUs with
-/// the rows sharded over them (`gpus` is ignored on the CPU). `progress`
-/// prints a line per evaluation to stderr.
+/// the rows sharded over them (`gpus` is ignored on the CPU); `display`
+/// says what it shows on stderr while it runs.
 pub fn fit_on_device(
     device: &Device,
     gpus: usize,
     model: &BmsModel,
     data: &BmsData,
     opts: &FitOptions,
-    progress: bool,
+    display: Display,
 ) -> Result<DeviceFit> {
     let t = Instant::now();
     match (device, gpus) {
         (Device::Gpu(gpu), 0 | 1) => {
             let objective = BmsDeviceObjective::new(gpu.clone(), model, data)?;
             let backend = CudaBackend::new(gpu.clone())?;
-            timed(&backend, &objective, model, data, opts, progress, device.describe(), t)
+            timed(&backend, &objective, model, data, opts, display, device.describe(), t)
         }
         (Device::Gpu(_), count) => {
             let group = GpuGroup::open(count)?;
             let objective = BmsMultiObjective::new(group.clone(), model, data)?;
             let backend = MultiGpuBackend::new(group.clone())?;
-            timed(&backend, &objective, model, data, opts, progress, group.describe(), t)
+            timed(&backend, &objective, model, data, opts, display, group.describe(), t)
         }
         (Device::Cpu { .. }, _) => {
             let objective = BmsObjective::new(model, data);
             let backend = CpuBackend::new();
-            timed(&backend, &objective, model, data, opts, progress, device.describe(), t)
+            timed(&backend, &objective, model, data, opts, display, device.describe(), t)
         }
     }
 }
@@ -462,26 +412,22 @@ fn timed<B: Backend>(
     model: &BmsModel,
     data: &BmsData,
     opts: &FitOptions,
-    progress: bool,
+    display: Display,
     describe: String,
     upload: Instant,
 ) -> Result<DeviceFit> {
     let upload_seconds = upload.elapsed().as_secs_f64();
-    let wrapped = Progress {
-        inner: objective,
-        print: progress,
-        count: Cell::new(0),
-        start: Instant::now(),
-        evaluating: Cell::new(0.0),
-    };
+    let observed = Observed::new(objective, display);
     let t = Instant::now();
-    let mut fit = fit(backend, &wrapped, model, data, opts)?;
-    fit.evaluations = wrapped.count.get();
+    let result = fit(backend, &observed, model, data, opts);
+    observed.finish();
+    let mut fit = result?;
+    fit.evaluations = observed.evaluations();
     Ok(DeviceFit {
         fit,
         backend: describe,
         upload_seconds,
         fit_seconds: t.elapsed().as_secs_f64(),
-        evaluation_seconds: wrapped.evaluating.get(),
+        evaluation_seconds: observed.evaluation_seconds(),
     })
 }

@@ -15,6 +15,7 @@ pub mod inputs;
 pub mod objective;
 pub mod predict;
 pub mod probit;
+pub mod progress;
 pub mod quadrature;
 pub mod rigid;
 pub mod row_kernel;

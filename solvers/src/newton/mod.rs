@@ -80,6 +80,16 @@ impl CostEstimate {
     }
 }
 
+/// An iteration that has just ended, told to [`Objective::observe`] (for
+/// progress displays).
+#[derive(Clone, Copy, Debug)]
+pub enum FitEvent<'a> {
+    /// An inner Newton iteration.
+    Newton(&'a NewtonIteration),
+    /// An outer REML iteration.
+    Reml(&'a crate::reml::RemlIteration),
+}
+
 /// A twice-differentiable negative log-likelihood (or any smooth loss).
 ///
 /// The driver evaluates it at host betas; the Hessian it returns is an
@@ -116,6 +126,9 @@ pub trait Objective<B: Backend> {
     fn coefficient_scales(&self) -> Option<Vec<f64>> {
         None
     }
+    /// Told of every Newton and REML iteration as it ends (the default
+    /// ignores them); a wrapper that shows progress overrides it.
+    fn observe(&self, _event: FitEvent<'_>) {}
     /// Whether [`Objective::hessian_derivative`] is overridden with an
     /// exact derivative (a wrapper forwards it only then, and otherwise
     /// differentiates through its own `evaluate`).
@@ -586,6 +599,7 @@ fn iterate<'o, B: Backend>(prob: &Problem<'_, 'o, B>, cur: &Point<'o, B>, run: &
         }
     };
     record.seconds = t0.elapsed().as_secs_f64();
+    prob.objective.observe(FitEvent::Newton(&record));
     run.iterations.push(record);
     Ok(outcome)
 }

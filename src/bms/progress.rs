@@ -1,0 +1,201 @@
+//! What a fit shows while it runs: an objective wrapper that counts and
+//! times the evaluations and observes every Newton and REML iteration.
+//!
+//! [`Display::Status`] keeps one status line on stderr (REML iteration,
+//! smoothing parameters, Newton step, evaluations, elapsed time), redrawn
+//! in place with indicatif where stderr is a terminal; where it is not (a
+//! log file, a pipe), it writes one plain line per REML iteration instead,
+//! with no escape codes. [`Display::Verbose`] writes a line per evaluation
+//! and per iteration; [`Display::Quiet`] writes nothing.
+
+use std::cell::{Cell, RefCell};
+use std::io::IsTerminal;
+use std::time::{Duration, Instant};
+
+use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
+use matfree_solvers::newton::{CostEstimate, Evaluation, FitEvent, Objective};
+use matfree_solvers::reml::RemlIteration;
+use matfree_solvers::Backend;
+
+/// What a fit writes to stderr while it runs.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Display {
+    /// Nothing.
+    #[default]
+    Quiet,
+    /// One live status line on a terminal; a line per REML iteration
+    /// elsewhere.
+    Status,
+    /// A line per objective evaluation and per Newton and REML iteration.
+    Verbose,
+}
+
+/// Where the fit is, for the status line.
+#[derive(Default)]
+struct State {
+    reml: usize,
+    lambda: Vec<f64>,
+    newton: usize,
+    value: f64,
+}
+
+/// An objective that counts, times and shows its evaluations and the
+/// iterations it is told of.
+pub(crate) struct Observed<'o, B: Backend> {
+    inner: &'o dyn Objective<B>,
+    display: Display,
+    bar: Option<ProgressBar>,
+    start: Instant,
+    count: Cell<usize>,
+    evaluating: Cell<f64>,
+    state: RefCell<State>,
+}
+
+impl<'o, B: Backend> Observed<'o, B> {
+    pub(crate) fn new(inner: &'o dyn Objective<B>, display: Display) -> Self {
+        let live = display == Display::Status && std::io::stderr().is_terminal();
+        let bar = live.then(|| {
+            let bar = ProgressBar::with_draw_target(None, ProgressDrawTarget::stderr());
+            bar.set_style(
+                ProgressStyle::with_template("{spinner} {msg}").unwrap_or_else(|_| ProgressStyle::default_spinner()),
+            );
+            bar.enable_steady_tick(Duration::from_millis(200));
+            bar
+        });
+        Self {
+            inner,
+            display,
+            bar,
+            start: Instant::now(),
+            count: Cell::new(0),
+            evaluating: Cell::new(0.0),
+            state: RefCell::new(State::default()),
+        }
+    }
+
+    /// Objective evaluations so far.
+    pub(crate) fn evaluations(&self) -> usize {
+        self.count.get()
+    }
+
+    /// Seconds spent in objective evaluations so far.
+    pub(crate) fn evaluation_seconds(&self) -> f64 {
+        self.evaluating.get()
+    }
+
+    /// Clear the status line (the fit is over).
+    pub(crate) fn finish(&self) {
+        if let Some(bar) = &self.bar {
+            bar.finish_and_clear();
+        }
+    }
+
+    fn status(&self) -> String {
+        let s = self.state.borrow();
+        let lambda = if s.lambda.is_empty() {
+            String::new()
+        } else {
+            let l: Vec<String> = s.lambda.iter().map(|l| format!("{l:.3e}")).collect();
+            format!("lambda [{}]  ", l.join(", "))
+        };
+        format!(
+            "REML iteration {}  {lambda}Newton step {}  objective {:.6}  evaluations {}  {:.1} s",
+            s.reml,
+            s.newton,
+            s.value,
+            self.count.get(),
+            self.start.elapsed().as_secs_f64()
+        )
+    }
+
+    fn redraw(&self) {
+        if let Some(bar) = &self.bar {
+            bar.set_message(self.status());
+        }
+    }
+
+    fn reml_line(&self, it: &RemlIteration) -> String {
+        let l: Vec<String> = it.rho.iter().map(|r| format!("{:.4e}", r.exp())).collect();
+        format!(
+            "REML iteration {} ({:?}): V {:.6}, lambda [{}], step {:.3}, evaluations {}  ({:.1} s)",
+            self.state.borrow().reml,
+            it.kind,
+            it.value,
+            l.join(", "),
+            it.step_length,
+            self.count.get(),
+            self.start.elapsed().as_secs_f64()
+        )
+    }
+}
+
+impl<B: Backend> Objective<B> for Observed<'_, B> {
+    fn dim(&self) -> usize {
+        self.inner.dim()
+    }
+    fn evaluate(&self, beta: &[f64]) -> matfree_solvers::Result<Option<Evaluation<'_, B>>> {
+        let t = Instant::now();
+        let e = self.inner.evaluate(beta)?;
+        self.evaluating.set(self.evaluating.get() + t.elapsed().as_secs_f64());
+        self.count.set(self.count.get() + 1);
+        let value = e.as_ref().map_or(f64::NAN, |e| e.value);
+        if self.display == Display::Verbose {
+            eprintln!(
+                "  evaluation {:>4}: neglog {value:.6}  ({:.1} s)",
+                self.count.get(),
+                self.start.elapsed().as_secs_f64()
+            );
+        }
+        self.redraw();
+        Ok(e)
+    }
+    fn cost(&self) -> CostEstimate {
+        self.inner.cost()
+    }
+    fn coefficient_scales(&self) -> Option<Vec<f64>> {
+        self.inner.coefficient_scales()
+    }
+    fn observe(&self, event: FitEvent<'_>) {
+        self.inner.observe(event);
+        match event {
+            FitEvent::Newton(it) => {
+                let mut s = self.state.borrow_mut();
+                s.newton += 1;
+                s.value = it.objective;
+                drop(s);
+                if self.display == Display::Verbose {
+                    eprintln!(
+                        "  Newton step: objective {:.6}, decrement {:.3e}, step length {}",
+                        it.objective, it.decrement, it.step_length
+                    );
+                }
+            }
+            FitEvent::Reml(it) => {
+                {
+                    let mut s = self.state.borrow_mut();
+                    s.reml += 1;
+                    s.newton = 0;
+                    s.lambda = it.rho.iter().map(|r| r.exp()).collect();
+                }
+                let plain = self.display == Display::Verbose || (self.display == Display::Status && self.bar.is_none());
+                if plain {
+                    eprintln!("{}", self.reml_line(it));
+                }
+            }
+        }
+        self.redraw();
+    }
+    fn exact_hessian_derivative(&self) -> bool {
+        self.inner.exact_hessian_derivative()
+    }
+    fn hessian_derivative(&self, beta: &[f64], h: &[f64], d: &[f64], step: f64) -> matfree_solvers::Result<Vec<f64>> {
+        // The inner objective's own derivative where it has one; the finite
+        // difference through this wrapper otherwise, so that its evaluation
+        // is counted and timed.
+        if self.inner.exact_hessian_derivative() {
+            self.inner.hessian_derivative(beta, h, d, step)
+        } else {
+            matfree_solvers::fd_hessian_derivative(self, beta, h, d, step)
+        }
+    }
+}
