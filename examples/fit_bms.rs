@@ -18,14 +18,14 @@ use matfree::bms::checks::{check_data, is_standardised, score_moments, ColumnNam
 use matfree::bms::fit::{fit_on_device, BmsFit, FitOptions};
 use matfree::bms::generator::{generate, GeneratorConfig};
 use matfree::bms::progress::Display;
+use matfree::bms::report::{smooth_blocks, DesignNames, FitSummary};
 use matfree::bms::saved::{SavedFit, ScoreColumn};
-use matfree::bms::summary::{coefficients, smooth_band, sub_block, Coefficient, SmoothTerm};
+use matfree::bms::summary::{smooth_band, sub_block};
 use matfree::bms::{Bases, BmsData, BmsModel, CubicBasis};
 use matfree::cuda::{select_device, Device, Gpu, GpuPolicy};
 use matfree::data::{read_csv, ColumnSpec};
 use matfree::plot::{smooths_svg, Panel};
 use matfree::Designs;
-use serde::Serialize;
 
 type AnyResult<T> = Result<T, Box<dyn Error>>;
 
@@ -122,31 +122,6 @@ struct Args {
     /// Write the predictions here (CSV: row, p, eta, se_eta).
     #[arg(long, requires = "model")]
     out: Option<PathBuf>,
-}
-
-/// Everything the program reports, printed as a table and written as JSON.
-#[derive(Serialize)]
-struct Report {
-    backend: String,
-    data: String,
-    n: usize,
-    p: usize,
-    method: String,
-    converged: bool,
-    termination: String,
-    reml_score: Option<f64>,
-    penalised_neglog: f64,
-    edf_total: f64,
-    newton_iterations: usize,
-    first_newton_iterations: usize,
-    reml_iterations: usize,
-    evaluations: usize,
-    coefficients: Vec<Coefficient>,
-    smooths: Vec<SmoothTerm>,
-    phases: Vec<(String, f64)>,
-    notes: Vec<String>,
-    /// The REML loop's iterations (rho, V, gradient, step, inner solves).
-    reml_trace: Option<matfree_solvers::reml::RemlReport>,
 }
 
 /// A problem ready to fit.
@@ -258,9 +233,17 @@ fn run(args: Args) -> AnyResult<bool> {
     ));
     let (fit, backend) = (run.fit, run.backend);
     let t = Instant::now();
-    notes.extend(fit.warnings.iter().cloned());
-    let report = summarise(&problem, &fit, backend, notes, &mut phases)?;
-    print!("{}", table(&report));
+    let names = DesignNames {
+        marginal: &problem.marginal_names,
+        slope: &problem.slope_names,
+    };
+    let mut report = fit.summary(&problem.model, problem.data.n(), names, problem.truth.as_deref());
+    report.backend = backend;
+    report.data = problem.source.clone();
+    report.phases = phases;
+    notes.append(&mut report.notes);
+    report.notes = notes;
+    print!("{report}");
     write_outputs(&args, &problem, &fit, &report)?;
     say(format!("output written in {:.2} s", t.elapsed().as_secs_f64()));
     Ok(fit.converged)
@@ -458,173 +441,6 @@ fn fit_options(args: &Args) -> FitOptions {
     opts
 }
 
-fn parameter_names(problem: &Problem) -> Vec<(usize, String)> {
-    let b = problem.model.layout().block();
-    let m = problem
-        .marginal_names
-        .iter()
-        .enumerate()
-        .map(|(j, n)| (j, format!("marginal:{n}")));
-    let g = problem
-        .slope_names
-        .iter()
-        .enumerate()
-        .map(|(j, n)| (b.p_m + j, format!("slope:{n}")));
-    let h =
-        b.h.clone()
-            .into_iter()
-            .flatten()
-            .enumerate()
-            .map(|(k, j)| (j, format!("H:b{}", k + 1)));
-    let w =
-        b.w.clone()
-            .into_iter()
-            .flatten()
-            .enumerate()
-            .map(|(k, j)| (j, format!("L:b{}", k + 1)));
-    m.chain(g).chain(h).chain(w).collect()
-}
-
-fn smooth_blocks(problem: &Problem) -> Vec<(&'static str, std::ops::Range<usize>)> {
-    let b = problem.model.layout().block();
-    let mut out = Vec::new();
-    out.extend(b.h.clone().map(|r| ("score warp H(z)", r)));
-    out.extend(b.w.clone().map(|r| ("link deviation L(t)", r)));
-    out
-}
-
-fn summarise(
-    problem: &Problem,
-    fit: &BmsFit,
-    backend: String,
-    notes: Vec<String>,
-    phases: &mut [(String, f64)],
-) -> AnyResult<Report> {
-    let p = fit.beta.len();
-    let nan = vec![f64::NAN; p * p];
-    let cov = fit.covariance.as_deref().unwrap_or(&nan);
-    let coefficients = coefficients(&fit.beta, cov, &parameter_names(problem), problem.truth.as_deref());
-    let smooths = smooth_blocks(problem)
-        .into_iter()
-        .zip(&fit.lambda)
-        .zip(&fit.edf.blocks)
-        .map(|(((name, range), &lambda), &edf)| SmoothTerm {
-            name: name.into(),
-            dim: range.len(),
-            lambda,
-            edf,
-        })
-        .collect();
-    Ok(Report {
-        backend,
-        data: problem.source.clone(),
-        n: problem.data.n(),
-        p,
-        method: if fit.reml { "REML (LAML)" } else { "fixed lambda" }.into(),
-        converged: fit.converged,
-        termination: fit.termination.clone(),
-        reml_score: fit.reml_score,
-        penalised_neglog: fit.penalised_neglog,
-        edf_total: fit.edf.total,
-        newton_iterations: fit.newton_iterations,
-        first_newton_iterations: fit.first_newton_iterations,
-        reml_iterations: fit.reml_iterations,
-        evaluations: fit.evaluations,
-        coefficients,
-        smooths,
-        phases: phases.to_vec(),
-        notes,
-        reml_trace: fit.reml_report.clone(),
-    })
-}
-
-/// `x` to `digits` significant digits as a statistician reads it: plain
-/// between 1e-3 and 1e5 (9.894, 0.01234, 1234), otherwise in R's exponent
-/// form (1.234e+07, 5.1e-06).
-fn signif(x: f64, digits: usize) -> String {
-    if !x.is_finite() || x == 0.0 {
-        return format!("{x}");
-    }
-    let exp = x.abs().log10().floor() as i32;
-    if (-3..5).contains(&exp) {
-        let decimals = (digits as i32 - 1 - exp).max(0) as usize;
-        return format!("{x:.decimals$}");
-    }
-    let m = format!("{:.*e}", digits - 1, x);
-    let (mantissa, e) = m.split_once('e').unwrap_or((&m, "0"));
-    let e: i32 = e.parse().unwrap_or(0);
-    let mantissa = if mantissa.contains('.') {
-        mantissa.trim_end_matches('0').trim_end_matches('.')
-    } else {
-        mantissa
-    };
-    format!("{mantissa}e{}{:02}", if e < 0 { '-' } else { '+' }, e.abs())
-}
-
-/// The printed summary (every number here is also in the JSON).
-fn table(r: &Report) -> String {
-    let mut s = String::new();
-    s += "Bernoulli marginal-slope model\n";
-    s += &format!("data: {}\nbackend: {}\n", r.data, r.backend);
-    s += &format!(
-        "n = {}, p = {}, smoothing selection: {}, converged: {} ({})\n\n",
-        r.n, r.p, r.method, r.converged, r.termination
-    );
-    s += "Parametric coefficients:\n";
-    s += &format!(
-        "{:<24} {:>12} {:>12} {:>9} {:>10}\n",
-        "", "Estimate", "Std. Error", "z value", "Truth"
-    );
-    for c in r
-        .coefficients
-        .iter()
-        .filter(|c| c.name.starts_with("marginal:") || c.name.starts_with("slope:"))
-    {
-        let truth = c.truth.map_or("-".to_string(), |t| signif(t, 5));
-        s += &format!(
-            "{:<24} {:>12} {:>12} {:>9} {:>10}\n",
-            c.name,
-            signif(c.estimate, 5),
-            signif(c.std_error, 5),
-            signif(c.z_value, 4),
-            truth
-        );
-    }
-    s += "\nSmooth terms:\n";
-    s += &format!("{:<24} {:>6} {:>12} {:>9}\n", "", "dim", "lambda", "edf");
-    for t in &r.smooths {
-        s += &format!(
-            "{:<24} {:>6} {:>12} {:>9.3}\n",
-            t.name,
-            t.dim,
-            signif(t.lambda, 4),
-            t.edf
-        );
-    }
-    s += "\n";
-    if let Some(v) = r.reml_score {
-        s += &format!("REML score: {v:.6}\n");
-    }
-    s += &format!("penalised neglog: {:.6}\n", r.penalised_neglog);
-    s += &format!("total edf: {:.3}\n", r.edf_total);
-    s += &format!(
-        "iterations: REML {}, Newton (first inner solve) {}, Newton (last inner solve) {}, objective evaluations {}\n",
-        r.reml_iterations, r.first_newton_iterations, r.newton_iterations, r.evaluations
-    );
-    s += &format!(
-        "time (s): {}\n",
-        r.phases
-            .iter()
-            .map(|(k, v)| format!("{k} {v:.2}"))
-            .collect::<Vec<_>>()
-            .join(", ")
-    );
-    for n in &r.notes {
-        s += &format!("note: {n}\n");
-    }
-    s
-}
-
 /// Write `contents` next to `path` first and rename it into place, so a
 /// failure never leaves a half-written file.
 fn write_atomically(path: &Path, contents: &str) -> AnyResult<()> {
@@ -703,7 +519,7 @@ fn check_outputs(args: &Args) -> AnyResult<()> {
 
 /// Write the JSON, the saved fit, then the plot: a failure of one does not
 /// drop the others (the first error is returned after all were tried).
-fn write_outputs(args: &Args, problem: &Problem, fit: &BmsFit, report: &Report) -> AnyResult<()> {
+fn write_outputs(args: &Args, problem: &Problem, fit: &BmsFit, report: &FitSummary) -> AnyResult<()> {
     let json = args
         .json
         .as_ref()
@@ -730,7 +546,7 @@ fn plot(problem: &Problem, cov: &[f64], fit: &BmsFit) -> AnyResult<String> {
     let p = fit.beta.len();
     let bases = problem.model.bases();
     let mut panels = Vec::new();
-    for (name, range) in smooth_blocks(problem) {
+    for (name, range) in smooth_blocks(&problem.model) {
         let score = name.starts_with("score");
         let basis = if score { &bases.score } else { &bases.link };
         let basis = basis.as_ref().ok_or("a smooth block without its basis")?;

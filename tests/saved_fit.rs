@@ -135,3 +135,29 @@ fn damaged_files_are_named_errors() {
     let field = field_of(SavedFit::load(&path).map(|_| ()).unwrap_err());
     assert_eq!(field, "model file");
 }
+
+/// A loaded fit's summary is the saved one's: the same table, with the
+/// REML score also at fixed lambda and every parametric row named.
+#[test]
+fn a_loaded_fit_summarises_as_the_fit_did() {
+    use matfree::bms::report::DesignNames;
+    let s = saved(Some(vec![10.0, 100.0]));
+    let (back, model) = SavedFit::from_json(&serde_json::to_string(&s).unwrap()).unwrap();
+    let summary = |f: &SavedFit| {
+        let names = DesignNames {
+            marginal: &f.marginal_names,
+            slope: &f.slope_names,
+        };
+        f.fit.summary(&model, 1000, names, None)
+    };
+    let (a, b) = (summary(&s), summary(&back));
+    let table = a.to_string();
+    assert_eq!(table, b.to_string());
+    assert_eq!(a.method, "fixed lambda");
+    assert!(a.reml_score.is_some() && table.contains("REML score:"), "{table}");
+    for name in ["marginal:(Intercept)", "marginal:x2", "slope:x1"] {
+        assert!(table.lines().any(|l| l.starts_with(name)), "{name} in {table}");
+    }
+    assert_eq!(a.coefficients.len(), s.fit.beta.len());
+    assert_eq!(a.smooths.len(), 2);
+}

@@ -17,6 +17,7 @@ pub mod predict;
 pub mod probit;
 pub mod progress;
 pub mod quadrature;
+pub mod report;
 pub mod rigid;
 pub mod row_kernel;
 pub mod saved;

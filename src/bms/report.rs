@@ -1,0 +1,241 @@
+//! The fit's report, as `fit_bms` prints it and writes it as JSON: mgcv's
+//! `summary.gam` for this model (coefficients with standard errors and z
+//! values, smoothing parameters and edf per smooth, the REML score, also
+//! at fixed lambda), the iteration counts, and what the caller adds (the
+//! backend, the data's description, timed phases, notes).
+
+use std::fmt;
+
+use serde::Serialize;
+
+use super::fit::BmsFit;
+use super::summary::{coefficients, Coefficient, SmoothTerm};
+use super::BmsModel;
+
+/// Everything a fit reports, printed by its `Display` (a table) and
+/// serialised as JSON; every printed number is also in the JSON.
+#[derive(Clone, Debug, Serialize)]
+pub struct FitSummary {
+    /// Where the fit ran (filled by the caller).
+    pub backend: String,
+    /// The data's description (filled by the caller).
+    pub data: String,
+    /// Rows.
+    pub n: usize,
+    /// Coefficients.
+    pub p: usize,
+    /// `REML (LAML)` or `fixed lambda`.
+    pub method: String,
+    /// Whether the fit converged.
+    pub converged: bool,
+    /// Why it stopped.
+    pub termination: String,
+    /// The REML (LAML) score at the fit's lambda (also for fixed lambda).
+    pub reml_score: Option<f64>,
+    /// The penalised negative log-likelihood.
+    pub penalised_neglog: f64,
+    /// Total effective degrees of freedom.
+    pub edf_total: f64,
+    /// Newton iterations of the last inner solve.
+    pub newton_iterations: usize,
+    /// Newton iterations of the first inner solve.
+    pub first_newton_iterations: usize,
+    /// Outer REML iterations.
+    pub reml_iterations: usize,
+    /// Objective evaluations.
+    pub evaluations: usize,
+    /// Every coefficient (the table prints the parametric ones).
+    pub coefficients: Vec<Coefficient>,
+    /// The smooth terms.
+    pub smooths: Vec<SmoothTerm>,
+    /// Named phases and their seconds (filled by the caller).
+    pub phases: Vec<(String, f64)>,
+    /// Notes and warnings (the fit's warnings, and the caller's).
+    pub notes: Vec<String>,
+    /// The REML loop's iterations (rho, V, gradient, step, inner solves).
+    pub reml_trace: Option<matfree_solvers::reml::RemlReport>,
+}
+
+/// Column names of the two designs (intercepts first), for the table.
+#[derive(Clone, Copy, Debug)]
+pub struct DesignNames<'a> {
+    /// The marginal design's columns.
+    pub marginal: &'a [String],
+    /// The slope design's columns.
+    pub slope: &'a [String],
+}
+
+impl BmsFit {
+    /// The report of this fit of `model` to `n` rows; `truth` (simulated
+    /// data) adds a column. The caller fills `backend`, `data`, `phases`
+    /// and adds its own notes after the fit's warnings.
+    pub fn summary(&self, model: &BmsModel, n: usize, names: DesignNames<'_>, truth: Option<&[f64]>) -> FitSummary {
+        let p = self.beta.len();
+        let nan = vec![f64::NAN; p * p];
+        let cov = self.covariance.as_deref().unwrap_or(&nan);
+        let coefficients = coefficients(&self.beta, cov, &parameter_names(model, names), truth);
+        let smooths = smooth_blocks(model)
+            .into_iter()
+            .zip(&self.lambda)
+            .zip(&self.edf.blocks)
+            .map(|(((name, range), &lambda), &edf)| SmoothTerm {
+                name: name.into(),
+                dim: range.len(),
+                lambda,
+                edf,
+            })
+            .collect();
+        FitSummary {
+            backend: String::new(),
+            data: String::new(),
+            n,
+            p,
+            method: if self.reml { "REML (LAML)" } else { "fixed lambda" }.into(),
+            converged: self.converged,
+            termination: self.termination.clone(),
+            reml_score: self.reml_score,
+            penalised_neglog: self.penalised_neglog,
+            edf_total: self.edf.total,
+            newton_iterations: self.newton_iterations,
+            first_newton_iterations: self.first_newton_iterations,
+            reml_iterations: self.reml_iterations,
+            evaluations: self.evaluations,
+            coefficients,
+            smooths,
+            phases: Vec::new(),
+            notes: self.warnings.clone(),
+            reml_trace: self.reml_report.clone(),
+        }
+    }
+}
+
+impl fmt::Display for FitSummary {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&table(self))
+    }
+}
+
+/// Each coefficient's index and printed name: `marginal:<column>`,
+/// `slope:<column>`, `H:b<k>`, `L:b<k>`.
+pub fn parameter_names(model: &BmsModel, names: DesignNames<'_>) -> Vec<(usize, String)> {
+    let b = model.layout().block();
+    let m = names
+        .marginal
+        .iter()
+        .enumerate()
+        .map(|(j, n)| (j, format!("marginal:{n}")));
+    let g = names
+        .slope
+        .iter()
+        .enumerate()
+        .map(|(j, n)| (b.p_m + j, format!("slope:{n}")));
+    let h =
+        b.h.clone()
+            .into_iter()
+            .flatten()
+            .enumerate()
+            .map(|(k, j)| (j, format!("H:b{}", k + 1)));
+    let w =
+        b.w.clone()
+            .into_iter()
+            .flatten()
+            .enumerate()
+            .map(|(k, j)| (j, format!("L:b{}", k + 1)));
+    m.chain(g).chain(h).chain(w).collect()
+}
+
+/// The smooth terms' names and coefficient ranges.
+pub fn smooth_blocks(model: &BmsModel) -> Vec<(&'static str, std::ops::Range<usize>)> {
+    let b = model.layout().block();
+    let mut out = Vec::new();
+    out.extend(b.h.clone().map(|r| ("score warp H(z)", r)));
+    out.extend(b.w.clone().map(|r| ("link deviation L(t)", r)));
+    out
+}
+
+/// `x` to `digits` significant digits as a statistician reads it: plain
+/// between 1e-3 and 1e5 (9.894, 0.01234, 1234), otherwise in R's exponent
+/// form (1.234e+07, 5.1e-06).
+pub fn signif(x: f64, digits: usize) -> String {
+    if !x.is_finite() || x == 0.0 {
+        return format!("{x}");
+    }
+    let exp = x.abs().log10().floor() as i32;
+    if (-3..5).contains(&exp) {
+        let decimals = (digits as i32 - 1 - exp).max(0) as usize;
+        return format!("{x:.decimals$}");
+    }
+    let m = format!("{:.*e}", digits - 1, x);
+    let (mantissa, e) = m.split_once('e').unwrap_or((&m, "0"));
+    let e: i32 = e.parse().unwrap_or(0);
+    let mantissa = if mantissa.contains('.') {
+        mantissa.trim_end_matches('0').trim_end_matches('.')
+    } else {
+        mantissa
+    };
+    format!("{mantissa}e{}{:02}", if e < 0 { '-' } else { '+' }, e.abs())
+}
+
+/// The printed table.
+fn table(r: &FitSummary) -> String {
+    let mut s = String::new();
+    s += "Bernoulli marginal-slope model\n";
+    s += &format!("data: {}\nbackend: {}\n", r.data, r.backend);
+    s += &format!(
+        "n = {}, p = {}, smoothing selection: {}, converged: {} ({})\n\n",
+        r.n, r.p, r.method, r.converged, r.termination
+    );
+    s += "Parametric coefficients:\n";
+    s += &format!(
+        "{:<24} {:>12} {:>12} {:>9} {:>10}\n",
+        "", "Estimate", "Std. Error", "z value", "Truth"
+    );
+    for c in r
+        .coefficients
+        .iter()
+        .filter(|c| c.name.starts_with("marginal:") || c.name.starts_with("slope:"))
+    {
+        let truth = c.truth.map_or("-".to_string(), |t| signif(t, 5));
+        s += &format!(
+            "{:<24} {:>12} {:>12} {:>9} {:>10}\n",
+            c.name,
+            signif(c.estimate, 5),
+            signif(c.std_error, 5),
+            signif(c.z_value, 4),
+            truth
+        );
+    }
+    s += "\nSmooth terms:\n";
+    s += &format!("{:<24} {:>6} {:>12} {:>9}\n", "", "dim", "lambda", "edf");
+    for t in &r.smooths {
+        s += &format!(
+            "{:<24} {:>6} {:>12} {:>9.3}\n",
+            t.name,
+            t.dim,
+            signif(t.lambda, 4),
+            t.edf
+        );
+    }
+    s += "\n";
+    if let Some(v) = r.reml_score {
+        s += &format!("REML score: {v:.6}\n");
+    }
+    s += &format!("penalised neglog: {:.6}\n", r.penalised_neglog);
+    s += &format!("total edf: {:.3}\n", r.edf_total);
+    s += &format!(
+        "iterations: REML {}, Newton (first inner solve) {}, Newton (last inner solve) {}, objective evaluations {}\n",
+        r.reml_iterations, r.first_newton_iterations, r.newton_iterations, r.evaluations
+    );
+    s += &format!(
+        "time (s): {}\n",
+        r.phases
+            .iter()
+            .map(|(k, v)| format!("{k} {v:.2}"))
+            .collect::<Vec<_>>()
+            .join(", ")
+    );
+    for n in &r.notes {
+        s += &format!("note: {n}\n");
+    }
+    s
+}
