@@ -129,19 +129,15 @@ pub fn parameter_names(model: &BmsModel, names: DesignNames<'_>) -> Vec<(usize, 
         .iter()
         .enumerate()
         .map(|(j, n)| (b.p_m + j, format!("slope:{n}")));
-    let h =
-        b.h.clone()
+    let smooth = |range: &Option<std::ops::Range<usize>>, prefix: &'static str| {
+        let range = range.clone();
+        range
             .into_iter()
             .flatten()
             .enumerate()
-            .map(|(k, j)| (j, format!("H:b{}", k + 1)));
-    let w =
-        b.w.clone()
-            .into_iter()
-            .flatten()
-            .enumerate()
-            .map(|(k, j)| (j, format!("L:b{}", k + 1)));
-    m.chain(g).chain(h).chain(w).collect()
+            .map(move |(k, j)| (j, format!("{prefix}:b{}", k + 1)))
+    };
+    m.chain(g).chain(smooth(&b.h, "H")).chain(smooth(&b.w, "L")).collect()
 }
 
 /// The smooth terms' names and coefficient ranges.
