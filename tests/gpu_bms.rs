@@ -52,6 +52,7 @@ fn check_rows(label: &str, gpu: &Gpu, dev: &DeviceRowEvaluation, cpu: &matfree::
 }
 
 #[test]
+#[ignore = "needs a GPU: runs on the device with --include-ignored (tools/gpu-tests.sh)"]
 fn device_rows_match_cpu_rows_and_operators() {
     let Some(gpu) = gpu_for_test("device_rows_match_cpu_rows_and_operators") else {
         return;
@@ -107,6 +108,7 @@ fn device_rows_match_cpu_rows_and_operators() {
 }
 
 #[test]
+#[ignore = "needs a GPU: runs on the device with --include-ignored (tools/gpu-tests.sh)"]
 fn one_call_evaluation_matches_the_cpu_model() {
     let Some(gpu) = gpu_for_test("one_call_evaluation_matches_the_cpu_model") else {
         return;
@@ -122,6 +124,7 @@ fn one_call_evaluation_matches_the_cpu_model() {
 }
 
 #[test]
+#[ignore = "needs a GPU: runs on the device with --include-ignored (tools/gpu-tests.sh)"]
 fn a_rejected_row_is_reported_with_its_index_on_device() {
     let Some(gpu) = gpu_for_test("a_rejected_row_is_reported_with_its_index_on_device") else {
         return;
@@ -148,6 +151,7 @@ fn a_rejected_row_is_reported_with_its_index_on_device() {
 }
 
 #[test]
+#[ignore = "needs a GPU: runs on the device with --include-ignored (tools/gpu-tests.sh)"]
 fn newton_on_bms_on_device_matches_dense_reference() {
     let Some(gpu) = gpu_for_test("newton_on_bms_on_device_matches_dense_reference") else {
         return;
@@ -209,6 +213,7 @@ fn check_moments(label: &str, inp: &matfree::bms::RowKernelInputs, slots: usize,
 }
 
 #[test]
+#[ignore = "needs a GPU: runs on the device with --include-ignored (tools/gpu-tests.sh)"]
 fn device_stage1_matches_cpu_stage1() {
     let Some(gpu) = gpu_for_test("device_stage1_matches_cpu_stage1") else {
         return;
@@ -242,6 +247,7 @@ fn device_stage1_matches_cpu_stage1() {
 }
 
 #[test]
+#[ignore = "needs a GPU: runs on the device with --include-ignored (tools/gpu-tests.sh)"]
 fn device_stage1_is_bitwise_repeatable() {
     let Some(gpu) = gpu_for_test("device_stage1_is_bitwise_repeatable") else {
         return;
@@ -268,6 +274,7 @@ fn device_stage1_is_bitwise_repeatable() {
 /// CPU does: same intercepts where the CPU finds one, and the same rejection
 /// (no sign change) where it does not.
 #[test]
+#[ignore = "needs a GPU: runs on the device with --include-ignored (tools/gpu-tests.sh)"]
 fn device_stage1_brackets_non_monotone_calibrations_like_the_cpu() {
     use matfree::bms::{solve_intercept, Bases, BmsData, BmsModel, CubicBasis};
     use matfree::Designs;
@@ -327,6 +334,7 @@ fn device_stage1_brackets_non_monotone_calibrations_like_the_cpu() {
 }
 
 #[test]
+#[ignore = "needs a GPU: runs on the device with --include-ignored (tools/gpu-tests.sh)"]
 fn device_stage1_rejects_designs_of_another_shape() {
     let Some(gpu) = gpu_for_test("device_stage1_rejects_designs_of_another_shape") else {
         return;

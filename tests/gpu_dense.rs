@@ -20,6 +20,7 @@ fn penalty(p: usize, seed: u64) -> Vec<f64> {
 }
 
 #[test]
+#[ignore = "needs a GPU: runs on the device with --include-ignored (tools/gpu-tests.sh)"]
 fn device_logdet_solve_and_traces_match_faer() {
     let Some(gpu) = gpu_for_test("device_logdet_solve_and_traces_match_faer") else {
         return;
@@ -74,6 +75,7 @@ fn device_logdet_solve_and_traces_match_faer() {
 }
 
 #[test]
+#[ignore = "needs a GPU: runs on the device with --include-ignored (tools/gpu-tests.sh)"]
 fn device_cholesky_names_the_failing_pivot() {
     let Some(gpu) = gpu_for_test("device_cholesky_names_the_failing_pivot") else {
         return;

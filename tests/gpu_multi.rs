@@ -74,6 +74,7 @@ fn sharded_results(be: &MultiGpuBackend, op: &ShardedRowHessian, v: &[f64], k: u
 }
 
 #[test]
+#[ignore = "needs a GPU: runs on the device with --include-ignored (tools/gpu-tests.sh)"]
 fn sharded_operator_matches_one_gpu_and_cpu() {
     let _serial = serial();
     let Some(groups) = groups_for_test("sharded_operator_matches_one_gpu_and_cpu") else {
@@ -156,6 +157,7 @@ fn pcg_options() -> PcgOptions {
 }
 
 #[test]
+#[ignore = "needs a GPU: runs on the device with --include-ignored (tools/gpu-tests.sh)"]
 fn pcg_on_a_group_matches_one_gpu() {
     let _serial = serial();
     let Some(groups) = groups_for_test("pcg_on_a_group_matches_one_gpu") else {
@@ -204,6 +206,7 @@ fn pcg_on_a_group_matches_one_gpu() {
 }
 
 #[test]
+#[ignore = "needs a GPU: runs on the device with --include-ignored (tools/gpu-tests.sh)"]
 fn newton_on_bms_on_a_group_matches_one_gpu() {
     let _serial = serial();
     let Some(groups) = groups_for_test("newton_on_bms_on_a_group_matches_one_gpu") else {
@@ -248,6 +251,7 @@ fn newton_on_bms_on_a_group_matches_one_gpu() {
 }
 
 #[test]
+#[ignore = "needs a GPU: runs on the device with --include-ignored (tools/gpu-tests.sh)"]
 fn bad_inputs_are_errors_not_panics() {
     let _serial = serial();
     let Some(groups) = groups_for_test("bad_inputs_are_errors_not_panics") else {

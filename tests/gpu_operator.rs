@@ -33,6 +33,7 @@ fn shapes() -> Vec<Shape> {
 }
 
 #[test]
+#[ignore = "needs a GPU: runs on the device with --include-ignored (tools/gpu-tests.sh)"]
 fn device_operations_match_cpu_operator() {
     let Some(gpu) = gpu_for_test("device_operations_match_cpu_operator") else {
         return;
@@ -84,6 +85,7 @@ fn device_operations_match_cpu_operator() {
 }
 
 #[test]
+#[ignore = "needs a GPU: runs on the device with --include-ignored (tools/gpu-tests.sh)"]
 fn large_multi_rhs_batches_match_single_products() {
     let Some(gpu) = gpu_for_test("large_multi_rhs_batches_match_single_products") else {
         return;
@@ -113,6 +115,7 @@ fn large_multi_rhs_batches_match_single_products() {
 }
 
 #[test]
+#[ignore = "needs a GPU: runs on the device with --include-ignored (tools/gpu-tests.sh)"]
 fn bad_shapes_are_rejected_before_launch() {
     let Some(gpu) = gpu_for_test("bad_shapes_are_rejected_before_launch") else {
         return;

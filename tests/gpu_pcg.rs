@@ -34,6 +34,7 @@ fn device_jacobi<'b>(be: &'b CudaBackend, dev: &DeviceRowHessian) -> Jacobi<'b, 
 }
 
 #[test]
+#[ignore = "needs a GPU: runs on the device with --include-ignored (tools/gpu-tests.sh)"]
 fn device_pcg_matches_cpu_pcg_within_sync_budget() {
     let Some(gpu) = gpu_for_test("device_pcg_matches_cpu_pcg_within_sync_budget") else {
         return;
@@ -127,6 +128,7 @@ impl Preconditioner<CudaBackend> for NotDiagonal<'_, '_> {
 }
 
 #[test]
+#[ignore = "needs a GPU: runs on the device with --include-ignored (tools/gpu-tests.sh)"]
 fn warm_start_from_the_solution_stops_at_once_on_device() {
     let Some(gpu) = gpu_for_test("warm_start_from_the_solution_stops_at_once_on_device") else {
         return;
@@ -163,6 +165,7 @@ fn negated(op: &RowHessian) -> RowHessian {
 }
 
 #[test]
+#[ignore = "needs a GPU: runs on the device with --include-ignored (tools/gpu-tests.sh)"]
 fn indefinite_operator_breaks_down_on_device() {
     let Some(gpu) = gpu_for_test("indefinite_operator_breaks_down_on_device") else {
         return;
@@ -208,6 +211,7 @@ impl Preconditioner<CudaBackend> for Negate<'_> {
 }
 
 #[test]
+#[ignore = "needs a GPU: runs on the device with --include-ignored (tools/gpu-tests.sh)"]
 fn bad_preconditioner_is_reported_on_device_and_jacobi_rules_hold() {
     let Some(gpu) = gpu_for_test("bad_preconditioner_is_reported_on_device") else {
         return;
@@ -260,6 +264,7 @@ fn jacobi_errors_match_cpu(be: &CudaBackend, gpu: &Arc<Gpu>) {
 }
 
 #[test]
+#[ignore = "needs a GPU: runs on the device with --include-ignored (tools/gpu-tests.sh)"]
 fn device_gemv_and_penalised_operator_match_cpu() {
     use matfree::solvers::penalty::{Penalised, PenaltyMatrix};
     let Some(gpu) = gpu_for_test("device_gemv_and_penalised_operator_match_cpu") else {
@@ -321,6 +326,7 @@ fn device_gemv_and_penalised_operator_match_cpu() {
 /// solve: its solves (cold, warm, cold again) are bitwise those of fresh
 /// `cg` calls on the device.
 #[test]
+#[ignore = "needs a GPU: runs on the device with --include-ignored (tools/gpu-tests.sh)"]
 fn a_reused_solver_matches_fresh_solves_on_device() {
     use matfree::solvers::Pcg;
     let Some(gpu) = gpu_for_test("a_reused_solver_matches_fresh_solves_on_device") else {

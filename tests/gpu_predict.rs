@@ -19,6 +19,7 @@ fn worst(a: &[f64], b: &[f64], scale: f64) -> f64 {
 }
 
 #[test]
+#[ignore = "needs a GPU: runs on the device with --include-ignored (tools/gpu-tests.sh)"]
 fn gpu_predictions_match_the_cpu() {
     let Some(gpu) = gpu_for_test("gpu_predictions_match_the_cpu") else {
         return;
