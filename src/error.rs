@@ -47,10 +47,12 @@ impl Error {
 pub type Result<T> = std::result::Result<T, Error>;
 
 impl From<Error> for matfree_solvers::SolverError {
-    /// Input errors keep their field, value and rule; others become backend errors.
+    /// Input and solver errors keep their structure; others become backend errors.
     fn from(e: Error) -> Self {
         match e {
             Error::InvalidInput { field, value, rule } => Self::InvalidInput { field, value, rule },
+            // A solver's own error (a pivot that is not positive, say) stays itself.
+            Error::Solver(e) => e,
             other => Self::Backend(other.to_string()),
         }
     }

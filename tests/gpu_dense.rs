@@ -87,3 +87,55 @@ fn device_cholesky_names_the_failing_pivot() {
     }
     assert!(DeviceCholesky::factor(gpu.clone(), 3, &gpu.upload(&a[..8]).unwrap()).is_err());
 }
+
+/// The CUDA backend's exact-path factor (what Newton's dense step and REML
+/// use): on the host below DEVICE_DENSE_MIN_P, on the device above, and
+/// the same logdet, solves and errors as faer's either way.
+#[test]
+#[ignore = "needs a GPU: runs on the device with --include-ignored (tools/gpu-tests.sh)"]
+fn the_backends_dense_factor_matches_faer_on_both_sides_of_the_threshold() {
+    use matfree::cuda::{CudaBackend, DEVICE_DENSE_MIN_P};
+    use matfree::solvers::{Backend, PenalisedFactor};
+    let Some(gpu) = gpu_for_test("the_backends_dense_factor_matches_faer_on_both_sides_of_the_threshold") else {
+        return;
+    };
+    let backend = CudaBackend::new(gpu).unwrap();
+    for p in [DEVICE_DENSE_MIN_P - 1, DEVICE_DENSE_MIN_P + 37] {
+        let mut a = penalty(p, p as u64);
+        for i in 0..p {
+            a[i * p + i] += 1.0;
+        }
+        let host = Cholesky::factor(p, &a).unwrap();
+        let dev = backend.dense_factor(p, &a).unwrap();
+        assert!(
+            (dev.logdet() - host.logdet()).abs() <= 1e-10 * host.logdet().abs().max(1.0),
+            "p {p}"
+        );
+        let b = Rng::new(9).normals(p * 3);
+        let (x, want) = (dev.solve(&b, 3).unwrap(), host.solve(&b, 3).unwrap());
+        let err = x.iter().zip(&want).map(|(u, v)| (u - v).abs()).fold(0.0, f64::max);
+        let scale = want.iter().map(|v| v.abs()).fold(0.0, f64::max);
+        assert!(err <= 1e-10 * scale, "p {p}: solve error {err:e} of {scale:e}");
+        // Through REML's factor type: the penalty traces agree too.
+        let via = PenalisedFactor::on(&backend, p, &a).unwrap();
+        assert_eq!(via.dim(), p);
+        // Not positive definite: the same pivot as faer names.
+        let mut bad = a.clone();
+        bad[5 * p + 5] = -1.0;
+        let want = Cholesky::factor(p, &bad).err().unwrap();
+        let got = backend.dense_factor(p, &bad).err().unwrap();
+        match (got, want) {
+            (SolverError::NotPositiveDefinite { pivot: g, .. }, SolverError::NotPositiveDefinite { pivot: w, .. }) => {
+                assert_eq!(g, w, "p {p}")
+            }
+            (g, w) => panic!("p {p}: {g} vs {w}"),
+        }
+        // Not symmetric: an input error naming the entry.
+        let mut skew = a.clone();
+        skew[1] += 1.0;
+        assert!(matches!(
+            backend.dense_factor(p, &skew).err().unwrap(),
+            SolverError::InvalidInput { .. }
+        ));
+    }
+}

@@ -151,4 +151,11 @@ pub trait Backend {
         recording: &mut Option<(usize, Self::Recording)>,
         body: &mut dyn FnMut() -> Result<()>,
     ) -> Result<()>;
+    /// Factor a dense row-major symmetric positive definite `p x p` matrix
+    /// for the exact path (Newton's dense step, REML's log-determinant and
+    /// traces). The default is faer's Cholesky on the host; a device
+    /// backend overrides it where factoring on the device pays.
+    fn dense_factor(&self, p: usize, a: &[f64]) -> Result<Box<dyn crate::logdet::DenseFactor>> {
+        Ok(Box::new(crate::dense::Cholesky::factor(p, a)?))
+    }
 }

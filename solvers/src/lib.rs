@@ -24,7 +24,7 @@ pub use backend::{Backend, PcgVectors, Slot};
 pub use cpu::CpuBackend;
 pub use dense::{clip_eigenvalues, symmetric_eigen, symmetry_error, Cholesky, SYMMETRY_TOL};
 pub use error::{Result, SolverError};
-pub use logdet::PenalisedFactor;
+pub use logdet::{DenseFactor, PenalisedFactor};
 pub use newton::{
     fd_hessian_derivative, newton, newton_from, resolution, CostEstimate, Evaluation, FitEvent, Forcing, NewtonFit,
     NewtonIteration, NewtonOptions, NewtonReport, Objective, Solver, Termination,

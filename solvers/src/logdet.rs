@@ -1,5 +1,8 @@
-//! The exact dense path for REML: one Cholesky factor of `A = H + S_lambda`
-//! gives `log|A|`, solves, `A^{-1}` and the traces `tr(A^{-1} S_k)`.
+//! The exact dense path for Newton and REML: one Cholesky factor of
+//! `A = H + S_lambda` gives `log|A|`, solves, `A^{-1}` and the traces
+//! `tr(A^{-1} S_k)`. The factor is the backend's ([`Backend::dense_factor`]):
+//! faer on the host, or a device factorisation where the backend has one
+//! and p is large enough for it to pay.
 
 use std::cell::OnceCell;
 
@@ -9,19 +12,54 @@ use crate::operator::{expect_len, LinearOperator};
 use crate::penalty::Penalty;
 use crate::Result;
 
+/// A factor of a dense symmetric positive definite matrix A: its
+/// log-determinant and solves, wherever it lives. A matrix that is not
+/// positive definite fails to factor with
+/// [`crate::SolverError::NotPositiveDefinite`] on every backend.
+pub trait DenseFactor {
+    /// The dimension p.
+    fn dim(&self) -> usize;
+    /// log|A|.
+    fn logdet(&self) -> f64;
+    /// Solve A X = B for `k` right-hand sides stored back to back.
+    fn solve(&self, b: &[f64], k: usize) -> Result<Vec<f64>>;
+}
+
+impl DenseFactor for Cholesky {
+    fn dim(&self) -> usize {
+        Cholesky::dim(self)
+    }
+    fn logdet(&self) -> f64 {
+        Cholesky::logdet(self)
+    }
+    fn solve(&self, b: &[f64], k: usize) -> Result<Vec<f64>> {
+        Cholesky::solve(self, b, k)
+    }
+}
+
 /// A Cholesky factor of the penalised Hessian `A = H + S_lambda`.
 pub struct PenalisedFactor {
-    chol: Cholesky,
+    chol: Box<dyn DenseFactor>,
     inverse: OnceCell<Vec<f64>>,
 }
 
 impl PenalisedFactor {
-    /// Factor a dense row-major `p x p` symmetric positive definite matrix.
+    /// Factor a dense row-major `p x p` symmetric positive definite matrix
+    /// on the host.
     pub fn new(p: usize, a: &[f64]) -> Result<Self> {
-        Ok(Self {
-            chol: Cholesky::factor(p, a)?,
+        Ok(Self::of(Box::new(Cholesky::factor(p, a)?)))
+    }
+
+    /// Factor it with `backend`'s dense factorisation.
+    pub fn on<B: Backend>(backend: &B, p: usize, a: &[f64]) -> Result<Self> {
+        Ok(Self::of(backend.dense_factor(p, a)?))
+    }
+
+    fn of(chol: Box<dyn DenseFactor>) -> Self {
+        Self {
+            chol,
             inverse: OnceCell::new(),
-        })
+        }
     }
 
     /// Factor an operator through its dense form (e.g. a

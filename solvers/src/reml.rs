@@ -222,7 +222,7 @@ fn laml_value<'o, B: Backend>(
     expect_len("dense Hessian", hessian.len(), fit.beta.len() * fit.beta.len())?;
     let s = penalty.dense(&lambda)?;
     let a: Vec<f64> = hessian.iter().zip(&s).map(|(h, s)| h + s).collect();
-    let factor = PenalisedFactor::new(fit.beta.len(), &a)?;
+    let factor = PenalisedFactor::on(backend, fit.beta.len(), &a)?;
     let traces = factor.penalty_traces(penalty)?;
     let log_pdet = penalty.log_pseudo_det(&lambda)?;
     let logdet = factor.logdet();

@@ -241,7 +241,7 @@ pub fn fit<B: Backend>(
     };
     out.rigid_start = (start.rows, start.report.converged);
     out.warnings.splice(0..0, warnings);
-    finish(&mut out, &penalty)?;
+    finish(backend, &mut out, &penalty)?;
     Ok(out)
 }
 
@@ -322,11 +322,11 @@ fn selected<B: Backend>(
 }
 
 /// The covariance, the edf and the warnings they imply.
-fn finish(out: &mut BmsFit, penalty: &Penalty) -> Result<()> {
+fn finish<B: Backend>(backend: &B, out: &mut BmsFit, penalty: &Penalty) -> Result<()> {
     let p = out.beta.len();
     let s = penalty.dense(&out.lambda)?;
     let a: Vec<f64> = out.hessian.iter().zip(&s).map(|(h, s)| h + s).collect();
-    match PenalisedFactor::new(p, &a) {
+    match PenalisedFactor::on(backend, p, &a) {
         Ok(f) => {
             out.covariance = Some(f.inverse()?.to_vec());
             if out.reml_score.is_none() {

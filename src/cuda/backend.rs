@@ -8,8 +8,10 @@ use std::sync::Arc;
 use cudarc::cublas::sys::{self as blas, cublasPointerMode_t, cublasStatus_t};
 use cudarc::driver::sys::{CUgraphInstantiate_flags, CUstreamCaptureMode};
 use cudarc::driver::{CudaGraph, CudaSlice, DevicePtr, DevicePtrMut};
+use matfree_solvers::logdet::DenseFactor;
 use matfree_solvers::{Backend, PcgVectors, Result as SolverResult, Slot, SolverError};
 
+use super::dense::{DeviceDenseFactor, DEVICE_DENSE_MIN_P};
 use super::kernels;
 use super::runtime::Gpu;
 
@@ -71,6 +73,12 @@ impl Backend for CudaBackend {
     type Scalars = CudaSlice<f64>;
     type Recording = CudaGraph;
 
+    fn dense_factor(&self, p: usize, a: &[f64]) -> SolverResult<Box<dyn DenseFactor>> {
+        if p < DEVICE_DENSE_MIN_P {
+            return Ok(Box::new(matfree_solvers::Cholesky::factor(p, a)?));
+        }
+        Ok(Box::new(DeviceDenseFactor::factor(&self.gpu, p, a)?))
+    }
     fn zeros(&self, n: usize) -> SolverResult<CudaSlice<f64>> {
         self.gpu.zeros(n).map_err(SolverError::from)
     }

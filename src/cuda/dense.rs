@@ -5,6 +5,7 @@ use std::sync::Arc;
 
 use cudarc::cusolver::sys::{self as sol, cusolverStatus_t};
 use cudarc::driver::{CudaSlice, DevicePtr, DevicePtrMut};
+use matfree_solvers::logdet::DenseFactor;
 
 use super::kernels;
 use super::row_hessian::DeviceRowHessian;
@@ -136,6 +137,52 @@ impl DeviceCholesky {
     /// The dimension.
     pub fn dim(&self) -> usize {
         self.n
+    }
+}
+
+/// The smallest p whose exact-path factor [`crate::cuda::CudaBackend`]
+/// computes on the device: below it the host's faer Cholesky is faster than
+/// the upload, potrf and the solves' round trips (`bench_dense` in
+/// `benches/RESULTS.md`).
+pub const DEVICE_DENSE_MIN_P: usize = 512;
+
+/// A device Cholesky factor as the solvers' [`DenseFactor`]: the matrix
+/// comes from the host (Newton and REML assemble it there), is factored on
+/// the device, and each solve is a round trip.
+pub struct DeviceDenseFactor {
+    chol: DeviceCholesky,
+    logdet: f64,
+}
+
+impl DeviceDenseFactor {
+    /// Factor a row-major symmetric `p x p` matrix; the same errors as the
+    /// host's Cholesky (a shape, an asymmetric entry, the failing pivot).
+    pub fn factor(gpu: &Arc<Gpu>, p: usize, a: &[f64]) -> Result<Self> {
+        if a.len() != p * p {
+            return Err(Error::invalid(
+                "dense matrix.len",
+                a.len(),
+                format!("must equal p^2 = {p}^2"),
+            ));
+        }
+        if let Some((i, j, rule)) = matfree_solvers::symmetry_error(p, a) {
+            return Err(Error::invalid(format!("a[{i},{j}]"), a[i * p + j], rule));
+        }
+        let chol = DeviceCholesky::factor(gpu.clone(), p, &gpu.upload(a)?)?;
+        let logdet = chol.logdet()?;
+        Ok(Self { chol, logdet })
+    }
+}
+
+impl DenseFactor for DeviceDenseFactor {
+    fn dim(&self) -> usize {
+        self.chol.dim()
+    }
+    fn logdet(&self) -> f64 {
+        self.logdet
+    }
+    fn solve(&self, b: &[f64], k: usize) -> matfree_solvers::Result<Vec<f64>> {
+        Ok(self.chol.solve(b, k)?)
     }
 }
 

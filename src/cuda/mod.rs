@@ -24,7 +24,7 @@ pub use backend::CudaBackend;
 pub use bms::{evaluate_device, evaluate_rows_device, BmsDeviceObjective, DeviceRowEvaluation};
 pub use bms_multi::BmsMultiObjective;
 pub use bms_stage1::{DeviceStage1, PendingRows};
-pub use dense::DeviceCholesky;
+pub use dense::{DeviceCholesky, DeviceDenseFactor, DEVICE_DENSE_MIN_P};
 pub use devices::{gpus_for_test, setup_for_test};
 pub use multi::{GpuGroup, MultiGpuBackend, Replicated};
 pub use row_hessian::{DeviceDesigns, DeviceRowHessian};

@@ -5,7 +5,6 @@
 
 use super::{dot, inf_norm, Point, Problem, Solver};
 use crate::backend::Backend;
-use crate::dense::Cholesky;
 use crate::operator::LinearOperator;
 use crate::pcg::{cg, BreakdownQuantity, PcgOptions, StopReason};
 use crate::penalty::{Penalised, PenaltyMatrix};
@@ -131,13 +130,13 @@ fn attempt<B: Backend>(
     let op = Penalised::new(prob.backend, cur.hessian.as_ref(), s, 0.0)?;
     match solver {
         Solver::Pcg => pcg_step(prob, &op, &cur.grad, rtol, x0),
-        _ => dense_step(&op, &cur.grad),
+        _ => dense_step(prob.backend, &op, &cur.grad),
     }
 }
 
-fn dense_step<B: Backend>(op: &Penalised<'_, B>, grad: &[f64]) -> Result<Attempt> {
+fn dense_step<B: Backend>(backend: &B, op: &Penalised<'_, B>, grad: &[f64]) -> Result<Attempt> {
     let a = op.to_dense()?;
-    let chol = match Cholesky::factor(op.dim(), &a) {
+    let chol = match backend.dense_factor(op.dim(), &a) {
         Ok(c) => c,
         Err(SolverError::NotPositiveDefinite { .. }) => return Ok(Attempt::NotPositiveDefinite(0)),
         Err(e) => return Err(e),
