@@ -24,6 +24,21 @@ pub enum Error {
         /// Why it was rejected.
         reason: String,
     },
+    /// NVRTC could not compile a kernel source: the file, the architecture,
+    /// NVRTC's result code, the options and the compiler's log, as fields.
+    #[error("NVRTC compile of kernels/{file} for {arch} failed ({code}) with options {options:?}:\n{log}")]
+    Compile {
+        /// The kernel source file.
+        file: String,
+        /// The target architecture (e.g. `sm_90`).
+        arch: String,
+        /// NVRTC's result code, or the step that failed.
+        code: String,
+        /// The options passed to NVRTC.
+        options: Vec<String>,
+        /// The compiler's log (empty when the failure came before compiling).
+        log: String,
+    },
     /// The CUDA backend is unavailable or failed.
     #[error("cuda: {0}")]
     Cuda(String),

@@ -26,12 +26,21 @@ fn small(rng: &mut Rng, max: usize) -> usize {
     (rng.uniform() * (max + 1) as f64) as usize
 }
 
-/// An error must name a field: `field = value: rule`.
+/// An error must name a field (`field = value: rule`), or where a
+/// computation failed and why.
 fn named(e: &Error) {
     match e {
         Error::InvalidInput { field, rule, .. } => assert!(!field.is_empty() && !rule.is_empty(), "{e}"),
         Error::Solver(matfree::solvers::SolverError::InvalidInput { field, .. }) => assert!(!field.is_empty(), "{e}"),
         Error::Solver(matfree::solvers::SolverError::NotPositiveDefinite { .. }) => {}
+        // Data that do not identify the model: named as a numerical failure
+        // (where, the value met, why) or an iteration that did not converge.
+        Error::Solver(matfree::solvers::SolverError::NumericalFailure { what, reason, .. }) => {
+            assert!(!what.is_empty() && !reason.is_empty(), "{e}")
+        }
+        Error::Solver(matfree::solvers::SolverError::NoConvergence { solver, .. }) => {
+            assert!(!solver.is_empty(), "{e}")
+        }
         other => panic!("not an input error: {other}"),
     }
 }

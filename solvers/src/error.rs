@@ -23,6 +23,33 @@ pub enum SolverError {
         /// The value found there (the Schur complement's diagonal entry).
         value: f64,
     },
+    /// An iterative solver stopped before its tolerance was met, with the
+    /// history of its convergence measure (as faer's
+    /// `CgError::NoConvergence` carries its residual).
+    #[error("{solver} did not converge after {iterations} iterations ({termination}); last measure {last:e}", last = history.last().copied().unwrap_or(f64::NAN))]
+    NoConvergence {
+        /// Which solver (e.g. `inner Newton`).
+        solver: String,
+        /// Iterations taken.
+        iterations: usize,
+        /// Why it stopped.
+        termination: String,
+        /// The convergence measure at each iteration (for Newton, the
+        /// gradient's inf-norm; for PCG, the residual norm).
+        history: Vec<f64>,
+    },
+    /// A computation met a value it cannot go on from (an overflow, a
+    /// breakdown, a matrix that stayed indefinite): not the input's shape
+    /// but the numbers it led to.
+    #[error("numerical failure in {what}: {value}: {reason}")]
+    NumericalFailure {
+        /// Where (e.g. `pcg Breakdown`, `hessian diagonal[3]`).
+        what: String,
+        /// The value met, rendered.
+        value: String,
+        /// What it means.
+        reason: String,
+    },
     /// A backend (e.g. the GPU) failed to run an operation.
     #[error("backend: {0}")]
     Backend(String),
@@ -35,6 +62,17 @@ impl SolverError {
             field: field.into(),
             value: value.to_string(),
             rule: rule.into(),
+        }
+    }
+}
+
+impl SolverError {
+    /// Shorthand for [`SolverError::NumericalFailure`].
+    pub fn numerical(what: impl Into<String>, value: impl std::fmt::Display, reason: impl Into<String>) -> Self {
+        SolverError::NumericalFailure {
+            what: what.into(),
+            value: value.to_string(),
+            reason: reason.into(),
         }
     }
 }

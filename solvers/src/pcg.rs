@@ -274,10 +274,10 @@ impl<'a, B: Backend> Pcg<'a, B> {
         }
         let c = host_b.iter().fold(0.0f64, |m, v| m.max(v.abs()));
         if !(c.is_finite() && c > 0.0) {
-            return Err(SolverError::invalid(
-                "b",
-                "a finite vector",
-                "b - A x0 is not finite: the operator overflowed at x0",
+            return Err(SolverError::numerical(
+                "b - A x0",
+                "not finite",
+                "the operator overflowed at x0",
             ));
         }
         let scaled = |v: &[f64]| -> Vec<f64> { v.iter().map(|x| x / c).collect() };
@@ -289,10 +289,10 @@ impl<'a, B: Backend> Pcg<'a, B> {
         };
         let mut info = self.solve_unscaled(&b_s, x0_s.as_ref(), &opts_s)?;
         if !(info.b_norm.is_finite() && info.initial_residual_norm.is_finite()) {
-            return Err(SolverError::invalid(
-                "x0",
-                "a finite vector",
-                "b - A x0 is not finite even with b scaled: A x0 overflows",
+            return Err(SolverError::numerical(
+                "b - A x0",
+                "not finite even with b scaled",
+                "A x0 overflows",
             ));
         }
         let x: Vec<f64> = backend.download(&self.w.x)?.iter().map(|v| v * c).collect();

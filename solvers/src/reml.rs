@@ -185,11 +185,12 @@ pub fn laml<B: Backend>(
 }
 
 fn not_converged(report: &NewtonReport) -> SolverError {
-    SolverError::invalid(
-        "inner Newton",
-        format!("{:?}", report.termination),
-        "must converge for V(rho) and its gradient",
-    )
+    SolverError::NoConvergence {
+        solver: "inner Newton (V(rho) and its gradient need its optimum)".into(),
+        iterations: report.iterations.len(),
+        termination: format!("{:?}", report.termination),
+        history: report.iterations.iter().map(|it| it.grad_norm).collect(),
+    }
 }
 
 /// V at one rho with what its gradient needs: the factor of H + S and the
@@ -1316,7 +1317,7 @@ fn start_trial<'o, B: Backend>(
     }
     match last.unwrap_or_else(|| Err(SolverError::invalid("REML start", "none", "no start was tried"))) {
         Ok(trial) => Ok((trial, evaluations)),
-        Err(SolverError::NotPositiveDefinite { pivot, value }) => Err(SolverError::invalid(
+        Err(SolverError::NotPositiveDefinite { pivot, value }) => Err(SolverError::numerical(
             "REML start",
             format!("H + S pivot {pivot} = {value:e}"),
             "the inner Newton solve found no minimum (H + S positive definite) at the reference smoothing \

@@ -262,6 +262,19 @@ fn huge_right_hand_sides_are_solved_and_non_finite_inputs_named() {
     assert!(msg(vec![f64::INFINITY, 1.0], None).contains("b[0]"));
     assert!(msg(vec![1.0, f64::NAN], None).contains("b[1]"));
     assert!(msg(vec![1.0, 1.0], Some(vec![0.0, f64::NAN])).contains("x0[1]"));
+    // A finite x0 where A x0 overflows is a numerical failure, not bad input.
+    let huge = DenseOperator::new(2, vec![1e300, 0.0, 0.0, 1e300]).unwrap();
+    match cg(
+        &be,
+        &huge,
+        &j,
+        &vec![1.0, 1.0],
+        Some(&vec![1e10, 1e10]),
+        &PcgOptions::default(),
+    ) {
+        Err(SolverError::NumericalFailure { what, .. }) => assert!(what.contains("A x0"), "{what}"),
+        other => panic!("expected NumericalFailure, got {:?}", other.map(|s| s.info)),
+    }
 }
 
 /// Cholesky reads one triangle: a matrix whose triangles differ beyond

@@ -362,3 +362,29 @@ fn a_start_far_above_the_optimum_is_left_in_one_step() {
     let at_optimum = fellner_schall_step(&pen, &fit.laml, 5.0);
     assert!(at_optimum[0].abs() < 0.5, "{at_optimum:?}");
 }
+
+/// An inner solve that cannot converge within its cap is a NoConvergence
+/// error carrying the gradient norms it went through, not an input error.
+#[test]
+fn an_unconverged_inner_solve_is_no_convergence_with_its_history() {
+    let d = simulate(400, -0.3, &[f1, f2, zero], 6);
+    let (pen, be) = (penalty(&d), CpuBackend::new());
+    let mut opts = tight();
+    opts.newton.max_iter = 2;
+    match laml(&be, &Logistic::new(&d), &pen, &[0.0, 0.0, 0.0], &vec![0.0; d.p], &opts) {
+        Err(matfree_solvers::SolverError::NoConvergence {
+            solver,
+            iterations,
+            history,
+            ..
+        }) => {
+            assert!(solver.contains("inner Newton"), "{solver}");
+            assert_eq!(history.len(), iterations);
+            assert!(
+                iterations >= 1 && history.iter().all(|g| g.is_finite() && *g > 0.0),
+                "{history:?}"
+            );
+        }
+        other => panic!("expected NoConvergence, got {:?}", other.map(|e| e.value)),
+    }
+}

@@ -387,6 +387,25 @@ fn set_blas_workspace(blas: &CudaBlas, stream: &CudaStream, ws: &CudaSlice<u8>) 
     }
 }
 
+/// NVRTC's failure with its parts kept as fields.
+fn compile_error(file: &str, arch: &str, e: cudarc::nvrtc::CompileError) -> Error {
+    use cudarc::nvrtc::CompileError as C;
+    let (code, options, log) = match e {
+        C::CompileError { nvrtc, options, log } => (format!("{nvrtc:?}"), options, log.to_string_lossy().into_owned()),
+        C::CreationError(n) => (format!("creating the program: {n:?}"), Vec::new(), String::new()),
+        C::GetLogError(n) => (format!("reading the log: {n:?}"), Vec::new(), String::new()),
+        C::GetPtxError(n) => (format!("reading the PTX: {n:?}"), Vec::new(), String::new()),
+        C::DestroyError(n) => (format!("destroying the program: {n:?}"), Vec::new(), String::new()),
+    };
+    Error::Compile {
+        file: file.into(),
+        arch: arch.into(),
+        code,
+        options,
+        log,
+    }
+}
+
 fn compile(ctx: &Arc<CudaContext>, (major, minor): (i32, i32)) -> Result<Functions> {
     // Compiled once per process; the leaked arch string lives as long.
     let arch: &'static str = Box::leak(format!("sm_{major}{minor}").into_boxed_str());
@@ -396,8 +415,7 @@ fn compile(ctx: &Arc<CudaContext>, (major, minor): (i32, i32)) -> Result<Functio
             arch: Some(arch),
             ..Default::default()
         };
-        let ptx = cudarc::nvrtc::compile_ptx_with_opts(src, opts)
-            .map_err(|e| Error::Cuda(format!("NVRTC compile of kernels/{file} for {arch} failed: {e:?}")))?;
+        let ptx = cudarc::nvrtc::compile_ptx_with_opts(src, opts).map_err(|e| compile_error(file, arch, e))?;
         modules.push(
             ctx.load_module(ptx)
                 .map_err(|e| cuda_err(&format!("loading kernels/{file}"), e))?,
@@ -436,4 +454,34 @@ fn compile(ctx: &Arc<CudaContext>, (major, minor): (i32, i32)) -> Result<Functio
         merge_status: get(3, "merge_status")?,
         first_rejected: get(3, "first_rejected")?,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_nvrtc_failure_keeps_its_code_options_and_log() {
+        use cudarc::nvrtc::{result::NvrtcError, sys::nvrtcResult, CompileError};
+        let e = CompileError::CompileError {
+            nvrtc: NvrtcError(nvrtcResult::NVRTC_ERROR_COMPILATION),
+            options: vec!["--gpu-architecture=sm_90".into()],
+            log: std::ffi::CString::new("kernels/x.cu(3): error: identifier \"y\" is undefined").unwrap(),
+        };
+        match compile_error("x.cu", "sm_90", e) {
+            Error::Compile {
+                file,
+                arch,
+                code,
+                options,
+                log,
+            } => {
+                assert_eq!((file.as_str(), arch.as_str()), ("x.cu", "sm_90"));
+                assert!(code.contains("COMPILATION"), "{code}");
+                assert_eq!(options, ["--gpu-architecture=sm_90"]);
+                assert!(log.contains("undefined"), "{log}");
+            }
+            other => panic!("expected Error::Compile, got {other}"),
+        }
+    }
 }

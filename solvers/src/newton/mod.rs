@@ -167,7 +167,7 @@ pub fn fd_hessian_derivative<B: Backend, O: Objective<B> + ?Sized>(
     }
     let b: Vec<f64> = beta.iter().zip(direction).map(|(b, d)| b + step * d).collect();
     let Some(ev) = objective.evaluate(&b)? else {
-        return Err(SolverError::invalid(
+        return Err(SolverError::numerical(
             "hessian_derivative step",
             step,
             "beta + step * direction must lie in the objective's domain",
@@ -584,7 +584,7 @@ fn iterate<'o, B: Backend>(prob: &Problem<'_, 'o, B>, cur: &Point<'o, B>, run: &
         (None, Some(beta)) => {
             run.evaluations += 1;
             let Some(next) = prob.point(beta)? else {
-                return Err(SolverError::invalid(
+                return Err(SolverError::numerical(
                     "objective",
                     "None",
                     "evaluate must be finite where value was finite",

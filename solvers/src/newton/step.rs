@@ -69,7 +69,7 @@ pub(super) fn solve_step<B: Backend>(
             mu * opts.damping_growth
         };
     }
-    Err(SolverError::invalid(
+    Err(SolverError::numerical(
         "hessian",
         format!("damping {mu:e}"),
         "H + S + mu |diag(H + S)| stayed indefinite through max_damping_tries dampings",
@@ -94,7 +94,7 @@ fn damping_scale<B: Backend>(prob: &Problem<'_, '_, B>, cur: &Point<'_, B>) -> R
     op.diagonal(&mut d)?;
     let d = prob.backend.download(&d)?;
     if let Some(i) = d.iter().position(|v| !v.is_finite()) {
-        return Err(SolverError::invalid(
+        return Err(SolverError::numerical(
             format!("hessian diagonal[{i}]"),
             d[i],
             "must be finite (the objective's Hessian overflowed at this beta)",
@@ -183,7 +183,7 @@ fn pcg_step<B: Backend>(
         }
         | StopReason::BadPreconditioner { .. } => return Ok(Attempt::NotPositiveDefinite(sol.info.host_reads)),
         StopReason::Breakdown { quantity, value } => {
-            return Err(SolverError::invalid(
+            return Err(SolverError::numerical(
                 format!("pcg {quantity:?}"),
                 value,
                 "Newton step solve broke down on a non-finite value",
