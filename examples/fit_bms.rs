@@ -347,7 +347,7 @@ fn load(path: &Path, args: &Args, notes: &mut Vec<String>) -> AnyResult<Problem>
         }
     }
     let designs = Arc::new(Designs::new(ds.n, ds.p_m, ds.p_g, ds.x_m, ds.x_g)?);
-    let data = BmsData::new(designs, ds.z, ds.y, ds.w)?;
+    let data = BmsData::new(designs, ds.z, ds.y, ds.weights)?;
     let names = ColumnNames {
         marginal: &ds.marginal_names,
         slope: &ds.slope_names,

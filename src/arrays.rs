@@ -165,7 +165,7 @@ mod tests {
         let zp = z.as_ptr();
         let data = BmsData::from_arrays(d, z, Array1::from_vec(vec![0.0, 1.0, 0.0, 1.0, 1.0]), None).unwrap();
         assert_eq!(data.z.as_ptr(), zp);
-        assert_eq!(data.w, vec![1.0; 5]);
+        assert_eq!(data.weights, vec![1.0; 5]);
     }
 
     #[test]

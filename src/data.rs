@@ -41,7 +41,7 @@ pub struct Dataset {
     /// Scores.
     pub z: Vec<f64>,
     /// Weights, each finite and > 0.
-    pub w: Vec<f64>,
+    pub weights: Vec<f64>,
     /// Marginal design, n x p_m row-major, intercept column first.
     pub x_m: Vec<f64>,
     /// Slope design, n x p_g row-major, intercept column first.
@@ -306,7 +306,7 @@ impl Accumulator {
             n: 0,
             y: vec![],
             z: vec![],
-            w: vec![],
+            weights: vec![],
             x_m: vec![],
             x_g: vec![],
             p_m: marginal_names.len(),
@@ -336,7 +336,7 @@ impl Accumulator {
         }
         ds.y.extend(y);
         ds.z.push(z);
-        ds.w.push(w);
+        ds.weights.push(w);
         ds.n += 1;
         Ok(())
     }

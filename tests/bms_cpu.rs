@@ -216,7 +216,7 @@ fn two_pass_stage1_equals_packing_each_rows_stage1() {
     let rows: Vec<RowStage1> = (0..data.n())
         .map(|i| {
             model
-                .stage1_row(&model.theta(data, &g.beta, i), data.z[i], data.y[i], data.w[i], i)
+                .stage1_row(&model.theta(data, &g.beta, i), data.z[i], data.y[i], data.weights[i], i)
                 .unwrap()
         })
         .collect();
@@ -255,7 +255,7 @@ fn every_malformed_bundle_is_rejected_naming_the_field() {
         ("cell_offsets[0]", |b| b.cell_offsets[0] = 1),
         ("cell_offsets[2]", |b| b.cell_offsets[2] = b.cell_offsets[1] - 1),
         ("y[1]", |b| b.y[1] = 0.5),
-        ("w[0]", |b| b.w[0] = 0.0),
+        ("weights[0]", |b| b.weights[0] = 0.0),
         ("cell_moments[7]", |b| b.cell_moments[7] = f64::INFINITY),
         ("r_uv[3]", |b| b.r_uv[3] = f64::NAN),
     ];
@@ -274,7 +274,7 @@ fn every_malformed_bundle_is_rejected_naming_the_field() {
         mu_2,
         z_obs,
         y,
-        w,
+        weights,
         e_obs,
         cell_c0,
         cell_c1,
@@ -384,8 +384,8 @@ fn a_row_range_of_the_data_is_a_data_set_with_the_same_rows() {
     assert_eq!(part.n(), 15);
     assert_eq!(part.z, g.data.z[10..25]);
     assert_eq!(
-        (part.y.as_slice(), part.w.as_slice()),
-        (&g.data.y[10..25], &g.data.w[10..25])
+        (part.y.as_slice(), part.weights.as_slice()),
+        (&g.data.y[10..25], &g.data.weights[10..25])
     );
     assert_eq!(part.designs.x_m_row(0), g.data.designs.x_m_row(10));
     assert_eq!(part.designs.x_g_row(14), g.data.designs.x_g_row(24));

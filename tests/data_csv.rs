@@ -56,7 +56,7 @@ fn good_file_round_trips() {
     assert_eq!((ds.n, ds.p_m, ds.p_g), (3, 3, 3));
     assert_eq!(ds.y, [1.0, 0.0, 1.0]);
     assert_eq!(ds.z, [0.5, -1.25, 2.0]);
-    assert_eq!(ds.w, [2.0, 0.5, 1.0]);
+    assert_eq!(ds.weights, [2.0, 0.5, 1.0]);
     assert_eq!(ds.x_m, [1.0, 1.5, -1.0, 1.0, 2.5, 0.3, 1.0, -0.5, 0.0]);
     assert_eq!(ds.x_g, [1.0, 1.5, 10.0, 1.0, 2.5, 20.0, 1.0, -0.5, 30.0]);
     assert_eq!(ds.marginal_names, [INTERCEPT, "x1", "x2"]);
@@ -69,7 +69,7 @@ fn weights_default_to_one_and_designs_may_be_intercept_only() {
     let mut s = spec(None);
     s.slope.clear();
     let ds = parse_csv("data.csv", GOOD, &s, 3).unwrap();
-    assert_eq!(ds.w, [1.0; 3]);
+    assert_eq!(ds.weights, [1.0; 3]);
     assert_eq!((ds.p_g, ds.x_g.clone()), (1, vec![1.0; 3]));
     assert_eq!(ds.slope_names, [INTERCEPT]);
     matfree::Designs::new(ds.n, ds.p_m, ds.p_g, ds.x_m, ds.x_g).unwrap();
@@ -216,7 +216,7 @@ fn read_csv_reads_files_and_reports_unreadable_ones() {
     let path = dir.join("good.csv");
     std::fs::write(&path, GOOD).unwrap();
     let ds = read_csv(&path, &spec(Some("w")), 3).unwrap();
-    assert_eq!(ds.w, [2.0, 0.5, 1.0]);
+    assert_eq!(ds.weights, [2.0, 0.5, 1.0]);
     let (field, rule) = invalid(read_csv(&dir.join("missing.csv"), &spec(None), 1));
     assert!(field.ends_with("missing.csv"), "{field}");
     assert!(rule.contains("cannot read file"), "{rule}");

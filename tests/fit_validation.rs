@@ -13,7 +13,7 @@ use matfree::bms::rigid::RigidObjective;
 use matfree::bms::{bms_penalty, Bases, BmsData, BmsModel, BmsObjective, CubicBasis};
 use matfree::fixture::Rng;
 use matfree::solvers::newton::Objective;
-use matfree::solvers::reml::{laml, RemlOptions};
+use matfree::solvers::reml::{evaluate_laml, RemlOptions};
 use matfree::solvers::{Cholesky, CpuBackend};
 use matfree::Designs;
 
@@ -118,7 +118,7 @@ fn check_reml_stationary(label: &str, model: &BmsModel, data: &BmsData, f: &BmsF
     opts.newton.max_step = 2.0;
     let rho: Vec<f64> = f.lambda.iter().map(|l| l.ln()).collect();
     let v = |r: &[f64]| {
-        laml(&CpuBackend::new(), &objective, &penalty, r, &f.beta, &opts)
+        evaluate_laml(&CpuBackend::new(), &objective, &penalty, r, &f.beta, &opts)
             .unwrap()
             .value
     };
@@ -223,7 +223,13 @@ fn rescaled_covariate_gives_the_same_fit() {
                 .collect()
         };
         let designs = Designs::new(d.n(), 3, 2, scale(d.x_m(), 3), scale(d.x_g(), 2)).unwrap();
-        let data = BmsData::new(Arc::new(designs), g.data.z.clone(), g.data.y.clone(), g.data.w.clone()).unwrap();
+        let data = BmsData::new(
+            Arc::new(designs),
+            g.data.z.clone(),
+            g.data.y.clone(),
+            g.data.weights.clone(),
+        )
+        .unwrap();
         let f = cpu_fit(&g.model, &data);
         assert!(f.converged, "x1 * {c}: {} {:?}", f.termination, f.warnings);
         // V moves by a constant: log|H + S| / 2 gains ln c for each of the
@@ -453,7 +459,7 @@ fn reml_ends_at_the_lowest_v_along_each_axis() {
             for i in 0..=5 {
                 let mut r = rho.clone();
                 r[k] = lo + (hi - lo) * i as f64 / 5.0;
-                let v = laml(&CpuBackend::new(), &objective, &penalty, &r, &f.beta, &opts)
+                let v = evaluate_laml(&CpuBackend::new(), &objective, &penalty, &r, &f.beta, &opts)
                     .unwrap()
                     .value;
                 assert!(

@@ -10,7 +10,7 @@ use matfree::cuda::{
     DeviceStage1, Gpu,
 };
 use matfree::fixture::Rng;
-use matfree::solvers::newton::{newton, Solver};
+use matfree::solvers::newton::{newton, StepSolver};
 use matfree::solvers::{CpuBackend, LinearOperator};
 use matfree::{Error, RowHessian};
 
@@ -159,7 +159,7 @@ fn newton_on_bms_on_device_matches_dense_reference() {
     let f = common::newton_fixture();
     let objective = BmsDeviceObjective::new(gpu.clone(), &f.g.model, &f.g.data).unwrap();
     let backend = CudaBackend::new(gpu).unwrap();
-    for solver in [Solver::Pcg, Solver::Dense] {
+    for solver in [StepSolver::Pcg, StepSolver::Dense] {
         let opts = f.options(solver);
         let fit = newton(&backend, &objective, &f.penalty, &f.lambda, &f.beta0, &opts).unwrap();
         let label = format!("{solver:?}");

@@ -15,7 +15,7 @@ use matfree::cuda::{
     MultiGpuBackend, ShardedRowHessian,
 };
 use matfree::fixture::{random_row_problem, Rng, Shape};
-use matfree::solvers::newton::{newton, Objective, Solver};
+use matfree::solvers::newton::{newton, Objective, StepSolver};
 use matfree::solvers::{cg, Backend, Jacobi, LinearOperator, PcgOptions};
 use matfree::{Error, RowHessian};
 
@@ -218,7 +218,7 @@ fn newton_on_bms_on_a_group_matches_one_gpu() {
     let single = BmsDeviceObjective::new(gpu0.clone(), model, data).unwrap();
     let one = CudaBackend::new(gpu0).unwrap();
     let want = single.evaluate(&f.g.beta).unwrap().unwrap();
-    let opts = f.options(Solver::Pcg);
+    let opts = f.options(StepSolver::Pcg);
     let want_fit = newton(&one, &single, &f.penalty, &f.lambda, &f.beta0, &opts).unwrap();
     for group in groups {
         let label = format!("{} gpus", group.len());
@@ -233,7 +233,7 @@ fn newton_on_bms_on_a_group_matches_one_gpu() {
         want.hessian.apply(&one.upload(&v).unwrap(), &mut hv1).unwrap();
         let (hv, hv1) = (be.download(&hv).unwrap(), one.download(&hv1).unwrap());
         common::assert_close(&format!("{label}: hvp"), &hv, &hv1, 1e-12);
-        for solver in [Solver::Pcg, Solver::Dense] {
+        for solver in [StepSolver::Pcg, StepSolver::Dense] {
             let opts = f.options(solver);
             let fit = newton(&be, &objective, &f.penalty, &f.lambda, &f.beta0, &opts).unwrap();
             let l = format!("{label}, {solver:?}");

@@ -288,10 +288,10 @@ fn device_gemv_and_penalised_operator_match_cpu() {
     let (x, y0) = (rng.normals(p * 3), rng.normals(p * 3));
     let cpu = CpuBackend::new();
     let mut y_cpu = y0.clone();
-    cpu.gemv_acc(&a, p, &x, &mut y_cpu).unwrap();
+    cpu.gemm_acc(&a, p, &x, &mut y_cpu).unwrap();
     let be = CudaBackend::new(gpu.clone()).unwrap();
     let mut y_gpu = be.upload(&y0).unwrap();
-    be.gemv_acc(&be.upload(&a).unwrap(), p, &be.upload(&x).unwrap(), &mut y_gpu)
+    be.gemm_acc(&be.upload(&a).unwrap(), p, &be.upload(&x).unwrap(), &mut y_gpu)
         .unwrap();
     let y_gpu = be.download(&y_gpu).unwrap();
     for (g, c) in y_gpu.iter().zip(&y_cpu) {

@@ -81,7 +81,7 @@ fn problem_bytes(g: &Generated) -> Vec<u8> {
         beta_w,
         &data.z,
         &data.y,
-        &data.w,
+        &data.weights,
     ] {
         put(&mut out, a);
     }

@@ -114,7 +114,7 @@ pub trait Backend {
     /// of A x is summed over its row in index order, so the CPU result is
     /// reproducible. Queued; no sync. Used for the dense penalty in
     /// [`crate::penalty::Penalised`].
-    fn gemv_acc(&self, a: &Self::Vector, n: usize, x: &Self::Vector, y: &mut Self::Vector) -> Result<()>;
+    fn gemm_acc(&self, a: &Self::Vector, n: usize, x: &Self::Vector, y: &mut Self::Vector) -> Result<()>;
 
     /// PCG step 1, on the slots: if running, alpha = rz / pAp, with breakdown
     /// when pAp <= 0 or alpha is not finite; once stopped, alpha = 0.

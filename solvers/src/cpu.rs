@@ -141,7 +141,7 @@ impl Backend for CpuBackend {
         }
         Ok(())
     }
-    fn gemv_acc(&self, a: &Vec<f64>, n: usize, x: &Vec<f64>, y: &mut Vec<f64>) -> Result<()> {
+    fn gemm_acc(&self, a: &Vec<f64>, n: usize, x: &Vec<f64>, y: &mut Vec<f64>) -> Result<()> {
         check_len("gemv matrix", a.len(), n * n)?;
         check_len("gemv output", y.len(), x.len())?;
         if n == 0 || !x.len().is_multiple_of(n) {

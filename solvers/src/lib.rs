@@ -7,6 +7,7 @@
 //! `matfree` crate implements the same traits with device-resident vectors
 //! and scalars.
 #![warn(missing_docs)]
+#![forbid(unsafe_code)]
 
 pub mod backend;
 pub mod cpu;
@@ -27,13 +28,13 @@ pub use error::{Result, SolverError};
 pub use logdet::{DenseFactor, PenalisedFactor};
 pub use newton::{
     fd_hessian_derivative, newton, newton_from, resolution, CostEstimate, Evaluation, FitEvent, Forcing, NewtonFit,
-    NewtonIteration, NewtonOptions, NewtonReport, Objective, Solver, Termination,
+    NewtonIteration, NewtonOptions, NewtonReport, Objective, StepSolver, Termination,
 };
 pub use operator::{DenseOperator, LinearOperator};
 pub use pcg::{cg, BreakdownQuantity, Pcg, PcgInfo, PcgOptions, PcgSolution, StopReason};
 pub use penalty::{Penalised, Penalty, PenaltyBlock, PenaltyMatrix};
 pub use precond::{Jacobi, Preconditioner};
 pub use reml::{
-    fellner_schall_step, laml, reference_rho, reml, LamlEvaluation, OuterStep, RemlFit, RemlIteration, RemlOptions,
-    RemlReport, RemlTermination,
+    evaluate_laml, fellner_schall_step, reference_rho, reml, LamlEvaluation, OuterStep, RemlFit, RemlIteration,
+    RemlOptions, RemlReport, RemlTermination,
 };

@@ -304,7 +304,7 @@ impl<'a, B: Backend> Penalised<'a, B> {
 
     /// The penalty-plus-ridge part on multi-vectors: Y += (S + ridge I) X.
     fn add_penalty(&self, x: &B::Vector, y: &mut B::Vector) -> Result<()> {
-        self.backend.gemv_acc(self.s.device(), self.s.dim(), x, y)?;
+        self.backend.gemm_acc(self.s.device(), self.s.dim(), x, y)?;
         if self.ridge > 0.0 {
             self.backend.axpy(&self.scalars, RIDGE_SLOT, x, y)?;
         }
@@ -376,15 +376,15 @@ mod tests {
     }
 
     #[test]
-    fn gemv_acc_accumulates_multi_columns() {
+    fn gemm_acc_accumulates_multi_columns() {
         let be = CpuBackend::new();
         let a = vec![1.0, 2.0, 3.0, 4.0];
         let x = vec![1.0, -1.0, 0.5, 2.0];
         let mut y = vec![10.0, 20.0, 30.0, 40.0];
-        be.gemv_acc(&a, 2, &x, &mut y).unwrap();
+        be.gemm_acc(&a, 2, &x, &mut y).unwrap();
         assert_eq!(y, vec![9.0, 19.0, 34.5, 49.5]);
-        assert!(be.gemv_acc(&a, 2, &vec![1.0; 3], &mut vec![0.0; 3]).is_err());
-        assert!(be.gemv_acc(&a, 3, &x, &mut y).is_err());
+        assert!(be.gemm_acc(&a, 2, &vec![1.0; 3], &mut vec![0.0; 3]).is_err());
+        assert!(be.gemm_acc(&a, 3, &x, &mut y).is_err());
     }
 
     #[test]

@@ -49,7 +49,7 @@ use crate::operator::expect_len;
 use crate::penalty::{Penalty, PenaltyBlock};
 use crate::{Result, SolverError};
 
-/// Options of [`reml`] and [`laml`].
+/// Options of [`reml`] (the fit) and [`evaluate_laml`] (V at one rho).
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct RemlOptions {
     /// Inner Newton options (default: [`NewtonOptions::default`] with
@@ -167,7 +167,7 @@ pub struct LamlEvaluation {
 /// V(rho) and dV/drho, solving for beta_hat from `beta0` (a warm start).
 /// An inner solve that does not converge is an error: the gradient formula
 /// holds only at the optimum.
-pub fn laml<B: Backend>(
+pub fn evaluate_laml<B: Backend>(
     backend: &B,
     objective: &dyn Objective<B>,
     penalty: &Penalty,

@@ -5,7 +5,8 @@ mod common;
 
 use common::*;
 use matfree_solvers::{
-    newton, CostEstimate, CpuBackend, Evaluation, NewtonOptions, NewtonReport, Objective, Result, Solver, Termination,
+    newton, CostEstimate, CpuBackend, Evaluation, NewtonOptions, NewtonReport, Objective, Result, StepSolver,
+    Termination,
 };
 
 fn f1(x: f64) -> f64 {
@@ -29,7 +30,7 @@ fn poor_start(p: usize) -> Vec<f64> {
     (0..p).map(|j| if j % 2 == 0 { 1.5 } else { -1.5 }).collect()
 }
 
-fn opts(solver: Solver) -> NewtonOptions {
+fn opts(solver: StepSolver) -> NewtonOptions {
     NewtonOptions {
         solver,
         decrement_tol: 1e-16,
@@ -50,7 +51,7 @@ fn newton_reaches_reference_optimum_with_each_solver() {
     let d = data();
     let (obj, pen, be) = (Logistic::new(&d), penalty(&d), CpuBackend::new());
     let reference = reference_optimum(&obj, &pen, &LAMBDA, &vec![0.0; d.p]);
-    for solver in [Solver::Pcg, Solver::Dense] {
+    for solver in [StepSolver::Pcg, StepSolver::Dense] {
         let fit = newton(&be, &obj, &pen, &LAMBDA, &poor_start(d.p), &opts(solver)).unwrap();
         let r = &fit.report;
         check_converged(r, 1e-16);
@@ -62,7 +63,7 @@ fn newton_reaches_reference_optimum_with_each_solver() {
         for w in r.iterations.windows(2) {
             assert!(w[1].objective <= w[0].objective);
         }
-        if solver == Solver::Pcg {
+        if solver == StepSolver::Pcg {
             let rtols: Vec<f64> = r.iterations.iter().map(|it| it.pcg_rtol.unwrap()).collect();
             assert_eq!(rtols[0], 0.5, "first forcing term is eta_max");
             assert!(rtols.last().unwrap() < &1e-3, "forcing tightens: {rtols:?}");
@@ -89,7 +90,7 @@ fn full_trials_reuse_the_accepted_evaluation() {
         cheap_value: false,
         ..Logistic::new(&d)
     };
-    for solver in [Solver::Dense, Solver::Pcg] {
+    for solver in [StepSolver::Dense, StepSolver::Pcg] {
         let (c0, f0) = (cheap.evaluations.get(), full.evaluations.get());
         let a = newton(&be, &cheap, &pen, &LAMBDA, &poor_start(d.p), &opts(solver)).unwrap();
         let b = newton(&be, &full, &pen, &LAMBDA, &poor_start(d.p), &opts(solver)).unwrap();
@@ -110,7 +111,7 @@ fn full_trials_reuse_the_accepted_evaluation() {
 fn pcg_newton_reads_device_scalars_only_inside_pcg() {
     let d = data();
     let (obj, pen, be) = (Logistic::new(&d), penalty(&d), CpuBackend::new());
-    let fit = newton(&be, &obj, &pen, &LAMBDA, &poor_start(d.p), &opts(Solver::Pcg)).unwrap();
+    let fit = newton(&be, &obj, &pen, &LAMBDA, &poor_start(d.p), &opts(StepSolver::Pcg)).unwrap();
     let solves: Vec<_> = fit.report.iterations.iter().chain(&fit.report.check).collect();
     let per_step: Vec<usize> = solves.iter().map(|it| it.pcg_host_reads).collect();
     assert_eq!(be.reads(), per_step.iter().sum::<usize>());
@@ -120,7 +121,7 @@ fn pcg_newton_reads_device_scalars_only_inside_pcg() {
         assert!(it.pcg_host_reads <= it.pcg_iterations.div_ceil(10) + 2, "{it:?}");
     }
     let be2 = CpuBackend::new();
-    newton(&be2, &obj, &pen, &LAMBDA, &poor_start(d.p), &opts(Solver::Dense)).unwrap();
+    newton(&be2, &obj, &pen, &LAMBDA, &poor_start(d.p), &opts(StepSolver::Dense)).unwrap();
     assert_eq!(be2.reads(), 0);
 }
 
@@ -152,7 +153,7 @@ fn non_finite_trial_objective_halves_the_step() {
         domain: Some(bound),
         ..Logistic::new(&d)
     };
-    for solver in [Solver::Dense, Solver::Pcg] {
+    for solver in [StepSolver::Dense, StepSolver::Pcg] {
         let mut o = opts(solver);
         // A near-exact first PCG step, so that it leaves the domain too.
         o.forcing.eta_max = 1e-8;
@@ -184,7 +185,7 @@ fn indefinite_hessian_is_damped_and_reported() {
         ..Logistic::new(&d)
     };
     assert!(eigenvalues(d.p, &penalised_h(&obj, &beta0))[0] < 0.0);
-    for solver in [Solver::Dense, Solver::Pcg] {
+    for solver in [StepSolver::Dense, StepSolver::Pcg] {
         let fit = newton(&be, &obj, &pen, &LAMBDA, &beta0, &opts(solver)).unwrap();
         let it0 = &fit.report.iterations[0];
         assert!(it0.damping > 0.0, "{solver:?}: {it0:?}");
@@ -223,11 +224,11 @@ fn auto_follows_the_cost_estimate() {
             dense_assembly: 1e12,
         },
     );
-    let o = opts(Solver::Auto);
+    let o = opts(StepSolver::Auto);
     let fit = newton(&be, &cheap_dense, &pen, &LAMBDA, &vec![0.0; p], &o).unwrap();
-    assert!(fit.report.iterations.iter().all(|it| it.solver == Solver::Dense));
+    assert!(fit.report.iterations.iter().all(|it| it.solver == StepSolver::Dense));
     let fit = newton(&be, &dear_dense, &pen, &LAMBDA, &vec![0.0; p], &o).unwrap();
-    assert!(fit.report.iterations.iter().all(|it| it.solver == Solver::Pcg));
+    assert!(fit.report.iterations.iter().all(|it| it.solver == StepSolver::Pcg));
     assert!(fit.report.converged);
 }
 

@@ -6,7 +6,7 @@ mod common;
 
 use common::*;
 use matfree_solvers::{
-    fellner_schall_step, laml, newton, reml, CpuBackend, Evaluation, NewtonOptions, Objective, OuterStep,
+    evaluate_laml, fellner_schall_step, newton, reml, CpuBackend, Evaluation, NewtonOptions, Objective, OuterStep,
     PenalisedFactor, RemlFit, RemlOptions, Result,
 };
 
@@ -88,8 +88,8 @@ fn reml_gradient_matches_central_differences() {
             exact_dh,
             ..Logistic::new(&d)
         };
-        let at = laml(&be, &obj, &pen, &rho, &vec![0.0; d.p], &opts).unwrap();
-        let v = |r: &[f64]| laml(&be, &obj, &pen, r, &at.beta, &opts).unwrap().value;
+        let at = evaluate_laml(&be, &obj, &pen, &rho, &vec![0.0; d.p], &opts).unwrap();
+        let v = |r: &[f64]| evaluate_laml(&be, &obj, &pen, r, &at.beta, &opts).unwrap().value;
         let h = 1e-4;
         let scale = at.gradient.iter().fold(0.0f64, |m, g| m.max(g.abs()));
         for k in 0..rho.len() {
@@ -186,7 +186,9 @@ fn reml_rejects_invalid_inputs_by_field() {
         ..RemlOptions::default()
     };
     assert!(msg(&[0.0, 0.0], &bad).contains("fd_step"));
-    let e = laml(&be, &obj, &pen, &[0.0, 0.0, 0.0], &beta0, &o).err().unwrap();
+    let e = evaluate_laml(&be, &obj, &pen, &[0.0, 0.0, 0.0], &beta0, &o)
+        .err()
+        .unwrap();
     assert!(e.to_string().contains("rho"));
 }
 
@@ -371,7 +373,7 @@ fn an_unconverged_inner_solve_is_no_convergence_with_its_history() {
     let (pen, be) = (penalty(&d), CpuBackend::new());
     let mut opts = tight();
     opts.newton.max_iter = 2;
-    match laml(&be, &Logistic::new(&d), &pen, &[0.0, 0.0, 0.0], &vec![0.0; d.p], &opts) {
+    match evaluate_laml(&be, &Logistic::new(&d), &pen, &[0.0, 0.0, 0.0], &vec![0.0; d.p], &opts) {
         Err(matfree_solvers::SolverError::NoConvergence {
             solver,
             iterations,

@@ -56,7 +56,7 @@ pub struct RowKernelInputs {
     /// Label per row, 0 or 1.
     pub y: Vec<f64>,
     /// Weight per row, > 0.
-    pub w: Vec<f64>,
+    pub weights: Vec<f64>,
     /// eta(z_obs) per row.
     pub e_obs: Vec<f64>,
     /// eta coefficient of z^0 per cell.
@@ -107,7 +107,7 @@ pub struct RowStage1 {
     /// Label, 0 or 1.
     pub y: f64,
     /// Weight, > 0.
-    pub w: f64,
+    pub weights: f64,
     /// The solved intercept and the cells at it.
     pub calibrated: Calibrated,
     /// The observed-point jets.
@@ -121,7 +121,7 @@ pub(crate) struct RowHead<'o> {
     pub b: f64,
     pub z_obs: f64,
     pub y: f64,
-    pub w: f64,
+    pub weights: f64,
     /// Owned where Stage 1 made it for the bundle, borrowed from a
     /// [`RowStage1`] being packed.
     pub observed: Cow<'o, Observed>,
@@ -208,7 +208,7 @@ macro_rules! f64_fields {
             ("mu_2", &$($m)? $s.mu_2),
             ("z_obs", &$($m)? $s.z_obs),
             ("y", &$($m)? $s.y),
-            ("w", &$($m)? $s.w),
+            ("weights", &$($m)? $s.weights),
             ("e_obs", &$($m)? $s.e_obs),
             ("cell_c0", &$($m)? $s.cell_c0),
             ("cell_c1", &$($m)? $s.cell_c1),
@@ -281,7 +281,7 @@ impl RowKernelInputs {
                 b: row.b,
                 z_obs: row.z_obs,
                 y: row.y,
-                w: row.w,
+                weights: row.weights,
                 observed: Cow::Borrowed(&row.observed),
                 cells: row.calibrated.cells.len(),
             })
@@ -314,7 +314,7 @@ impl RowKernelInputs {
         self.mu_2.push(-q * phi);
         self.z_obs.push(z_obs);
         self.y.push(y);
-        self.w.push(w);
+        self.weights.push(w);
         self.e_obs.push(o.e);
         self.chi_obs.push(o.chi);
         self.xi_obs.push(o.xi);
@@ -357,7 +357,7 @@ impl RowKernelInputs {
             }
         }
         for h in heads {
-            self.push_row(h.q, h.b, h.z_obs, h.y, h.w, &h.observed);
+            self.push_row(h.q, h.b, h.z_obs, h.y, h.weights, &h.observed);
         }
         let widths = cell_widths(self.r, p_h, p_w);
         let mut rest: Vec<&mut [f64]> = cell_fields!(self, mut).into_iter().map(|v| v.as_mut_slice()).collect();
@@ -416,7 +416,7 @@ impl RowKernelInputs {
     /// kernels/bms_row.cu), for whoever hands them to it.
     pub fn kernel_arrays(&self) -> KernelArrays<'_> {
         KernelArrays {
-            rows: [&self.mu_1, &self.mu_2, &self.y, &self.w],
+            rows: [&self.mu_1, &self.mu_2, &self.y, &self.weights],
             cells: cell_fields!(self,).map(|v| v.as_slice()),
             observed: [
                 &self.chi_obs,
@@ -459,8 +459,12 @@ impl RowKernelInputs {
         if let Some(i) = self.y.iter().position(|&v| v != 0.0 && v != 1.0) {
             return Err(Error::invalid(format!("y[{i}]"), self.y[i], "labels must be 0 or 1"));
         }
-        if let Some(i) = self.w.iter().position(|&v| v <= 0.0) {
-            return Err(Error::invalid(format!("w[{i}]"), self.w[i], "weights must be > 0"));
+        if let Some(i) = self.weights.iter().position(|&v| v <= 0.0) {
+            return Err(Error::invalid(
+                format!("weights[{i}]"),
+                self.weights[i],
+                "weights must be > 0",
+            ));
         }
         Ok(())
     }

@@ -5,6 +5,7 @@
 //! [`BmsModel::evaluate`] runs both stages for all rows; its output feeds
 //! [`crate::RowHessian`] and [`crate::joint_gradient`].
 
+pub mod bases;
 pub mod basis;
 pub mod calibration;
 pub mod cells;
@@ -33,10 +34,10 @@ use crate::layout::Layout;
 use crate::row_hessian::{joint_gradient, JointGradient, RowHessian};
 use crate::{Error, Result};
 
+pub use bases::Bases;
 pub use basis::CubicBasis;
 pub use calibration::solve_intercept;
 use calibration::{checked_cells, solve_root};
-pub use cells::Bases;
 use inputs::RowHead;
 pub use inputs::{KernelArrays, RowKernelInputs, RowStage1};
 pub use objective::{bms_penalty, BmsObjective};
@@ -52,7 +53,7 @@ pub struct BmsData {
     /// Labels in {0, 1}.
     pub y: Vec<f64>,
     /// Weights, > 0.
-    pub w: Vec<f64>,
+    pub weights: Vec<f64>,
 }
 
 impl BmsData {
@@ -68,7 +69,12 @@ impl BmsData {
         if let Some(i) = w.iter().position(|&v| v <= 0.0) {
             return Err(Error::invalid(format!("w[{i}]"), w[i], "weights must be > 0"));
         }
-        Ok(Self { designs, z, y, w })
+        Ok(Self {
+            designs,
+            z,
+            y,
+            weights: w,
+        })
     }
     /// Number of rows.
     pub fn n(&self) -> usize {
@@ -79,7 +85,7 @@ impl BmsData {
     pub fn rows(&self, rows: std::ops::Range<usize>) -> Result<Self> {
         let designs = Arc::new(self.designs.rows(rows.clone())?);
         let part = |x: &[f64]| x[rows.clone()].to_vec();
-        Self::new(designs, part(&self.z), part(&self.y), part(&self.w))
+        Self::new(designs, part(&self.z), part(&self.y), part(&self.weights))
     }
 }
 
@@ -192,7 +198,7 @@ impl BmsModel {
             b: theta[1],
             z_obs: z,
             y,
-            w,
+            weights: w,
             calibrated,
             observed,
         })
@@ -265,7 +271,7 @@ impl BmsModel {
             b: theta[1],
             z_obs: data.z[i],
             y: data.y[i],
-            w: data.w[i],
+            weights: data.weights[i],
             observed: Cow::Owned(self.bases.observed(&theta, a, data.z[i])),
             cells: self.bases.cell_count(theta[1], a),
         };

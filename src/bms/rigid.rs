@@ -97,7 +97,7 @@ impl<'a> RigidObjective<'a> {
             .into_par_iter()
             .map(|i| {
                 let (q, b) = self.q_b(beta, i);
-                rigid_row(q, b, self.data.z[i], self.data.y[i], self.data.w[i], self.s_f)
+                rigid_row(q, b, self.data.z[i], self.data.y[i], self.data.weights[i], self.s_f)
             })
             .collect();
         let neglog = rows.iter().map(|r| r.0).collect();
@@ -202,5 +202,10 @@ fn subsample(data: &BmsData, max_rows: usize) -> Result<BmsData> {
         pick(d.x_m(), d.p_m()),
         pick(d.x_g(), d.p_g()),
     )?;
-    BmsData::new(Arc::new(designs), pick(&data.z, 1), pick(&data.y, 1), pick(&data.w, 1))
+    BmsData::new(
+        Arc::new(designs),
+        pick(&data.z, 1),
+        pick(&data.y, 1),
+        pick(&data.weights, 1),
+    )
 }

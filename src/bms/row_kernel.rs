@@ -167,7 +167,7 @@ fn row(inp: &RowKernelInputs, i: usize) -> std::result::Result<(f64, Vec<f64>, V
     let r_uv = &inp.r_uv[i * r * r..(i + 1) * r * r];
     let sign = 2.0 * inp.y[i] - 1.0;
     let (log_cdf, lambda, curvature) = log_ndtr_mills_curvature(sign * inp.e_obs[i]);
-    let (big_a, big_b) = (-inp.w[i] * sign * lambda, inp.w[i] * curvature);
+    let (big_a, big_b) = (-inp.weights[i] * sign * lambda, inp.weights[i] * curvature);
     let e_u: Vec<f64> = (0..r).map(|u| chi * a_u[u] + rho[u]).collect();
     let grad: Vec<f64> = e_u.iter().map(|e| big_a * e).collect();
     let mut hess = vec![0.0; r * r];
@@ -179,7 +179,7 @@ fn row(inp: &RowKernelInputs, i: usize) -> std::result::Result<(f64, Vec<f64>, V
             hess[v * r + u] = hess[uv];
         }
     }
-    let neglog = -inp.w[i] * log_cdf;
+    let neglog = -inp.weights[i] * log_cdf;
     let finite = neglog.is_finite() && grad.iter().chain(&hess).all(|v| v.is_finite());
     if !finite {
         return Err("non-finite neglog, gradient or Hessian".into());

@@ -215,7 +215,7 @@ impl Backend for CudaBackend {
             matfree_solvers::precond::POSITIVE_DIAGONAL_RULE,
         ))
     }
-    fn gemv_acc(&self, a: &CudaSlice<f64>, n: usize, x: &CudaSlice<f64>, y: &mut CudaSlice<f64>) -> SolverResult<()> {
+    fn gemm_acc(&self, a: &CudaSlice<f64>, n: usize, x: &CudaSlice<f64>, y: &mut CudaSlice<f64>) -> SolverResult<()> {
         same_len("gemv matrix", a.len(), n * n)?;
         same_len("gemv output", y.len(), x.len())?;
         if n == 0 || !x.len().is_multiple_of(n) {

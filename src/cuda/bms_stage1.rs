@@ -613,7 +613,7 @@ impl Work {
             b: z(n)?,
             a: z(n)?,
             status: gpu.zeros(n)?,
-            rows: [z(n)?, z(n)?, gpu.upload(&data.y)?, gpu.upload(&data.w)?],
+            rows: [z(n)?, z(n)?, gpu.upload(&data.y)?, gpu.upload(&data.weights)?],
             offsets: gpu.upload(&offsets)?,
             bounds: z(4 * c)?,
             moments: z(10 * c)?,

@@ -356,9 +356,9 @@ impl Backend for MultiGpuBackend {
             )
         })
     }
-    fn gemv_acc(&self, a: &Replicated, n: usize, x: &Replicated, y: &mut Replicated) -> SolverResult<()> {
+    fn gemm_acc(&self, a: &Replicated, n: usize, x: &Replicated, y: &mut Replicated) -> SolverResult<()> {
         self.check("gemv", &[a, x, y])?;
-        self.each(|d, be| be.gemv_acc(&a.parts[d], n, &x.parts[d], &mut y.parts[d]))
+        self.each(|d, be| be.gemm_acc(&a.parts[d], n, &x.parts[d], &mut y.parts[d]))
     }
     fn pcg_step_diagonal(
         &self,

@@ -92,7 +92,7 @@ pub struct NewtonFixture {
 
 impl NewtonFixture {
     /// The driver options every fit of this fixture uses, for one solver.
-    pub fn options(&self, solver: matfree::solvers::newton::Solver) -> matfree::solvers::newton::NewtonOptions {
+    pub fn options(&self, solver: matfree::solvers::newton::StepSolver) -> matfree::solvers::newton::NewtonOptions {
         matfree::solvers::newton::NewtonOptions {
             solver,
             decrement_tol: 1e-16,

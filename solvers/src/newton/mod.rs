@@ -34,7 +34,7 @@ use crate::operator::{expect_len, LinearOperator};
 use crate::penalty::{Penalty, PenaltyMatrix};
 use crate::{Result, SolverError};
 use options::check;
-pub use options::{Forcing, NewtonOptions, Solver};
+pub use options::{Forcing, NewtonOptions, StepSolver};
 use step::{confirm, solve_step, Step};
 
 /// The unpenalised objective at one beta, as returned by [`Objective::evaluate`].
@@ -59,7 +59,7 @@ impl<B: Backend> Clone for Evaluation<'_, B> {
     }
 }
 
-/// Cost estimates in flops that steer [`Solver::Auto`].
+/// Cost estimates in flops that steer [`StepSolver::Auto`].
 #[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
 pub struct CostEstimate {
     /// One Hessian-vector product.
@@ -223,7 +223,7 @@ pub struct NewtonIteration {
     /// Accepted step length t (0 if none was accepted).
     pub step_length: f64,
     /// The solver used (`Pcg` or `Dense`).
-    pub solver: Solver,
+    pub solver: StepSolver,
     /// PCG iterations (0 for a dense step).
     pub pcg_iterations: usize,
     /// Synchronising scalar reads made by this step's PCG solves (failed
@@ -552,7 +552,7 @@ fn iterate<'o, B: Backend>(prob: &Problem<'_, 'o, B>, cur: &Point<'o, B>, run: &
     let rtol = run.forcing(g2, &prob.opts.forcing);
     let mut step = solve_step(prob, cur, solver, rtol, run.damping)?;
     run.damping = step.damping;
-    if solver == Solver::Pcg {
+    if solver == StepSolver::Pcg {
         run.prev_forcing = Some((g2, rtol));
         run.expected_pcg_iters = step.pcg_iterations.max(1);
     }
@@ -605,7 +605,7 @@ fn iterate<'o, B: Backend>(prob: &Problem<'_, 'o, B>, cur: &Point<'o, B>, run: &
 }
 
 /// The record of a step from `cur`, before its line search.
-fn record<B: Backend>(cur: &Point<'_, B>, step: &Step, solver: Solver) -> NewtonIteration {
+fn record<B: Backend>(cur: &Point<'_, B>, step: &Step, solver: StepSolver) -> NewtonIteration {
     NewtonIteration {
         objective: cur.value,
         grad_norm: inf_norm(&cur.grad),
@@ -627,9 +627,9 @@ fn record<B: Backend>(cur: &Point<'_, B>, step: &Step, solver: Solver) -> Newton
 }
 
 /// The concrete solver of a step: the option, or the cheaper by estimate.
-fn choose_solver<B: Backend>(prob: &Problem<'_, '_, B>, expected_iters: usize) -> Solver {
+fn choose_solver<B: Backend>(prob: &Problem<'_, '_, B>, expected_iters: usize) -> StepSolver {
     match prob.opts.solver {
-        Solver::Auto => {
+        StepSolver::Auto => {
             let p = prob.s.dim() as f64;
             let c = prob.objective.cost();
             let dense = c.dense_assembly + p * p * p / 3.0 + 2.0 * p * p;
@@ -637,9 +637,9 @@ fn choose_solver<B: Backend>(prob: &Problem<'_, '_, B>, expected_iters: usize) -
             // Each PCG iteration: an HVP, the penalty gemv, ~10 vector ops.
             let pcg = iters * (c.hvp + 2.0 * p * p + 10.0 * p);
             if dense <= pcg {
-                Solver::Dense
+                StepSolver::Dense
             } else {
-                Solver::Pcg
+                StepSolver::Pcg
             }
         }
         s => s,

@@ -7,7 +7,7 @@ use crate::{Result, SolverError};
 
 /// How Newton steps are solved.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub enum Solver {
+pub enum StepSolver {
     /// Pick per step by cost estimate.
     Auto,
     /// PCG with the Jacobi preconditioner (matrix-free).
@@ -52,7 +52,7 @@ impl Default for Forcing {
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct NewtonOptions {
     /// Step solver (default `Auto`).
-    pub solver: Solver,
+    pub solver: StepSolver,
     /// Iteration cap (default 100).
     pub max_iter: usize,
     /// Converged when the Newton decrement `g^T (H + S)^{-1} g` of an
@@ -96,7 +96,7 @@ pub struct NewtonOptions {
 impl Default for NewtonOptions {
     fn default() -> Self {
         Self {
-            solver: Solver::Auto,
+            solver: StepSolver::Auto,
             max_iter: 100,
             decrement_tol: 1e-8,
             armijo: 1e-4,

@@ -3,7 +3,7 @@
 //! `D = |diag(H + S)|` (floored), so the damping means the same whatever the
 //! coefficients' units.
 
-use super::{dot, inf_norm, Point, Problem, Solver};
+use super::{dot, inf_norm, Point, Problem, StepSolver};
 use crate::backend::Backend;
 use crate::operator::LinearOperator;
 use crate::pcg::{cg, BreakdownQuantity, PcgOptions, StopReason};
@@ -42,7 +42,7 @@ enum Attempt {
 pub(super) fn solve_step<B: Backend>(
     prob: &Problem<'_, '_, B>,
     cur: &Point<'_, B>,
-    solver: Solver,
+    solver: StepSolver,
     rtol: f64,
     mu_prev: f64,
 ) -> Result<Step> {
@@ -80,7 +80,7 @@ pub(super) fn solve_step<B: Backend>(
 /// only), so that its decrement can be trusted.
 pub(super) fn confirm<B: Backend>(prob: &Problem<'_, '_, B>, cur: &Point<'_, B>, step: &Step) -> Result<Option<Step>> {
     let scale = vec![1.0; step.delta.len()];
-    match attempt(prob, cur, Solver::Pcg, CONFIRM_RTOL, 0.0, &scale, Some(&step.delta))? {
+    match attempt(prob, cur, StepSolver::Pcg, CONFIRM_RTOL, 0.0, &scale, Some(&step.delta))? {
         Attempt::Solved(s) if dot(&s.delta, &cur.grad) <= 0.0 => Ok(Some(s)),
         _ => Ok(None),
     }
@@ -109,7 +109,7 @@ fn damping_scale<B: Backend>(prob: &Problem<'_, '_, B>, cur: &Point<'_, B>) -> R
 fn attempt<B: Backend>(
     prob: &Problem<'_, '_, B>,
     cur: &Point<'_, B>,
-    solver: Solver,
+    solver: StepSolver,
     rtol: f64,
     mu: f64,
     scale: &[f64],
@@ -129,7 +129,7 @@ fn attempt<B: Backend>(
     };
     let op = Penalised::new(prob.backend, cur.hessian.as_ref(), s, 0.0)?;
     match solver {
-        Solver::Pcg => pcg_step(prob, &op, &cur.grad, rtol, x0),
+        StepSolver::Pcg => pcg_step(prob, &op, &cur.grad, rtol, x0),
         _ => dense_step(prob.backend, &op, &cur.grad),
     }
 }
