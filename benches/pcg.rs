@@ -9,7 +9,7 @@
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
 use matfree::cuda::{gpu_for_test, CudaBackend, DeviceCholesky, DeviceRowHessian};
 use matfree::fixture::{random_row_problem, Rng, Shape};
-use matfree::solvers::{cg, Backend, CpuBackend, Jacobi, LinearOperator, PcgOptions};
+use matfree::solvers::{cg, Backend, CpuBackend, Jacobi, LinearOperator, PcgKernels, PcgOptions};
 use matfree::RowHessian;
 
 fn shapes() -> [(&'static str, Shape); 3] {
@@ -45,7 +45,7 @@ const GPU_ITERATIONS: usize = 40;
 
 /// Run once to learn the iterations a fixed-iteration solve really makes
 /// (a breakdown would stop it early and inflate the rate).
-fn iterations_made<B: Backend>(be: &B, op: &dyn LinearOperator<B>, m: &Jacobi<B>, b: &B::Vector, it: usize) -> u64 {
+fn iterations_made<B: PcgKernels>(be: &B, op: &dyn LinearOperator<B>, m: &Jacobi<B>, b: &B::Vector, it: usize) -> u64 {
     let info = cg(be, op, m, b, None, &PcgOptions::fixed_iterations(it))
         .expect("pcg")
         .info;

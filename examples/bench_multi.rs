@@ -17,7 +17,7 @@ use std::time::Instant;
 use clap::Parser;
 use matfree::cuda::{CudaBackend, DeviceRowHessian, Gpu, GpuGroup, MultiGpuBackend, ShardedRowHessian};
 use matfree::fixture::{random_row_problem, Rng, Shape};
-use matfree::solvers::{cg, Backend, Jacobi, LinearOperator, PcgOptions};
+use matfree::solvers::{cg, Jacobi, LinearOperator, PcgKernels, PcgOptions};
 use matfree::RowHessian;
 use serde::Serialize;
 
@@ -68,7 +68,7 @@ struct Measured {
 }
 
 /// HVP time (with `sync` waiting for every device) and PCG rate of `op`.
-fn measure<B: Backend>(
+fn measure<B: PcgKernels>(
     be: &B,
     op: &dyn LinearOperator<B>,
     sync: &dyn Fn() -> AnyResult<()>,

@@ -16,7 +16,7 @@ use matfree::cuda::{
     select_device, CudaBackend, Device, DeviceCholesky, DeviceRowHessian, DeviceStage1, Gpu, GpuPolicy,
 };
 use matfree::fixture::{random_row_problem, Rng, Shape};
-use matfree::solvers::{cg, Backend, Cholesky, CpuBackend, Jacobi, LinearOperator, Pcg, PcgOptions};
+use matfree::solvers::{cg, Backend, Cholesky, CpuBackend, Jacobi, LinearOperator, Pcg, PcgKernels, PcgOptions};
 use matfree::RowHessian;
 use serde::Serialize;
 
@@ -63,7 +63,7 @@ fn copy_bandwidth(gpu: &Gpu) -> AnyResult<f64> {
 
 /// Iterations per second of a fixed-iteration Jacobi PCG solve: the whole
 /// solve (set-up, graph capture, final residual) over its iterations.
-fn pcg_rate<B: Backend>(be: &B, op: &dyn LinearOperator<B>, b: &B::Vector, its: usize) -> AnyResult<f64> {
+fn pcg_rate<B: PcgKernels>(be: &B, op: &dyn LinearOperator<B>, b: &B::Vector, its: usize) -> AnyResult<f64> {
     let jac = jacobi(be, op)?;
     Ok(its as f64 / pcg_seconds(be, op, &jac, b, its, false)?)
 }
@@ -108,7 +108,7 @@ fn jacobi<'b, B: Backend>(be: &'b B, op: &dyn LinearOperator<B>) -> AnyResult<Ja
 /// each time, or (`reused`) one solver whose vectors, slots and recorded
 /// block were made in a first, untimed solve, the per-solve set-up a Newton
 /// loop pays once per operator.
-fn pcg_seconds<B: Backend>(
+fn pcg_seconds<B: PcgKernels>(
     be: &B,
     op: &dyn LinearOperator<B>,
     jac: &Jacobi<'_, B>,

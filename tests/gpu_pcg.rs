@@ -354,3 +354,79 @@ fn a_reused_solver_matches_fresh_solves_on_device() {
         assert_eq!(be.download(solver.x()).unwrap(), be.download(&fresh.x).unwrap());
     }
 }
+
+/// One change to a scalar bank.
+type Trap = fn(&mut [f64]);
+
+/// A running bank with ordinary values; each trap below changes one thing.
+fn bank() -> Vec<f64> {
+    use matfree::solvers::pcg_kernels::slot;
+    let mut s = vec![0.0; slot::COUNT];
+    s[slot::RZ] = 2.0;
+    s[slot::PAP] = 4.0;
+    s[slot::RZ_NEW] = 1.0;
+    s[slot::RR] = 0.5;
+    s[slot::THRESH2] = 1e-6;
+    s[slot::ITERS] = 3.0;
+    s[slot::BB] = 9.0;
+    s
+}
+
+/// PCG's scalar kernels on the device against the CPU's slot functions
+/// (the reference), on traps: pAp = 0, negative or NaN, alpha overflowing,
+/// rz_new negative or NaN, r^T r NaN or below the threshold, rz = 0, and a
+/// status that has already stopped. Every slot must agree bitwise (NaN with
+/// NaN), as Ginkgo's kernel tests compare executors.
+#[test]
+#[ignore = "needs a GPU: runs on the device with --include-ignored (tools/gpu-tests.sh)"]
+fn pcg_scalar_kernels_match_the_cpu_slot_functions_on_traps() {
+    use matfree::solvers::cpu::{pcg_alpha_slots, pcg_beta_slots};
+    use matfree::solvers::pcg::status;
+    use matfree::solvers::pcg_kernels::slot;
+    use matfree::solvers::{Backend, PcgKernels};
+    let Some(gpu) = gpu_for_test("pcg_scalar_kernels_match_the_cpu_slot_functions_on_traps") else {
+        return;
+    };
+    let be = CudaBackend::new(gpu).unwrap();
+    let traps: [(&str, Trap); 13] = [
+        ("ordinary", |_| {}),
+        ("pAp = 0", |s| s[slot::PAP] = 0.0),
+        ("pAp < 0", |s| s[slot::PAP] = -1.0),
+        ("pAp NaN", |s| s[slot::PAP] = f64::NAN),
+        ("alpha overflows", |s| (s[slot::RZ], s[slot::PAP]) = (1e300, 1e-300)),
+        ("rz NaN", |s| s[slot::RZ] = f64::NAN),
+        ("rz_new < 0", |s| s[slot::RZ_NEW] = -1.0),
+        ("rz_new NaN", |s| s[slot::RZ_NEW] = f64::NAN),
+        ("rr NaN", |s| s[slot::RR] = f64::NAN),
+        ("rr below the threshold", |s| s[slot::RR] = 1e-9),
+        ("rz = 0", |s| s[slot::RZ] = 0.0),
+        ("already converged", |s| s[slot::STATUS] = status::CONVERGED),
+        ("already broken down", |s| s[slot::STATUS] = status::BREAKDOWN_PAP),
+    ];
+    let same = |a: f64, b: f64| a.to_bits() == b.to_bits() || (a.is_nan() && b.is_nan());
+    for (name, trap) in &traps {
+        for beta in [false, true] {
+            let mut want = bank();
+            trap(want.as_mut_slice());
+            let mut dev = be.scalars(slot::COUNT).unwrap();
+            be.write_scalars(&mut dev, 0, &want).unwrap();
+            if beta {
+                pcg_beta_slots(&mut want);
+                be.pcg_beta(&mut dev).unwrap();
+            } else {
+                pcg_alpha_slots(&mut want);
+                be.pcg_alpha(&mut dev).unwrap();
+            }
+            let got = be.read_scalars(&dev).unwrap();
+            for k in 0..slot::COUNT {
+                assert!(
+                    same(got[k], want[k]),
+                    "{name}, {}: slot {k}: device {} vs cpu {}",
+                    if beta { "beta" } else { "alpha" },
+                    got[k],
+                    want[k]
+                );
+            }
+        }
+    }
+}

@@ -3,7 +3,7 @@
 //! A backend owns vectors and a small bank of scalar slots. On the GPU both
 //! live in device memory: `dot` writes its result into a slot, `axpy`/`xpay`
 //! read their coefficient from a slot, and the fused scalar kernels
-//! ([`Backend::pcg_alpha`], [`Backend::pcg_beta`]) update slots in place, so an
+//! (PCG's, declared in [`crate::pcg_kernels::PcgKernels`]) update slots in place, so an
 //! iteration is a queue of launches with no host round trip. The only call
 //! that synchronises is [`Backend::read_scalars`]; solvers call it at their
 //! convergence checks and nowhere else.
@@ -12,52 +12,6 @@ use crate::Result;
 
 /// Index of one scalar slot in a backend's scalar bank.
 pub type Slot = usize;
-
-/// Named slots of the PCG scalar bank. Their meaning is fixed so that every
-/// backend's fused scalar kernels agree.
-pub mod slot {
-    use super::Slot;
-    /// r^T z of the current iterate.
-    pub const RZ: Slot = 0;
-    /// p^T A p.
-    pub const PAP: Slot = 1;
-    /// alpha = rz / pAp (zero once the solve has stopped).
-    pub const ALPHA: Slot = 2;
-    /// -alpha.
-    pub const NEG_ALPHA: Slot = 3;
-    /// r^T z after the update.
-    pub const RZ_NEW: Slot = 4;
-    /// beta = rz_new / rz (zero once the solve has stopped).
-    pub const BETA: Slot = 5;
-    /// r^T r after the update (squared residual norm).
-    pub const RR: Slot = 6;
-    /// Stop status, see [`crate::pcg::status`].
-    pub const STATUS: Slot = 7;
-    /// Iterations completed before the status left `RUNNING`.
-    pub const ITERS: Slot = 8;
-    /// Squared stopping threshold max(rtol ||b||, atol)^2.
-    pub const THRESH2: Slot = 9;
-    /// The value that caused a breakdown (pAp, alpha, beta or rz).
-    pub const CULPRIT: Slot = 10;
-    /// b^T b.
-    pub const BB: Slot = 11;
-    /// Number of slots in a PCG bank.
-    pub const COUNT: usize = 12;
-}
-
-/// The vectors one PCG iteration updates once q = A p is known.
-pub struct PcgVectors<'a, V> {
-    /// The iterate.
-    pub x: &'a mut V,
-    /// The residual.
-    pub r: &'a mut V,
-    /// The preconditioned residual.
-    pub z: &'a mut V,
-    /// The search direction.
-    pub p: &'a mut V,
-    /// A p.
-    pub q: &'a V,
-}
 
 /// Vector operations and device-resident scalars.
 ///
@@ -115,28 +69,6 @@ pub trait Backend {
     /// reproducible. Queued; no sync. Used for the dense penalty in
     /// [`crate::penalty::Penalised`].
     fn gemm_acc(&self, a: &Self::Vector, n: usize, x: &Self::Vector, y: &mut Self::Vector) -> Result<()>;
-
-    /// PCG step 1, on the slots: if running, alpha = rz / pAp, with breakdown
-    /// when pAp <= 0 or alpha is not finite; once stopped, alpha = 0.
-    fn pcg_alpha(&self, s: &mut Self::Scalars) -> Result<()>;
-    /// PCG step 2, on the slots: beta = rz_new / rz, rz = rz_new, count the
-    /// iteration, and stop on convergence (rr <= thresh2), on a preconditioner
-    /// that is not positive (rz_new < 0 or not finite) or on breakdown.
-    fn pcg_beta(&self, s: &mut Self::Scalars) -> Result<()>;
-
-    /// One whole PCG iteration after q = A p, for a diagonal preconditioner
-    /// z = d .* r, fused into as few launches as the backend can: the same
-    /// updates and slot rules as the sequence in [`crate::pcg`]. Returns
-    /// `Ok(false)` (the default) when the backend does not fuse, and the
-    /// caller then runs the sequence itself.
-    fn pcg_step_diagonal(
-        &self,
-        _d: &Self::Vector,
-        _v: PcgVectors<'_, Self::Vector>,
-        _s: &mut Self::Scalars,
-    ) -> Result<bool> {
-        Ok(false)
-    }
 
     /// A recorded block of work that a backend can replay (a CUDA graph on
     /// the GPU; `()` on the CPU).

@@ -7,8 +7,9 @@
 
 use rayon::prelude::*;
 
-use crate::backend::{slot, Backend, Slot};
+use crate::backend::{Backend, Slot};
 use crate::pcg::status;
+use crate::pcg_kernels::{slot, PcgKernels};
 use crate::{Result, SolverError};
 
 /// Elements per partial sum in every fixed-order reduction.
@@ -160,14 +161,6 @@ impl Backend for CpuBackend {
         }
         Ok(())
     }
-    fn pcg_alpha(&self, s: &mut Vec<f64>) -> Result<()> {
-        pcg_alpha_slots(s);
-        Ok(())
-    }
-    fn pcg_beta(&self, s: &mut Vec<f64>) -> Result<()> {
-        pcg_beta_slots(s);
-        Ok(())
-    }
     fn repeat(
         &self,
         times: usize,
@@ -177,6 +170,17 @@ impl Backend for CpuBackend {
         for _ in 0..times {
             body()?;
         }
+        Ok(())
+    }
+}
+
+impl PcgKernels for CpuBackend {
+    fn pcg_alpha(&self, s: &mut Vec<f64>) -> Result<()> {
+        pcg_alpha_slots(s);
+        Ok(())
+    }
+    fn pcg_beta(&self, s: &mut Vec<f64>) -> Result<()> {
+        pcg_beta_slots(s);
         Ok(())
     }
 }

@@ -17,11 +17,12 @@ pub mod logdet;
 pub mod newton;
 pub mod operator;
 pub mod pcg;
+pub mod pcg_kernels;
 pub mod penalty;
 pub mod precond;
 pub mod reml;
 
-pub use backend::{Backend, PcgVectors, Slot};
+pub use backend::{Backend, Slot};
 pub use cpu::CpuBackend;
 pub use dense::{clip_eigenvalues, symmetric_eigen, symmetry_error, Cholesky, SYMMETRY_TOL};
 pub use error::{Result, SolverError};
@@ -32,6 +33,7 @@ pub use newton::{
 };
 pub use operator::{DenseOperator, LinearOperator};
 pub use pcg::{cg, BreakdownQuantity, Pcg, PcgInfo, PcgOptions, PcgSolution, StopReason};
+pub use pcg_kernels::{PcgKernels, PcgVectors};
 pub use penalty::{Penalised, Penalty, PenaltyBlock, PenaltyMatrix};
 pub use precond::{Jacobi, Preconditioner};
 pub use reml::{

@@ -24,8 +24,8 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::backend::{slot, Backend, PcgVectors};
 use crate::operator::{expect_len, LinearOperator};
+use crate::pcg_kernels::{slot, PcgKernels, PcgVectors};
 use crate::precond::Preconditioner;
 use crate::{Result, SolverError};
 
@@ -182,7 +182,7 @@ struct Work<V> {
 
 /// Solve A x = b by preconditioned CG. `x0` is the warm start (zero if
 /// `None`). Hitting `max_iter` is reported in the info, not as an error.
-pub fn cg<B: Backend>(
+pub fn cg<B: PcgKernels>(
     backend: &B,
     a: &dyn LinearOperator<B>,
     m: &dyn Preconditioner<B>,
@@ -203,7 +203,7 @@ pub fn cg<B: Backend>(
 /// on the GPU) are made once and kept, so a solve after the first allocates
 /// nothing and records nothing. The solver borrows A and M, so they outlive
 /// what it recorded.
-pub struct Pcg<'a, B: Backend> {
+pub struct Pcg<'a, B: PcgKernels> {
     backend: &'a B,
     a: &'a dyn LinearOperator<B>,
     m: &'a dyn Preconditioner<B>,
@@ -217,7 +217,7 @@ pub struct Pcg<'a, B: Backend> {
     x_is_zero: bool,
 }
 
-impl<'a, B: Backend> Pcg<'a, B> {
+impl<'a, B: PcgKernels> Pcg<'a, B> {
     /// A solver for A x = b with preconditioner M.
     pub fn new(backend: &'a B, a: &'a dyn LinearOperator<B>, m: &'a dyn Preconditioner<B>) -> Result<Self> {
         let n = a.dim();
@@ -408,7 +408,7 @@ impl<'a, B: Backend> Pcg<'a, B> {
 }
 
 /// r = b - A x.
-fn residual<B: Backend>(
+fn residual<B: PcgKernels>(
     backend: &B,
     a: &dyn LinearOperator<B>,
     b: &B::Vector,
@@ -420,7 +420,7 @@ fn residual<B: Backend>(
 }
 
 /// z = M^{-1} r, p = z, and the slots rz = r^T z, rr = r^T r.
-fn restart_direction<B: Backend>(
+fn restart_direction<B: PcgKernels>(
     backend: &B,
     m: &dyn Preconditioner<B>,
     w: &mut Work<B::Vector>,
@@ -433,7 +433,7 @@ fn restart_direction<B: Backend>(
 }
 
 /// One PCG iteration, queued on the backend.
-fn iteration<B: Backend>(
+fn iteration<B: PcgKernels>(
     backend: &B,
     a: &dyn LinearOperator<B>,
     m: &dyn Preconditioner<B>,

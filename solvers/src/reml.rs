@@ -41,11 +41,11 @@ use std::time::Instant;
 
 use serde::{Deserialize, Serialize};
 
-use crate::backend::Backend;
 use crate::dense::{clip_eigenvalues, symmetric_eigen};
 use crate::logdet::PenalisedFactor;
 use crate::newton::{newton_from, resolution, Evaluation, FitEvent, NewtonOptions, NewtonReport, Objective};
 use crate::operator::expect_len;
+use crate::pcg_kernels::PcgKernels;
 use crate::penalty::{Penalty, PenaltyBlock};
 use crate::{Result, SolverError};
 
@@ -167,7 +167,7 @@ pub struct LamlEvaluation {
 /// V(rho) and dV/drho, solving for beta_hat from `beta0` (a warm start).
 /// An inner solve that does not converge is an error: the gradient formula
 /// holds only at the optimum.
-pub fn evaluate_laml<B: Backend>(
+pub fn evaluate_laml<B: PcgKernels>(
     backend: &B,
     objective: &dyn Objective<B>,
     penalty: &Penalty,
@@ -195,7 +195,7 @@ fn not_converged(report: &NewtonReport) -> SolverError {
 
 /// V at one rho with what its gradient needs: the factor of H + S and the
 /// objective's evaluation at beta_hat (where the next inner solve starts).
-struct Trial<'o, B: Backend> {
+struct Trial<'o, B: PcgKernels> {
     laml: LamlEvaluation,
     factor: PenalisedFactor,
     lambda: Vec<f64>,
@@ -206,7 +206,7 @@ struct Trial<'o, B: Backend> {
 /// evaluation there when `start` has it. An inner solve that does not
 /// converge still gives V where H + S is positive definite at its end
 /// (`laml.newton.converged` says which).
-fn laml_value<'o, B: Backend>(
+fn laml_value<'o, B: PcgKernels>(
     backend: &B,
     objective: &'o dyn Objective<B>,
     penalty: &Penalty,
@@ -250,7 +250,7 @@ fn laml_value<'o, B: Backend>(
 
 /// A trial completed with dV/drho and the fixed-H outer Hessian; returns the
 /// evaluation at beta_hat for the next inner solve.
-fn with_gradient<'o, B: Backend>(
+fn with_gradient<'o, B: PcgKernels>(
     objective: &'o dyn Objective<B>,
     penalty: &Penalty,
     trial: Trial<'o, B>,
@@ -299,7 +299,7 @@ impl Derivatives {
 
     /// `tr(A^{-1} dH/drho_k)`, dH along `d_k` at a step of `fd_step`
     /// standard errors (`||t d_k||_A = fd_step`).
-    fn trace_dh<B: Backend>(
+    fn trace_dh<B: PcgKernels>(
         &self,
         objective: &dyn Objective<B>,
         laml: &LamlEvaluation,
@@ -736,7 +736,7 @@ const MEASURE_STEP: f64 = 1e-2;
 /// 60 per unit of rho squared where the model said 1e-6), and Newton on
 /// it halves its way down in tens of inner solves. `None` where a
 /// difference's inner solve does not converge.
-fn measured_hessian<'o, B: Backend>(
+fn measured_hessian<'o, B: PcgKernels>(
     backend: &B,
     objective: &'o dyn Objective<B>,
     penalty: &Penalty,
@@ -818,7 +818,7 @@ struct Direction {
 /// Minimise V(rho), starting the first inner solve at `beta0`. `rho0`
 /// (clamped into the bounds) is the start; `None` starts at the reference
 /// [`reference_rho`], computed from the Hessian at `beta0`.
-pub fn reml<B: Backend>(
+pub fn reml<B: PcgKernels>(
     backend: &B,
     objective: &dyn Objective<B>,
     penalty: &Penalty,
@@ -1076,7 +1076,7 @@ fn secant_update(correction: &mut [f64], cur: &LamlEvaluation, next: &LamlEvalua
 const PROBE_DISTANCE: f64 = 2.5;
 
 /// What a probe of the other side found.
-struct Probe<'o, B: Backend> {
+struct Probe<'o, B: PcgKernels> {
     /// The probed point with its gradient, if V is lower there.
     better: Option<(LamlEvaluation, Evaluation<'o, B>)>,
     newton_iterations: usize,
@@ -1090,7 +1090,7 @@ struct Probe<'o, B: Backend> {
 /// when it has vanished (shrunk to nothing, or at its upper bound), V is
 /// evaluated with its rho at `rho_ref - PROBE_DISTANCE`; a lower V there
 /// becomes the current point. Costs one inner solve (and a gradient when taken).
-fn probe_other_side<'o, B: Backend>(
+fn probe_other_side<'o, B: PcgKernels>(
     backend: &B,
     objective: &'o dyn Objective<B>,
     penalty: &Penalty,
@@ -1182,7 +1182,7 @@ fn edf_and_wiggliness(penalty: &Penalty, e: &LamlEvaluation) -> Vec<(f64, f64)> 
 }
 
 /// What the Fellner-Schall phase ended with.
-struct FsPhase<'o, B: Backend> {
+struct FsPhase<'o, B: PcgKernels> {
     trial: Trial<'o, B>,
     iterations: Vec<RemlIteration>,
     evaluations: usize,
@@ -1196,7 +1196,7 @@ const FS_HALVINGS: usize = 2;
 /// is kept where its inner solve converges and V is lower, and otherwise
 /// halved up to [`FS_HALVINGS`] times; the phase ends at the first step
 /// not kept. Each trial costs one warm inner solve and no dH/drho.
-fn fellner_schall_phase<'o, B: Backend>(
+fn fellner_schall_phase<'o, B: PcgKernels>(
     backend: &B,
     objective: &'o dyn Objective<B>,
     penalty: &Penalty,
@@ -1266,7 +1266,7 @@ fn fellner_schall_phase<'o, B: Backend>(
 }
 
 /// Record an outer iteration, telling the objective first.
-fn keep<B: Backend>(objective: &dyn Objective<B>, iterations: &mut Vec<RemlIteration>, record: RemlIteration) {
+fn keep<B: PcgKernels>(objective: &dyn Objective<B>, iterations: &mut Vec<RemlIteration>, record: RemlIteration) {
     objective.observe(FitEvent::Reml(&record));
     iterations.push(record);
 }
@@ -1288,7 +1288,7 @@ const START_RETRIES: usize = 2;
 /// model's domain), at a start more heavily penalised, up to
 /// [`START_RETRIES`] times. Returns the trial and the evaluations spent.
 #[allow(clippy::too_many_arguments)]
-fn start_trial<'o, B: Backend>(
+fn start_trial<'o, B: PcgKernels>(
     backend: &B,
     objective: &'o dyn Objective<B>,
     penalty: &Penalty,
@@ -1332,7 +1332,7 @@ fn start_trial<'o, B: Backend>(
 type Start<'o, B> = (Vec<f64>, Option<Evaluation<'o, B>>);
 
 /// The outcome of one outer line search.
-struct Search<'o, B: Backend> {
+struct Search<'o, B: PcgKernels> {
     /// The accepted (t, trial), if any.
     accepted: Option<(f64, Trial<'o, B>)>,
     halvings: usize,
@@ -1362,7 +1362,7 @@ const UNCAPPED_AFTER: usize = 2;
 /// lambda, so no evaluation is repeated and no trial starts from a failed
 /// trial's distant optimum.
 #[allow(clippy::too_many_arguments)]
-fn outer_line_search<'o, B: Backend>(
+fn outer_line_search<'o, B: PcgKernels>(
     backend: &B,
     objective: &'o dyn Objective<B>,
     penalty: &Penalty,

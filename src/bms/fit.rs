@@ -8,7 +8,7 @@ use std::time::Instant;
 
 use matfree_solvers::newton::{newton, NewtonOptions, Objective};
 use matfree_solvers::reml::{reml, RemlOptions, RemlReport};
-use matfree_solvers::{clip_eigenvalues, Backend, CpuBackend, PenalisedFactor, Penalty};
+use matfree_solvers::{clip_eigenvalues, CpuBackend, PcgKernels, PenalisedFactor, Penalty};
 use serde::{Deserialize, Serialize};
 
 use super::progress::{Display, Observed};
@@ -193,7 +193,7 @@ pub struct BmsFit {
 /// ([`super::checks::check_data`]): labels of one class, too few rows, a
 /// constant or collinear covariate are errors. A fit that did not converge
 /// is still returned, marked so (`converged`, `termination`, `warnings`).
-pub fn fit<B: Backend>(
+pub fn fit<B: PcgKernels>(
     backend: &B,
     objective: &dyn Objective<B>,
     model: &BmsModel,
@@ -246,7 +246,7 @@ pub fn fit<B: Backend>(
 }
 
 /// The fit at fixed lambda.
-fn fixed<B: Backend>(
+fn fixed<B: PcgKernels>(
     backend: &B,
     objective: &dyn Objective<B>,
     penalty: &Penalty,
@@ -281,7 +281,7 @@ fn fixed<B: Backend>(
 }
 
 /// The fit with lambda chosen by REML.
-fn selected<B: Backend>(
+fn selected<B: PcgKernels>(
     backend: &B,
     objective: &dyn Objective<B>,
     penalty: &Penalty,
@@ -322,7 +322,7 @@ fn selected<B: Backend>(
 }
 
 /// The covariance, the edf and the warnings they imply.
-fn finish<B: Backend>(backend: &B, out: &mut BmsFit, penalty: &Penalty) -> Result<()> {
+fn finish<B: PcgKernels>(backend: &B, out: &mut BmsFit, penalty: &Penalty) -> Result<()> {
     let p = out.beta.len();
     let s = penalty.dense(&out.lambda)?;
     let a: Vec<f64> = out.hessian.iter().zip(&s).map(|(h, s)| h + s).collect();
@@ -406,7 +406,7 @@ pub fn fit_on_device(
 }
 
 #[allow(clippy::too_many_arguments)]
-fn timed<B: Backend>(
+fn timed<B: PcgKernels>(
     backend: &B,
     objective: &dyn Objective<B>,
     model: &BmsModel,

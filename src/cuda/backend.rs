@@ -9,7 +9,7 @@ use cudarc::cublas::sys::{self as blas, cublasPointerMode_t, cublasStatus_t};
 use cudarc::driver::sys::{CUgraphInstantiate_flags, CUstreamCaptureMode};
 use cudarc::driver::{CudaGraph, CudaSlice, DevicePtr, DevicePtrMut};
 use matfree_solvers::logdet::DenseFactor;
-use matfree_solvers::{Backend, PcgVectors, Result as SolverResult, Slot, SolverError};
+use matfree_solvers::{Backend, PcgKernels, PcgVectors, Result as SolverResult, Slot, SolverError};
 
 use super::dense::{DeviceDenseFactor, DEVICE_DENSE_MIN_P};
 use super::kernels;
@@ -256,27 +256,6 @@ impl Backend for CudaBackend {
         };
         blas_ok("gemm", status)
     }
-    /// Short vectors (p up to 16,384) take one single-block kernel for the
-    /// whole update: at those sizes launch latency, not bandwidth, is the
-    /// cost. Longer ones use the cuBLAS sequence.
-    fn pcg_step_diagonal(
-        &self,
-        d: &CudaSlice<f64>,
-        v: PcgVectors<'_, CudaSlice<f64>>,
-        s: &mut CudaSlice<f64>,
-    ) -> SolverResult<bool> {
-        if d.len() > kernels::SMALL_PCG {
-            return Ok(false);
-        }
-        kernels::pcg_step_small(&self.gpu, d, v, s)?;
-        Ok(true)
-    }
-    fn pcg_alpha(&self, s: &mut CudaSlice<f64>) -> SolverResult<()> {
-        kernels::pcg_scalar(&self.gpu, false, s).map_err(SolverError::from)
-    }
-    fn pcg_beta(&self, s: &mut CudaSlice<f64>) -> SolverResult<()> {
-        kernels::pcg_scalar(&self.gpu, true, s).map_err(SolverError::from)
-    }
 
     /// Records the first block of each length as a CUDA graph and replays it.
     /// If capture is refused (an operation in the body is not capturable),
@@ -303,5 +282,29 @@ impl Backend for CudaBackend {
         let (_, graph) = recording.as_ref().expect("recorded above");
         self.gpu.count_graph_launch();
         graph.launch().map_err(|e| err("graph launch", e))
+    }
+}
+
+impl PcgKernels for CudaBackend {
+    fn pcg_alpha(&self, s: &mut CudaSlice<f64>) -> SolverResult<()> {
+        kernels::pcg_scalar(&self.gpu, false, s).map_err(SolverError::from)
+    }
+    fn pcg_beta(&self, s: &mut CudaSlice<f64>) -> SolverResult<()> {
+        kernels::pcg_scalar(&self.gpu, true, s).map_err(SolverError::from)
+    }
+    /// Short vectors (p up to 16,384) take one single-block kernel for the
+    /// whole update: at those sizes launch latency, not bandwidth, is the
+    /// cost. Longer ones use the cuBLAS sequence.
+    fn pcg_step_diagonal(
+        &self,
+        d: &CudaSlice<f64>,
+        v: PcgVectors<'_, CudaSlice<f64>>,
+        s: &mut CudaSlice<f64>,
+    ) -> SolverResult<bool> {
+        if d.len() > kernels::SMALL_PCG {
+            return Ok(false);
+        }
+        kernels::pcg_step_small(&self.gpu, d, v, s)?;
+        Ok(true)
     }
 }

@@ -537,7 +537,7 @@ pub(crate) fn chunk_sum_partial(
 
 /// The PCG scalar kernels (`pcg_alpha`, `pcg_beta`) on a slot bank.
 pub(crate) fn pcg_scalar(g: &Gpu, beta_step: bool, s: &mut CudaSlice<f64>) -> Result<()> {
-    need("scalar slots", s.len(), matfree_solvers::backend::slot::COUNT)?;
+    need("scalar slots", s.len(), matfree_solvers::pcg_kernels::slot::COUNT)?;
     let f = if beta_step { &g.f.pcg_beta } else { &g.f.pcg_alpha };
     let mut b = g.stream.launch_builder(f);
     b.arg(s);
@@ -571,7 +571,7 @@ pub(crate) fn pcg_step_small(
     ] {
         need(field, len, n)?;
     }
-    need("scalar slots", s.len(), matfree_solvers::backend::slot::COUNT)?;
+    need("scalar slots", s.len(), matfree_solvers::pcg_kernels::slot::COUNT)?;
     let n64 = n as i64;
     let mut b = g.stream.launch_builder(&g.f.pcg_step_small);
     b.arg(&n64).arg(d).arg(v.x).arg(v.r).arg(v.z).arg(v.p).arg(v.q).arg(s);

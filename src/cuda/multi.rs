@@ -17,7 +17,7 @@ use std::sync::{Arc, Mutex};
 
 use cudarc::driver::{CudaSlice, CudaView, CudaViewMut};
 use cudarc::nccl::safe::{group_end, group_start, Comm};
-use matfree_solvers::{Backend, PcgVectors, Result as SolverResult, Slot, SolverError};
+use matfree_solvers::{Backend, PcgKernels, PcgVectors, Result as SolverResult, Slot, SolverError};
 
 use super::backend::CudaBackend;
 use super::kernels;
@@ -360,6 +360,30 @@ impl Backend for MultiGpuBackend {
         self.check("gemv", &[a, x, y])?;
         self.each(|d, be| be.gemm_acc(&a.parts[d], n, &x.parts[d], &mut y.parts[d]))
     }
+
+    /// Runs the body directly. Each device's queue is ordered by its own
+    /// stream and the operator's all-gathers, so nothing here waits on the
+    /// host; capturing NCCL calls of several devices from one thread into
+    /// CUDA graphs is left for when it is measured to matter.
+    fn repeat(
+        &self,
+        times: usize,
+        _recording: &mut Option<(usize, ())>,
+        body: &mut dyn FnMut() -> SolverResult<()>,
+    ) -> SolverResult<()> {
+        (0..times).try_for_each(|_| body())
+    }
+}
+
+impl PcgKernels for MultiGpuBackend {
+    fn pcg_alpha(&self, s: &mut Replicated) -> SolverResult<()> {
+        self.check("scalar slots", &[s])?;
+        self.each(|d, be| be.pcg_alpha(&mut s.parts[d]))
+    }
+    fn pcg_beta(&self, s: &mut Replicated) -> SolverResult<()> {
+        self.check("scalar slots", &[s])?;
+        self.each(|d, be| be.pcg_beta(&mut s.parts[d]))
+    }
     fn pcg_step_diagonal(
         &self,
         dg: &Replicated,
@@ -383,26 +407,5 @@ impl Backend for MultiGpuBackend {
             return Err(SolverError::Backend("devices disagreed on fusing the PCG step".into()));
         }
         Ok(fused[0])
-    }
-    fn pcg_alpha(&self, s: &mut Replicated) -> SolverResult<()> {
-        self.check("scalar slots", &[s])?;
-        self.each(|d, be| be.pcg_alpha(&mut s.parts[d]))
-    }
-    fn pcg_beta(&self, s: &mut Replicated) -> SolverResult<()> {
-        self.check("scalar slots", &[s])?;
-        self.each(|d, be| be.pcg_beta(&mut s.parts[d]))
-    }
-
-    /// Runs the body directly. Each device's queue is ordered by its own
-    /// stream and the operator's all-gathers, so nothing here waits on the
-    /// host; capturing NCCL calls of several devices from one thread into
-    /// CUDA graphs is left for when it is measured to matter.
-    fn repeat(
-        &self,
-        times: usize,
-        _recording: &mut Option<(usize, ())>,
-        body: &mut dyn FnMut() -> SolverResult<()>,
-    ) -> SolverResult<()> {
-        (0..times).try_for_each(|_| body())
     }
 }

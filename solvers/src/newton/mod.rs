@@ -31,6 +31,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::backend::Backend;
 use crate::operator::{expect_len, LinearOperator};
+use crate::pcg_kernels::PcgKernels;
 use crate::penalty::{Penalty, PenaltyMatrix};
 use crate::{Result, SolverError};
 use options::check;
@@ -277,7 +278,7 @@ impl NewtonReport {
 }
 
 /// The result of [`newton`]: the final point with its Hessian, and the report.
-pub struct NewtonFit<'a, B: Backend> {
+pub struct NewtonFit<'a, B: PcgKernels> {
     /// Final coefficients.
     pub beta: Vec<f64>,
     /// Penalised objective at beta.
@@ -292,7 +293,7 @@ pub struct NewtonFit<'a, B: Backend> {
     pub report: NewtonReport,
 }
 
-impl<'a, B: Backend> NewtonFit<'a, B> {
+impl<'a, B: PcgKernels> NewtonFit<'a, B> {
     /// The objective's evaluation at the final beta: a solve that starts
     /// from this beta ([`newton_from`]) takes it instead of evaluating again.
     pub fn into_evaluation(self) -> Evaluation<'a, B> {
@@ -305,7 +306,7 @@ impl<'a, B: Backend> NewtonFit<'a, B> {
 }
 
 /// A point with its penalised value and gradient.
-struct Point<'a, B: Backend> {
+struct Point<'a, B: PcgKernels> {
     beta: Vec<f64>,
     value: f64,
     grad: Vec<f64>,
@@ -315,7 +316,7 @@ struct Point<'a, B: Backend> {
 }
 
 /// The fixed inputs of one solve.
-struct Problem<'a, 'o, B: Backend> {
+struct Problem<'a, 'o, B: PcgKernels> {
     backend: &'a B,
     objective: &'o dyn Objective<B>,
     penalty: &'a Penalty,
@@ -358,7 +359,7 @@ fn coefficient_scales<B: Backend>(objective: &dyn Objective<B>) -> Result<Vec<f6
     Ok(s)
 }
 
-impl<'o, B: Backend> Problem<'_, 'o, B> {
+impl<'o, B: PcgKernels> Problem<'_, 'o, B> {
     /// The penalised point at beta, or `None` where it is not finite.
     fn point(&self, beta: Vec<f64>) -> Result<Option<Point<'o, B>>> {
         let Some(e) = self.objective.evaluate(&beta)? else {
@@ -398,7 +399,7 @@ impl<'o, B: Backend> Problem<'_, 'o, B> {
 
 /// Minimise `neglog(beta) + beta^T S_lambda beta / 2` from `beta0`, which must
 /// be a point where the objective is finite.
-pub fn newton<'o, B: Backend>(
+pub fn newton<'o, B: PcgKernels>(
     backend: &B,
     objective: &'o dyn Objective<B>,
     penalty: &Penalty,
@@ -414,7 +415,7 @@ pub fn newton<'o, B: Backend>(
 /// takes instead of evaluating there again: REML starts each inner solve at
 /// the last one's beta (objectives are deterministic, so the solve is the
 /// same either way). `start` must be the evaluation at exactly `beta0`.
-pub fn newton_from<'o, B: Backend>(
+pub fn newton_from<'o, B: PcgKernels>(
     backend: &B,
     objective: &'o dyn Objective<B>,
     penalty: &Penalty,
@@ -535,7 +536,7 @@ impl Run {
 }
 
 /// What one iteration did.
-enum Outcome<'o, B: Backend> {
+enum Outcome<'o, B: PcgKernels> {
     /// The current point met the decrement test.
     Converged,
     /// The line search found no acceptable point.
@@ -545,7 +546,7 @@ enum Outcome<'o, B: Backend> {
 }
 
 /// One iteration: a step, the convergence test on it, then the line search.
-fn iterate<'o, B: Backend>(prob: &Problem<'_, 'o, B>, cur: &Point<'o, B>, run: &mut Run) -> Result<Outcome<'o, B>> {
+fn iterate<'o, B: PcgKernels>(prob: &Problem<'_, 'o, B>, cur: &Point<'o, B>, run: &mut Run) -> Result<Outcome<'o, B>> {
     let t0 = Instant::now();
     let solver = choose_solver(prob, run.expected_pcg_iters);
     let g2 = dot(&cur.grad, &cur.grad).sqrt();
@@ -605,7 +606,7 @@ fn iterate<'o, B: Backend>(prob: &Problem<'_, 'o, B>, cur: &Point<'o, B>, run: &
 }
 
 /// The record of a step from `cur`, before its line search.
-fn record<B: Backend>(cur: &Point<'_, B>, step: &Step, solver: StepSolver) -> NewtonIteration {
+fn record<B: PcgKernels>(cur: &Point<'_, B>, step: &Step, solver: StepSolver) -> NewtonIteration {
     NewtonIteration {
         objective: cur.value,
         grad_norm: inf_norm(&cur.grad),
@@ -627,7 +628,7 @@ fn record<B: Backend>(cur: &Point<'_, B>, step: &Step, solver: StepSolver) -> Ne
 }
 
 /// The concrete solver of a step: the option, or the cheaper by estimate.
-fn choose_solver<B: Backend>(prob: &Problem<'_, '_, B>, expected_iters: usize) -> StepSolver {
+fn choose_solver<B: PcgKernels>(prob: &Problem<'_, '_, B>, expected_iters: usize) -> StepSolver {
     match prob.opts.solver {
         StepSolver::Auto => {
             let p = prob.s.dim() as f64;
@@ -647,7 +648,7 @@ fn choose_solver<B: Backend>(prob: &Problem<'_, '_, B>, expected_iters: usize) -
 }
 
 /// The outcome of a backtracking line search.
-struct Search<'o, B: Backend> {
+struct Search<'o, B: PcgKernels> {
     beta: Option<Vec<f64>>,
     /// The accepted trial's full evaluation, when trials were full.
     point: Option<Point<'o, B>>,
@@ -660,7 +661,11 @@ struct Search<'o, B: Backend> {
 /// Halve t from 1 until `f(beta + t delta) <= f + c t g^T delta`; a trial
 /// whose value (or, for full trials, gradient) is not finite is halved like
 /// any other failure.
-fn line_search<'o, B: Backend>(prob: &Problem<'_, 'o, B>, cur: &Point<'o, B>, delta: &[f64]) -> Result<Search<'o, B>> {
+fn line_search<'o, B: PcgKernels>(
+    prob: &Problem<'_, 'o, B>,
+    cur: &Point<'o, B>,
+    delta: &[f64],
+) -> Result<Search<'o, B>> {
     let slope = dot(&cur.grad, delta);
     let full = !prob.objective.cheap_value();
     let mut s = Search {
@@ -700,7 +705,7 @@ fn line_search<'o, B: Backend>(prob: &Problem<'_, 'o, B>, cur: &Point<'o, B>, de
 
 /// The first trial length: 1, or less where the step would move a
 /// coefficient by more than `max_step` of its scale.
-fn first_length<B: Backend>(prob: &Problem<'_, '_, B>, delta: &[f64]) -> f64 {
+fn first_length<B: PcgKernels>(prob: &Problem<'_, '_, B>, delta: &[f64]) -> f64 {
     let reach = delta
         .iter()
         .zip(&prob.scales)

@@ -4,9 +4,9 @@
 //! coefficients' units.
 
 use super::{dot, inf_norm, Point, Problem, StepSolver};
-use crate::backend::Backend;
 use crate::operator::LinearOperator;
 use crate::pcg::{cg, BreakdownQuantity, PcgOptions, StopReason};
+use crate::pcg_kernels::PcgKernels;
 use crate::penalty::{Penalised, PenaltyMatrix};
 use crate::precond::Jacobi;
 use crate::{Result, SolverError};
@@ -39,7 +39,7 @@ enum Attempt {
 /// Solve for a descent direction: undamped first, then with growing mu
 /// (from `mu_prev / growth`: damping that was needed at the last step is
 /// likely needed again).
-pub(super) fn solve_step<B: Backend>(
+pub(super) fn solve_step<B: PcgKernels>(
     prob: &Problem<'_, '_, B>,
     cur: &Point<'_, B>,
     solver: StepSolver,
@@ -78,7 +78,11 @@ pub(super) fn solve_step<B: Backend>(
 
 /// The undamped step solved again to [`CONFIRM_RTOL`] from `step` (PCG
 /// only), so that its decrement can be trusted.
-pub(super) fn confirm<B: Backend>(prob: &Problem<'_, '_, B>, cur: &Point<'_, B>, step: &Step) -> Result<Option<Step>> {
+pub(super) fn confirm<B: PcgKernels>(
+    prob: &Problem<'_, '_, B>,
+    cur: &Point<'_, B>,
+    step: &Step,
+) -> Result<Option<Step>> {
     let scale = vec![1.0; step.delta.len()];
     match attempt(prob, cur, StepSolver::Pcg, CONFIRM_RTOL, 0.0, &scale, Some(&step.delta))? {
         Attempt::Solved(s) if dot(&s.delta, &cur.grad) <= 0.0 => Ok(Some(s)),
@@ -88,7 +92,7 @@ pub(super) fn confirm<B: Backend>(prob: &Problem<'_, '_, B>, cur: &Point<'_, B>,
 
 /// `|diag(H + S)|` floored at 1e-12 of its largest entry, read back once a
 /// step; a non-finite entry is an error naming it.
-fn damping_scale<B: Backend>(prob: &Problem<'_, '_, B>, cur: &Point<'_, B>) -> Result<Vec<f64>> {
+fn damping_scale<B: PcgKernels>(prob: &Problem<'_, '_, B>, cur: &Point<'_, B>) -> Result<Vec<f64>> {
     let op = Penalised::new(prob.backend, cur.hessian.as_ref(), &prob.s, 0.0)?;
     let mut d = prob.backend.zeros(op.dim())?;
     op.diagonal(&mut d)?;
@@ -106,7 +110,7 @@ fn damping_scale<B: Backend>(prob: &Problem<'_, '_, B>, cur: &Point<'_, B>) -> R
 }
 
 /// One solve of `(H + S + mu D) delta = -g`.
-fn attempt<B: Backend>(
+fn attempt<B: PcgKernels>(
     prob: &Problem<'_, '_, B>,
     cur: &Point<'_, B>,
     solver: StepSolver,
@@ -134,7 +138,7 @@ fn attempt<B: Backend>(
     }
 }
 
-fn dense_step<B: Backend>(backend: &B, op: &Penalised<'_, B>, grad: &[f64]) -> Result<Attempt> {
+fn dense_step<B: PcgKernels>(backend: &B, op: &Penalised<'_, B>, grad: &[f64]) -> Result<Attempt> {
     let a = op.to_dense()?;
     let chol = match backend.dense_factor(op.dim(), &a) {
         Ok(c) => c,
@@ -153,7 +157,7 @@ fn dense_step<B: Backend>(backend: &B, op: &Penalised<'_, B>, grad: &[f64]) -> R
     }))
 }
 
-fn pcg_step<B: Backend>(
+fn pcg_step<B: PcgKernels>(
     prob: &Problem<'_, '_, B>,
     op: &Penalised<'_, B>,
     grad: &[f64],
