@@ -163,3 +163,34 @@ fn policy_off_uses_the_cpu_and_says_so() {
     let auto = select_device(GpuPolicy::Auto).unwrap();
     println!("auto selects: {}", auto.describe());
 }
+
+/// A model registers its kernels with the runtime: compiled once per
+/// device and cached; an undeclared kernel and a source NVRTC rejects are
+/// errors that say which (the compile error keeping NVRTC's log).
+#[test]
+#[ignore = "needs a GPU: runs on the device with --include-ignored (tools/gpu-tests.sh)"]
+fn models_register_kernel_modules_and_compile_errors_keep_the_log() {
+    use matfree::cuda::{KernelModule, BMS_KERNELS};
+    let Some(gpu) = gpu_for_test("models_register_kernel_modules_and_compile_errors_keep_the_log") else {
+        return;
+    };
+    let (a, b) = (gpu.kernels(&BMS_KERNELS).unwrap(), gpu.kernels(&BMS_KERNELS).unwrap());
+    assert!(std::sync::Arc::ptr_eq(&a, &b), "compiled once, then cached");
+    assert!(a.get("bms_row").is_ok());
+    let e = a.get("no_such_kernel").err().unwrap().to_string();
+    assert!(e.contains("no_such_kernel") && e.contains("bms_row.cu"), "{e}");
+    static BROKEN: KernelModule = KernelModule {
+        name: "broken.cu",
+        source: "extern \"C\" __global__ void k(double* x) { x[0] = undefined_name; }",
+        kernels: &["k"],
+        staging: &[],
+    };
+    match gpu.kernels(&BROKEN) {
+        Err(Error::Compile { file, log, options, .. }) => {
+            assert_eq!(file, "broken.cu");
+            assert!(log.contains("undefined_name"), "{log}");
+            assert!(!options.is_empty());
+        }
+        other => panic!("expected a compile error, got {:?}", other.map(|_| ())),
+    }
+}

@@ -11,11 +11,33 @@ use cudarc::driver::{CudaSlice, CudaViewMut, LaunchArgs, LaunchConfig, PushKerne
 
 use super::bms_stage1::DeviceStage1;
 use super::row_hessian::{DeviceDesigns, DeviceRowHessian};
-use super::runtime::{cuda_err, Gpu};
+use super::runtime::{cuda_err, Gpu, KernelModule};
 use crate::bms::inputs::RowKernelInputs;
 use crate::layout::Layout;
 use crate::row_hessian::JointGradient;
 use crate::{Error, Result};
+
+/// The BMS model's kernels (Stage 1 and Stage 2 in one module: Stage 2
+/// builds cells' arrays with Stage 1's functions), registered with the
+/// runtime here, by the model.
+pub static BMS_KERNELS: KernelModule = KernelModule {
+    name: "bms_stage1.cu + bms_row.cu",
+    source: concat!(
+        include_str!("../../kernels/bms_stage1.cu"),
+        "\n",
+        include_str!("../../kernels/bms_row.cu")
+    ),
+    kernels: &[
+        "bms_row",
+        "bms_row_bases",
+        "bms_calibrate",
+        "bms_cell_moments",
+        "bms_observed",
+        "merge_status",
+        "first_rejected",
+    ],
+    staging: &["bms_row", "bms_row_bases"],
+};
 
 /// Threads per row block of the row kernel. Two warps with small tiles
 /// measured fastest at seed (see STAGE2_TILE_BYTES; earlier, 128 threads
@@ -263,7 +285,8 @@ pub(crate) fn stage2(
     let (n32, r32, ph, pw) = (n as i32, r as i32, p_h as i32, p_w as i32);
     let tile = stage2_tile(&gpu, r, STAGE2_TILE)?;
     let tile32 = tile.cells as i32;
-    let mut b = gpu.stream.launch_builder(&gpu.f.bms_row);
+    let kernels = gpu.kernels(&BMS_KERNELS)?;
+    let mut b = gpu.stream.launch_builder(kernels.get("bms_row")?);
     b.arg(&n32).arg(&r32).arg(&ph).arg(&pw);
     for a in &bundle.rows {
         b.arg(a);
@@ -286,7 +309,8 @@ pub(crate) fn check_status(gpu: &Gpu, status: &CudaSlice<u32>) -> Result<()> {
     let n = status.len();
     let mut key = gpu.zeros::<u64>(1)?;
     let n32 = n as i32;
-    let mut b = gpu.stream.launch_builder(&gpu.f.first_rejected);
+    let kernels = gpu.kernels(&BMS_KERNELS)?;
+    let mut b = gpu.stream.launch_builder(kernels.get("first_rejected")?);
     b.arg(&n32).arg(status).arg(&mut key);
     let cfg = LaunchConfig {
         grid_dim: (n.div_ceil(256) as u32, 1, 1),

@@ -27,7 +27,7 @@ use std::sync::{Arc, Mutex};
 
 use cudarc::driver::{CudaSlice, CudaStream, CudaView, CudaViewMut, LaunchArgs, LaunchConfig, PushKernelArg};
 
-use super::bms::{check_status, row_grid, stage2_tile, DeviceRowEvaluation, RowOutputs, Stage2Tile};
+use super::bms::{check_status, row_grid, stage2_tile, DeviceRowEvaluation, RowOutputs, Stage2Tile, BMS_KERNELS};
 use super::row_hessian::DeviceDesigns;
 use super::runtime::{cuda_err, Gpu};
 use crate::bms::{BmsData, BmsModel, CubicBasis};
@@ -220,6 +220,9 @@ impl DeviceStage1 {
             return Err(Error::invalid("device designs (n, p_m, p_g)", got, rule));
         }
         let gpu = designs.gpu().clone();
+        // The model's kernels compile here, with the upload, the first time
+        // (not inside the first evaluation, whose time a fit reports).
+        gpu.kernels(&BMS_KERNELS)?;
         let bases = model.bases();
         let (score, link) = (
             DeviceBasis::upload(&gpu, bases.score.as_ref())?,
@@ -448,7 +451,8 @@ impl DeviceStage1 {
         let mut a = rows_of_mut(&mut work.a, rows, 1);
         let mut status = rows_of_mut(&mut work.status, rows, 1);
         let mut bounds = rows_of_mut(&mut work.bounds, rows, 4 * self.slots);
-        let mut b = part.stream.launch_builder(&gpu.f.bms_calibrate);
+        let kernels = gpu.kernels(&BMS_KERNELS)?;
+        let mut b = part.stream.launch_builder(kernels.get("bms_calibrate")?);
         b.arg(&n).arg(&p_m).arg(&p_g).arg(&x_m).arg(&x_g);
         b.arg(&parts.beta_m).arg(&parts.beta_g).arg(&parts.rigid);
         self.push_model(&mut b, &s, parts);
@@ -478,7 +482,8 @@ impl DeviceStage1 {
         let mut bounds = rows_of_mut(&mut work.bounds, rows, 4 * slots);
         let mut moments = rows_of_mut(&mut work.moments, rows, 10 * slots);
         let slots32 = slots as i32;
-        let mut b = part.stream.launch_builder(&gpu.f.bms_cell_moments);
+        let kernels = gpu.kernels(&BMS_KERNELS)?;
+        let mut b = part.stream.launch_builder(kernels.get("bms_cell_moments")?);
         b.arg(&n).arg(&slots32);
         self.push_model(&mut b, &s, parts);
         b.arg(&row_b).arg(&a).arg(&status);
@@ -512,7 +517,8 @@ impl DeviceStage1 {
             .map(|(x, w)| rows_of(x, rows, w))
             .collect();
         let mut outs = out.rows_mut(rows, r);
-        let mut b = part.stream.launch_builder(&gpu.f.bms_row_bases);
+        let kernels = gpu.kernels(&BMS_KERNELS)?;
+        let mut b = part.stream.launch_builder(kernels.get("bms_row_bases")?);
         b.arg(&n32).arg(&r32).arg(&ph).arg(&pw);
         for x in &row_arrays {
             b.arg(x);
@@ -566,7 +572,8 @@ impl DeviceStage1 {
             rows_of_mut(mu_1, rows, 1),
             rows_of_mut(mu_2, rows, 1),
         ];
-        let mut b = part.stream.launch_builder(&gpu.f.bms_observed);
+        let kernels = gpu.kernels(&BMS_KERNELS)?;
+        let mut b = part.stream.launch_builder(kernels.get("bms_observed")?);
         b.arg(&n).arg(&p_h).arg(&p_w);
         self.push_model(&mut b, &s, parts);
         b.arg(&parts.beta_h)
@@ -593,7 +600,8 @@ impl DeviceStage1 {
         let n = part.n() as i32;
         let first = rows_of(first, &part.rows, 1);
         let mut second = rows_of_mut(second, &part.rows, 1);
-        let mut b = part.stream.launch_builder(&gpu.f.merge_status);
+        let kernels = gpu.kernels(&BMS_KERNELS)?;
+        let mut b = part.stream.launch_builder(kernels.get("merge_status")?);
         b.arg(&n).arg(&first).arg(&mut second);
         // SAFETY: both status views hold the part's n values.
         unsafe { b.launch(grid(part.n())) }.map_err(|e| cuda_err("merge_status", e))?;

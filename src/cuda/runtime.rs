@@ -1,10 +1,11 @@
 //! Finding the GPU once per process, and the `MATFREE_GPU` policy.
 
+use std::collections::HashMap;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
 use cudarc::cublas::CudaBlas;
-use cudarc::driver::{CudaContext, CudaFunction, CudaSlice, CudaStream, PinnedHostSlice};
+use cudarc::driver::{CudaContext, CudaFunction, CudaModule, CudaSlice, CudaStream, PinnedHostSlice};
 
 use crate::{Error, Result};
 
@@ -117,13 +118,6 @@ pub(crate) struct Functions {
     pub invert_positive: CudaFunction,
     pub log_diag_sum: CudaFunction,
     pub add_into: CudaFunction,
-    pub bms_row: CudaFunction,
-    pub bms_row_bases: CudaFunction,
-    pub bms_calibrate: CudaFunction,
-    pub bms_cell_moments: CudaFunction,
-    pub bms_observed: CudaFunction,
-    pub merge_status: CudaFunction,
-    pub first_rejected: CudaFunction,
 }
 
 /// One GPU: its context, the stream every operation is queued on, cuBLAS,
@@ -133,6 +127,8 @@ pub struct Gpu {
     pub(crate) blas: CudaBlas,
     pub(crate) solver: cudarc::cusolver::DnHandle,
     pub(crate) f: Functions,
+    /// Models' kernel modules compiled so far, by name.
+    modules: Mutex<HashMap<&'static str, Arc<LoadedKernels>>>,
     pub(crate) pinned: Mutex<PinnedHostSlice<f64>>,
     _blas_workspace: CudaSlice<u8>,
     name: String,
@@ -158,20 +154,43 @@ pub(crate) fn cuda_err(what: &str, e: impl std::fmt::Debug) -> Error {
 pub(crate) const PINNED_SLOTS: usize = 64;
 
 /// The kernel sources, embedded at build time.
-const SOURCES: [(&str, &str); 4] = [
+const SOURCES: [(&str, &str); 3] = [
     ("row_hessian.cu", include_str!("../../kernels/row_hessian.cu")),
     ("pcg.cu", include_str!("../../kernels/pcg.cu")),
     ("dense.cu", include_str!("../../kernels/dense.cu")),
-    // One module: Stage 2 builds cells' arrays with Stage 1's functions.
-    (
-        "bms_stage1.cu + bms_row.cu",
-        concat!(
-            include_str!("../../kernels/bms_stage1.cu"),
-            "\n",
-            include_str!("../../kernels/bms_row.cu")
-        ),
-    ),
 ];
+
+/// A model's kernels, registered with the runtime by the model's own code:
+/// one CUDA C source, compiled with NVRTC for the device's architecture the
+/// first time [`Gpu::kernels`] is asked for it (then cached per device),
+/// the kernels it defines, and those that stage data through shared memory
+/// (granted the device's opt-in limit). The runtime knows no model: a new
+/// one declares its module and touches no runtime code.
+pub struct KernelModule {
+    /// A name unique among modules (the cache key and the error's file).
+    pub name: &'static str,
+    /// The CUDA C source.
+    pub source: &'static str,
+    /// The kernels to load from it.
+    pub kernels: &'static [&'static str],
+    /// Those of `kernels` that take the opt-in shared-memory limit.
+    pub staging: &'static [&'static str],
+}
+
+/// A module's compiled kernels on one device.
+pub struct LoadedKernels {
+    module: &'static str,
+    functions: HashMap<&'static str, CudaFunction>,
+}
+
+impl LoadedKernels {
+    /// The kernel `name`; an error names the module when it was not declared.
+    pub fn get(&self, name: &str) -> Result<&CudaFunction> {
+        self.functions
+            .get(name)
+            .ok_or_else(|| Error::Cuda(format!("kernel {name} is not declared by module {}", self.module)))
+    }
+}
 
 pub(super) fn check_libraries() -> Result<()> {
     // SAFETY: these only try to dlopen the library; no CUDA call is made.
@@ -239,6 +258,7 @@ impl Gpu {
             blas,
             solver,
             f,
+            modules: Mutex::new(HashMap::new()),
             pinned: Mutex::new(pinned),
             _blas_workspace: workspace,
             name,
@@ -248,6 +268,39 @@ impl Gpu {
             syncs: AtomicUsize::new(0),
             graph_launches: AtomicUsize::new(0),
         })
+    }
+
+    /// A model's kernels on this device, compiled the first time they are
+    /// asked for (NVRTC, for this architecture) and cached.
+    pub fn kernels(&self, module: &'static KernelModule) -> Result<Arc<LoadedKernels>> {
+        let mut cache = self
+            .modules
+            .lock()
+            .map_err(|_| Error::Cuda("kernel module cache poisoned".into()))?;
+        if let Some(k) = cache.get(module.name) {
+            return Ok(k.clone());
+        }
+        let ctx = self.stream.context();
+        let loaded = compile_module(ctx, &arch_of(self.compute_capability), module.name, module.source)?;
+        let optin = ctx
+            .attribute(cudarc::driver::sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN)
+            .map_err(|e| cuda_err("shared-memory opt-in limit", e))?;
+        let mut functions = HashMap::new();
+        for &name in module.kernels {
+            let k = loaded
+                .load_function(name)
+                .map_err(|e| cuda_err(&format!("kernel {name} of module {}", module.name), e))?;
+            if module.staging.contains(&name) {
+                grant_shared(optin, name, &k)?;
+            }
+            functions.insert(name, k);
+        }
+        let loaded = Arc::new(LoadedKernels {
+            module: module.name,
+            functions,
+        });
+        cache.insert(module.name, loaded.clone());
+        Ok(loaded)
     }
 
     /// The device's name.
@@ -352,27 +405,26 @@ fn keep_pool_memory(ctx: &CudaContext) -> Result<()> {
 /// that stage rows or cells through shared memory (the default limit is
 /// 48 KiB): each may take that limit less its own static shared memory.
 fn shared_optin(ctx: &CudaContext, f: &Functions) -> Result<usize> {
-    use cudarc::driver::sys::{CUdevice_attribute, CUfunction_attribute};
+    use cudarc::driver::sys::CUdevice_attribute;
     let optin = ctx
         .attribute(CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN)
         .map_err(|e| cuda_err("shared-memory opt-in limit", e))?;
-    let staging = [
-        ("hvp_staged", &f.hvp_staged),
-        ("bms_row", &f.bms_row),
-        ("bms_row_bases", &f.bms_row_bases),
-    ];
-    for (name, k) in staging {
-        let err = |e| cuda_err(&format!("{name} shared-memory opt-in"), e);
-        let fixed = k
-            .get_attribute(CUfunction_attribute::CU_FUNC_ATTRIBUTE_SHARED_SIZE_BYTES)
-            .map_err(err)?;
-        k.set_attribute(
-            CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
-            (optin - fixed).max(0),
-        )
-        .map_err(err)?;
-    }
+    grant_shared(optin, "hvp_staged", &f.hvp_staged)?;
     Ok(optin.max(0) as usize)
+}
+
+/// Let kernel `k` take the opt-in shared-memory limit less its static share.
+fn grant_shared(optin: i32, name: &str, k: &CudaFunction) -> Result<()> {
+    use cudarc::driver::sys::CUfunction_attribute;
+    let err = |e| cuda_err(&format!("{name} shared-memory opt-in"), e);
+    let fixed = k
+        .get_attribute(CUfunction_attribute::CU_FUNC_ATTRIBUTE_SHARED_SIZE_BYTES)
+        .map_err(err)?;
+    k.set_attribute(
+        CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
+        (optin - fixed).max(0),
+    )
+    .map_err(err)
 }
 
 fn set_blas_workspace(blas: &CudaBlas, stream: &CudaStream, ws: &CudaSlice<u8>) -> Result<()> {
@@ -406,20 +458,31 @@ fn compile_error(file: &str, arch: &str, e: cudarc::nvrtc::CompileError) -> Erro
     }
 }
 
-fn compile(ctx: &Arc<CudaContext>, (major, minor): (i32, i32)) -> Result<Functions> {
-    // Compiled once per process; the leaked arch string lives as long.
-    let arch: &'static str = Box::leak(format!("sm_{major}{minor}").into_boxed_str());
+/// The architecture NVRTC compiles for, e.g. `sm_90`.
+fn arch_of((major, minor): (i32, i32)) -> String {
+    format!("sm_{major}{minor}")
+}
+
+/// One source compiled with NVRTC for `arch` and loaded into `ctx`.
+fn compile_module(ctx: &Arc<CudaContext>, arch: &str, file: &str, src: &str) -> Result<Arc<CudaModule>> {
+    // NVRTC keeps the option's string; a leaked copy per compile (a handful
+    // per process) lives as long.
+    let arch_static: &'static str = Box::leak(arch.to_string().into_boxed_str());
+    let opts = cudarc::nvrtc::CompileOptions {
+        arch: Some(arch_static),
+        ..Default::default()
+    };
+    let ptx = cudarc::nvrtc::compile_ptx_with_opts(src, opts).map_err(|e| compile_error(file, arch, e))?;
+    ctx.load_module(ptx)
+        .map_err(|e| cuda_err(&format!("loading kernels/{file}"), e))
+}
+
+fn compile(ctx: &Arc<CudaContext>, compute_capability: (i32, i32)) -> Result<Functions> {
+    let arch = arch_of(compute_capability);
+    let arch = arch.as_str();
     let mut modules = Vec::new();
     for (file, src) in SOURCES {
-        let opts = cudarc::nvrtc::CompileOptions {
-            arch: Some(arch),
-            ..Default::default()
-        };
-        let ptx = cudarc::nvrtc::compile_ptx_with_opts(src, opts).map_err(|e| compile_error(file, arch, e))?;
-        modules.push(
-            ctx.load_module(ptx)
-                .map_err(|e| cuda_err(&format!("loading kernels/{file}"), e))?,
-        );
+        modules.push(compile_module(ctx, arch, file, src)?);
     }
     let get = |m: usize, name: &str| {
         modules[m]
@@ -446,13 +509,6 @@ fn compile(ctx: &Arc<CudaContext>, (major, minor): (i32, i32)) -> Result<Functio
         invert_positive: get(1, "invert_positive")?,
         log_diag_sum: get(2, "log_diag_sum")?,
         add_into: get(2, "add_into")?,
-        bms_row: get(3, "bms_row")?,
-        bms_row_bases: get(3, "bms_row_bases")?,
-        bms_calibrate: get(3, "bms_calibrate")?,
-        bms_cell_moments: get(3, "bms_cell_moments")?,
-        bms_observed: get(3, "bms_observed")?,
-        merge_status: get(3, "merge_status")?,
-        first_rejected: get(3, "first_rejected")?,
     })
 }
 
