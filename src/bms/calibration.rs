@@ -284,7 +284,7 @@ fn halley_step(a: f64, f: f64, f_a: f64, f_aa: f64) -> (f64, f64) {
 /// that leaves the bracket is replaced by bisection. Where F has several
 /// increasing roots within that first step of a0, the one the iteration
 /// reaches from a0 is returned; the device kernel
-/// (`kernels/bms_stage1.cu`) follows the same rule.
+/// (`kernels/bms_stage1/calibration.cuh`) follows the same rule.
 ///
 /// On the quick rule (`rule` Quick, a seed only) it stops at QUICK_STOP.
 fn newton(bases: &Bases, theta: &[f64], a0: f64, row: usize, rule: Rule) -> Result<f64> {

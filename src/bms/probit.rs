@@ -232,7 +232,7 @@ pub fn norm_cdf_given(s: f64, g: f64) -> f64 {
 /// Phi(s) phi(z) and exp(-(s^2 + z^2) / 2), the calibration's integrand
 /// values, from two exps: the density and the Gaussian share exp(-z^2 / 2),
 /// the distribution function and the Gaussian exp(-s^2 / 2) (the device's
-/// `integrand` in kernels/bms_stage1.cu takes the same steps).
+/// `integrand` in kernels/bms_stage1/quadrature.cuh takes the same steps).
 pub fn cdf_pdf_and_gauss(s: f64, z: f64) -> (f64, f64) {
     let (gz, gs) = (half_gauss(z), half_gauss(s));
     (norm_cdf_given(s, gs) * (gz * inv_sqrt_2pi()), gz * gs)

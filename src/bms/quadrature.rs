@@ -13,7 +13,7 @@ const MAX_PANELS: usize = 100_000;
 /// (Gauss). Both the CPU and the device integrate with the Kronrod rule and
 /// estimate its error from the Gauss rule, which reuses 10 of its 21
 /// values. The device holds the same literals (GK21 in
-/// kernels/bms_stage1.cu; a test below compares them bitwise).
+/// kernels/bms_stage1/quadrature.cuh; a test below compares them bitwise).
 const KRONROD_21: [[f64; 3]; 11] = [
     [0.0, 0.1494455540029169, 0.0],
     [0.14887433898163122, 0.14773910490133849, 0.29552422471475287],
@@ -203,7 +203,7 @@ pub fn gauss5_panels<const N: usize>(a: f64, b: f64, f: &impl Fn(f64) -> [f64; N
 /// on d bisected panels whose Kronrod value was already exact to rounding
 /// (at the BMS seed shape, 17% more moment panels and 4% more calibration
 /// panels, with the same errors against a tight reference). NaN stays NaN.
-/// The device quadrature (kronrod_error in kernels/bms_stage1.cu) is the
+/// The device quadrature (kronrod_error in kernels/bms_stage1/quadrature.cuh) is the
 /// same.
 fn kronrod_error(d: f64, abs_integral: f64) -> f64 {
     if !(d > 0.0 && abs_integral > 0.0) {
@@ -238,7 +238,7 @@ const SKIP_FRACTION: f64 = 1e-3;
 /// is below SKIP_FRACTION of its tolerance times the largest panel |f|
 /// integral seen is skipped. This spares the far panels of the tails (past
 /// |z| of about 9), which the initial panels reach. The device quadrature
-/// (negligible in kernels/bms_stage1.cu) skips the same panels.
+/// (negligible in kernels/bms_stage1/quadrature.cuh) skips the same panels.
 pub fn adaptive_bounded<const N: usize>(
     a: f64,
     b: f64,
@@ -320,12 +320,12 @@ mod tests {
     }
 
     /// The device kernels hold the rule as literals (GK21 in
-    /// kernels/bms_stage1.cu, in constant memory); they must be this rule's
+    /// kernels/bms_stage1/quadrature.cuh, in constant memory); they must be this rule's
     /// values bit for bit, in the order nodes, Kronrod weights, Gauss weights.
     #[test]
     fn device_kronrod_table_is_this_rule_bitwise() {
-        let src = include_str!("../../kernels/bms_stage1.cu");
-        let start = src.find("GK21[63] = {").expect("GK21 in bms_stage1.cu") + "GK21[63] = {".len();
+        let src = include_str!("../../kernels/bms_stage1/quadrature.cuh");
+        let start = src.find("GK21[63] = {").expect("GK21 in bms_stage1/quadrature.cuh") + "GK21[63] = {".len();
         let body = &src[start..start + src[start..].find("};").expect("GK21's closing brace")];
         let device: Vec<f64> = body
             .lines()

@@ -22,8 +22,24 @@ use crate::{Error, Result};
 /// runtime here, by the model.
 pub static BMS_KERNELS: KernelModule = KernelModule {
     name: "bms_stage1.cu + bms_row.cu",
+    // kernels/bms_stage1.cu's parts, in its order (the C++ replay includes
+    // that file; NVRTC gets the parts themselves, having no file system).
     source: concat!(
-        include_str!("../../kernels/bms_stage1.cu"),
+        include_str!("../../kernels/bms_stage1/basis.cuh"),
+        "\n",
+        include_str!("../../kernels/bms_stage1/edges.cuh"),
+        "\n",
+        include_str!("../../kernels/bms_stage1/pieces.cuh"),
+        "\n",
+        include_str!("../../kernels/bms_stage1/quadrature.cuh"),
+        "\n",
+        include_str!("../../kernels/bms_stage1/moments.cuh"),
+        "\n",
+        include_str!("../../kernels/bms_stage1/calibration.cuh"),
+        "\n",
+        include_str!("../../kernels/bms_stage1/cells.cuh"),
+        "\n",
+        include_str!("../../kernels/bms_stage1/observed.cuh"),
         "\n",
         include_str!("../../kernels/bms_row.cu")
     ),
@@ -407,5 +423,27 @@ impl matfree_solvers::newton::Objective<super::CudaBackend> for BmsDeviceObjecti
 
     fn coefficient_scales(&self) -> Option<Vec<f64>> {
         Some(self.scales.clone())
+    }
+}
+
+#[cfg(test)]
+mod module_tests {
+    use super::BMS_KERNELS;
+
+    /// NVRTC gets kernels/bms_stage1.cu's parts in the order that file
+    /// includes them (what the C++ replay compiles), then bms_row.cu.
+    #[test]
+    fn the_embedded_source_is_the_stage1_files_parts_in_order() {
+        let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("kernels");
+        let top = std::fs::read_to_string(dir.join("bms_stage1.cu")).unwrap();
+        let mut want = String::new();
+        for line in top.lines().filter(|l| l.starts_with("#include")) {
+            let part = line.trim_start_matches("#include").trim().trim_matches('"');
+            want += &std::fs::read_to_string(dir.join(part)).unwrap();
+            want += "\n";
+        }
+        want += &std::fs::read_to_string(dir.join("bms_row.cu")).unwrap();
+        assert!(top.lines().filter(|l| l.starts_with("#include")).count() >= 8);
+        assert_eq!(BMS_KERNELS.source, want);
     }
 }

@@ -1,0 +1,144 @@
+// Stage 1 of the Bernoulli marginal-slope model on the device (the math of
+// docs/bms-model.md, "Cells (Stage 1)"; the CPU twin is src/bms/cells.rs,
+// calibration.rs and quadrature.rs, which these kernels follow step by step).
+//
+// Three kernels, launched in order on one stream:
+//   bms_calibrate  one thread per row: q, b from the design rows, then the
+//                  intercept a (closed form for rigid rows, else Newton on
+//                  F(a) safeguarded by a bracket, as on the CPU), and the
+//                  edges of the row's cells at a.
+//   bms_cell_moments  one thread per (row, cell slot): the cell's segments
+//                  and moments. Every row owns `slots` = kh + kw + 1 slots; a
+//                  row with fewer cells (b = 0, or coinciding edges) marks
+//                  the rest empty, which adds exact zeros in Stage 2. The cells'
+//                  coefficient arrays are built by Stage 2 itself
+//                  (bms_row_bases in bms_row.cu, compiled with this file)
+//                  from the edges and the bases: cell_part below.
+//   bms_observed   one thread per row: the observed-point jets and mu_1, mu_2.
+// Each thread works sequentially in a fixed order: no atomics, bitwise
+// repeatable. Quadrature is adaptive, with an explicit stack per thread:
+// the 21-point Gauss-Kronrod rule with its embedded 10-point Gauss rule,
+// whose difference estimates the Kronrod value's error as QUADPACK does
+// (kronrod_error), as on the CPU (quadrature::adaptive_with).
+
+#define Z_CLIP 40.0
+#define QUAD_TOL 1e-14
+// The calibration's F_a and F_aa only steer its iteration (a relative error
+// e in them moves the next iterate by about e times the step, and the
+// iteration stops once a step is below STEP_STOP), so their integrals need
+// far less than F's.
+#define SLOPE_TOL 1e-9
+#define RECURRENCE_TOL 1e-12
+#define SKIP_FRACTION 1e-3
+#define SQRT_2PI 2.5066282746310002
+#define INV_SQRT_2PI 0.3989422804014327
+#define MAX_DEPTH 48
+#define MAX_PANELS 100000
+// A depth-first bisection holds at most MAX_DEPTH + 1 panels beyond the
+// initial panels (at most 8, see initial_panels).
+#define STACK_CAP 60
+#define MAX_INITIAL 8
+#define NEWTON_ITERS 200
+#define STEP_STOP 1e-7
+#define STOP_CURVATURE 1e-5
+#define HALLEY_LIMIT 1.0
+#define BRACKET_STEPS 64
+#define MOMENTS 10
+#define TWO_PI 6.283185307179586
+#define LN_SQRT_2PI 0.9189385332046728
+#define DBL_EPS 2.220446049250313e-16
+#define DBL_TINY 2.2250738585072014e-308
+#define INF_D __longlong_as_double(0x7ff0000000000000LL)
+
+// Status codes of bms_calibrate (Stage 2 uses 1 and 2).
+#define CAL_OK 0u
+#define CAL_NO_BRACKET 3u
+#define CAL_NO_CONVERGENCE 4u
+#define CAL_NON_FINITE 5u
+
+typedef long long i64;
+
+// A projected cubic basis: k knots (0: block absent), dim functions, pieces
+// [(k + 1) segments][dim][4] and comb [(k + 1)][4] = sum_j beta_j piece_j.
+struct Basis {
+    int k, dim;
+    const double *knots, *pieces, *comb;
+};
+
+struct Model {
+    Basis h, w;
+    double s_f;
+};
+
+__device__ __forceinline__ double horner(const double* p, double x)
+{
+    return ((p[3] * x + p[2]) * x + p[1]) * x + p[0];
+}
+
+__device__ __forceinline__ void deriv(const double* p, double* out)
+{
+    out[0] = p[1]; out[1] = 2.0 * p[2]; out[2] = 3.0 * p[3]; out[3] = 0.0;
+}
+
+// p(a + b z) as a cubic in z: Horner on polynomials, ((p3 T + p2) T + p1) T
+// + p0 with T = a + b z, as basis::poly_compose_affine, written out so that
+// no product of a coefficient known to be zero is formed (14 FP64
+// operations instead of 36; Stage 2 takes two a link part).
+__device__ void compose_affine(const double* p, double a, double b, double* out)
+{
+    const double s0 = a * p[3] + p[2], s1 = b * p[3];
+    const double t0 = a * s0 + p[1], t1 = b * s0 + a * s1, t2 = b * s1;
+    out[0] = a * t0 + p[0];
+    out[1] = b * t0 + a * t1;
+    out[2] = b * t1 + a * t2;
+    out[3] = b * t2;
+}
+
+// The segment holding x: the number of knots <= x.
+__device__ int segment_of(const Basis& B, double x)
+{
+    int lo = 0, hi = B.k;
+    while (lo < hi) {
+        const int mid = (lo + hi) / 2;
+        if (B.knots[mid] <= x) lo = mid + 1; else hi = mid;
+    }
+    return lo;
+}
+
+// phi(x) with x split on a 1/16 grid so the exponent carries no rounding of x^2.
+__device__ double norm_pdf(double x)
+{
+    if (isinf(x)) return 0.0;
+    const double xh = trunc(16.0 * x) / 16.0, del = (x - xh) * (x + xh);
+    return exp(-0.5 * xh * xh) * exp(-0.5 * del) * exp(-LN_SQRT_2PI);
+}
+
+// exp(-x^2 / 2) to about an ulp with one exp: x^2 = h + l exactly (an FMA
+// gives l), and exp(-(h + l) / 2) = exp(-h / 2) (1 - l / 2) to rounding,
+// as |l| <= ulp(h) / 2. Zero past x^2 = 1500 (where exp underflows
+// anyway, and l would be infinite); NaN stays NaN.
+__device__ __forceinline__ double half_gauss(double x)
+{
+    const double h = x * x;
+    if (h > 1500.0) return 0.0;
+    const double l = fma(x, x, -h), e = exp(-0.5 * h);
+    return fma(e, -0.5 * l, e);
+}
+
+// Phi(s) from g = exp(-s^2 / 2) (half_gauss(s)): the tail Phi(-|s|) =
+// erfcx(|s| / sqrt 2) g / 2, which erfcx gives without an exp of its own
+// for a non-negative argument, and one minus it for s >= 0.
+__device__ __forceinline__ double phi_cdf(double s, double g)
+{
+    const double tail = 0.5 * erfcx(fabs(s) * 0.7071067811865476) * g;
+    return s < 0.0 ? tail : 1.0 - tail;
+}
+
+__device__ double representative(double lo, double hi)
+{
+    const bool fl = isfinite(lo), fh = isfinite(hi);
+    if (fl && fh) return 0.5 * (lo + hi);
+    if (fl) return lo + 1.0;
+    if (fh) return hi - 1.0;
+    return 0.0;
+}
