@@ -14,9 +14,11 @@ pub mod cuda;
 pub mod data;
 pub mod designs;
 mod error;
+#[cfg(feature = "testing")]
 pub mod fixture;
 pub mod layout;
 pub mod plot;
+pub mod rng;
 pub mod row_hessian;
 
 pub use designs::Designs;

@@ -12,7 +12,7 @@ use super::cells::Bases;
 use super::probit::norm_cdf;
 use super::{solve_intercept, BmsData, BmsModel};
 use crate::designs::Designs;
-use crate::fixture::Rng;
+use crate::rng::Rng;
 use crate::{Error, Result};
 
 /// Shape and seed of a generated data set.

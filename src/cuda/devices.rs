@@ -6,7 +6,9 @@ use std::sync::{Arc, Mutex};
 
 use cudarc::driver::CudaContext;
 
-use super::runtime::{check_libraries, cuda_err, gpu_for_test, Gpu, GpuPolicy};
+use super::runtime::{check_libraries, cuda_err, Gpu};
+#[cfg(feature = "testing")]
+use super::runtime::{gpu_for_test, GpuPolicy};
 use crate::{Error, Result};
 
 impl Gpu {
@@ -67,6 +69,7 @@ impl Gpu {
 /// [`gpu_for_test`]: with `off`, or with `auto` when device 0 or `start`
 /// fails (no GPU, no NCCL), print that the test skipped and give `None`;
 /// with `required`, such a failure panics, failing the test.
+#[cfg(feature = "testing")]
 pub fn setup_for_test<T>(test: &str, start: impl FnOnce() -> Result<T>) -> Option<T> {
     gpu_for_test(test)?;
     let required = GpuPolicy::from_env().is_ok_and(|p| p == GpuPolicy::Required);
@@ -81,6 +84,7 @@ pub fn setup_for_test<T>(test: &str, start: impl FnOnce() -> Result<T>) -> Optio
 }
 
 /// Every visible GPU for a GPU test (see [`setup_for_test`]).
+#[cfg(feature = "testing")]
 pub fn gpus_for_test(test: &str) -> Option<Vec<Arc<Gpu>>> {
     setup_for_test(test, || Gpu::count().and_then(Gpu::open_first))
 }

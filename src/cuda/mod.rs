@@ -25,8 +25,11 @@ pub use bms::{evaluate_device, evaluate_rows_device, BmsDeviceObjective, DeviceR
 pub use bms_multi::BmsMultiObjective;
 pub use bms_stage1::{DeviceStage1, PendingRows};
 pub use dense::{DeviceCholesky, DeviceDenseFactor, DEVICE_DENSE_MIN_P};
+#[cfg(feature = "testing")]
 pub use devices::{gpus_for_test, setup_for_test};
 pub use multi::{GpuGroup, MultiGpuBackend, Replicated};
 pub use row_hessian::{DeviceDesigns, DeviceRowHessian};
-pub use runtime::{gpu_for_test, select_device, Device, Gpu, GpuPolicy, KernelModule, LoadedKernels};
+#[cfg(feature = "testing")]
+pub use runtime::gpu_for_test;
+pub use runtime::{select_device, Device, Gpu, GpuPolicy, KernelModule, LoadedKernels};
 pub use sharded::{shard_rows, ShardedRowEvaluation, ShardedRowHessian};

@@ -85,6 +85,7 @@ pub fn select_device(policy: GpuPolicy) -> Result<Device> {
 /// The GPU for a GPU test, under the `MATFREE_GPU` rule: `off` or (with
 /// `auto`) no usable GPU prints that the test skipped and gives `None`;
 /// `required` without a GPU panics, failing the test.
+#[cfg(feature = "testing")]
 pub fn gpu_for_test(test: &str) -> Option<Arc<Gpu>> {
     let policy = GpuPolicy::from_env().unwrap_or_else(|e| panic!("{test}: {e}"));
     match select_device(policy) {
