@@ -227,6 +227,70 @@ __device__ __forceinline__ void upper_pair(int k, int r, int* u, int* v)
     *v = row + k - (row * r - row * (row - 1) / 2);
 }
 
+// The tile's edges, segments and moments, read together (coalesced) so
+// that no (cell, part) item waits on global memory of its own.
+template <int BASES>
+__device__ __forceinline__ void read_tile(const Cells& k, const BasesSource& src, i64 t0, int nc, int tid, int nt,
+                                          double* cell)
+{
+    for (int e = tid; e < nc * CELL_READ; e += nt) {
+        const int j = e / CELL_READ, q = e - j * CELL_READ;
+        double v = 0.0;
+        if (q >= CELL_MOMENTS) v = k.m[(t0 + j) * 10 + q - CELL_MOMENTS];
+        else if (BASES) v = src.bounds[4 * (t0 + j) + q];
+        cell[e] = v;
+    }
+}
+
+// The scalar sums of a tile added to the running ones: a thread per
+// coordinate, from thread 0 up (u = 0's live in F_a_sh and F_aa_sh).
+__device__ __forceinline__ void scalar_sums(const Tile& t, int nc, int r, bool first, int tid, int nt, double& F_a_sh,
+                                            double& F_aa_sh, double* F_u, double* F_au)
+{
+    for (int u = tid; u < r; u += nt) {
+        double sx = first ? 0.0 : (u == 0 ? F_a_sh : F_u[u]);
+        double sxa = first ? 0.0 : (u == 0 ? F_aa_sh : F_au[u]);
+        double ss = first ? 0.0 : t.sum_S[u];
+        for (int j = 0; j < nc; ++j) {
+            sx += t.dX[(i64)j * r + u];
+            sxa += t.dXA[(i64)j * r + u];
+            ss += t.dS[(i64)j * r + u];
+        }
+        if (u == 0) { F_a_sh = sx; F_aa_sh = sxa; } else { F_u[u] = sx; F_au[u] = sxa; }
+        t.sum_S[u] = ss;
+    }
+}
+
+// One 8 x 8 block (bu, bv) of the Q sums, lane l's two entries, added to the
+// running ones in F_uv.
+__device__ __forceinline__ void g_lane(const Tile& t, const double (*T_sh)[7], int nc, int r, bool first, int bu,
+                                       int bv, int l, double* F_uv)
+{
+    const int u = 8 * bu + (l >> 2), v = 8 * bv + 2 * (l & 3);
+    const bool in0 = u < r && v < r, in1 = u < r && v + 1 < r;
+    double c0 = 0.0, c1 = 0.0;
+    if (!first && in0) c0 = F_uv[(i64)u * r + v];
+    if (!first && in1) c1 = F_uv[(i64)u * r + v + 1];
+    g_block(t, T_sh, nc, r, bu, bv, l, c0, c1);
+    if (in0) F_uv[(i64)u * r + v] = c0;
+    if (in1) F_uv[(i64)u * r + v + 1] = c1;
+}
+
+// The G blocks bu <= bv of a tile: a warp per block, from the last warp
+// down. (A block narrower than a warp, as a single-threaded replay runs it,
+// takes the lanes in turn.)
+__device__ __forceinline__ void g_sums(const Tile& t, const double (*T_sh)[7], int nc, int r, bool first, int tid,
+                                       int nt, double* F_uv)
+{
+    const int lane = tid & 31, warps = (nt + 31) / 32, warp = tid / 32;
+    const int nb = (r + 7) / 8, blocks = nb * (nb + 1) / 2;
+    for (int g = warps - 1 - warp; g < blocks; g += warps) {
+        int bu = 0, rest = g;
+        while (rest >= nb - bu) { rest -= nb - bu; ++bu; }
+        for (int l = lane; l < 32; l += min(nt, 32)) g_lane(t, T_sh, nc, r, first, bu, bu + rest, l, F_uv);
+    }
+}
+
 template <int BASES>
 __device__ void bms_row_body(
     int n_rows, int r, int p_h, int p_w, int tile, int g_shared,
@@ -243,7 +307,6 @@ __device__ void bms_row_body(
     const int row = blockIdx.x;
     if (row >= n_rows) return;
     const int tid = threadIdx.x, nt = blockDim.x;
-    const int lane = tid & 31, warps = (nt + 31) / 32, warp = tid / 32;
     const i64 rr = (i64)r * r;
     // Running sums, each owned by one thread across tiles: F_u (sum
     // D(X_u)) in sum_X and sum D(AR_u) in sum_XA (u = 0 in F_a_sh,
@@ -259,7 +322,6 @@ __device__ void bms_row_body(
     double* H = out_hess + (i64)row * rr;
     double* F_uv = g_shared ? t.G : H;
     double* grad = out_grad + (i64)row * r;
-    const int nb = (r + 7) / 8, blocks = nb * (nb + 1) / 2;
     const double a_row = BASES ? src.row_a[row] : 0.0, b_row = BASES ? src.row_b[row] : 0.0;
 
     const i64 lo = cell_offsets[row], hi = cell_offsets[row + 1];
@@ -267,16 +329,7 @@ __device__ void bms_row_body(
     for (i64 t0 = lo; t0 < hi; t0 += tile) {
         const int nc = (int)min((i64)tile, hi - t0);
         const bool first = t0 == lo;
-        // The tile's edges, segments and moments, read together
-        // (coalesced) so that no (cell, part) item waits on global memory
-        // of its own.
-        for (int e = tid; e < nc * CELL_READ; e += nt) {
-            const int j = e / CELL_READ, q = e - j * CELL_READ;
-            double v = 0.0;
-            if (q >= CELL_MOMENTS) v = k.m[(t0 + j) * 10 + q - CELL_MOMENTS];
-            else if (BASES) v = src.bounds[4 * (t0 + j) + q];
-            t.cell[e] = v;
-        }
+        read_tile<BASES>(k, src, t0, nc, tid, nt, t.cell);
         __syncthreads();
         // A thread per (cell, part).
         for (int e = tid; e < nc * parts; e += nt) {
@@ -291,38 +344,8 @@ __device__ void bms_row_body(
             stage_part(o, cell + CELL_MOMENTS, j, r, part, t, T_sh[j]);
         }
         __syncthreads();
-        // The scalar sums: a thread per coordinate, from thread 0 up.
-        for (int u = tid; u < r; u += nt) {
-            double sx = first ? 0.0 : (u == 0 ? F_a_sh : F_u[u]);
-            double sxa = first ? 0.0 : (u == 0 ? F_aa_sh : F_au[u]);
-            double ss = first ? 0.0 : t.sum_S[u];
-            for (int j = 0; j < nc; ++j) {
-                sx += t.dX[(i64)j * r + u];
-                sxa += t.dXA[(i64)j * r + u];
-                ss += t.dS[(i64)j * r + u];
-            }
-            if (u == 0) { F_a_sh = sx; F_aa_sh = sxa; } else { F_u[u] = sx; F_au[u] = sxa; }
-            t.sum_S[u] = ss;
-        }
-        // The G blocks bu <= bv: a warp per block, from the last warp down.
-        // (A block narrower than a warp, as a single-threaded replay runs
-        // it, takes the lanes in turn.)
-        for (int g = warps - 1 - warp; g < blocks; g += warps) {
-            int bu = 0, rest = g;
-            while (rest >= nb - bu) { rest -= nb - bu; ++bu; }
-            const int bv = bu + rest;
-            for (int l = lane; l < 32; l += min(nt, 32)) {
-                const int u = 8 * bu + (l >> 2), v = 8 * bv + 2 * (l & 3);
-                double c0 = 0.0, c1 = 0.0;
-                if (!first) {
-                    if (u < r && v < r) c0 = F_uv[(i64)u * r + v];
-                    if (u < r && v + 1 < r) c1 = F_uv[(i64)u * r + v + 1];
-                }
-                g_block(t, T_sh, nc, r, bu, bv, l, c0, c1);
-                if (u < r && v < r) F_uv[(i64)u * r + v] = c0;
-                if (u < r && v + 1 < r) F_uv[(i64)u * r + v + 1] = c1;
-            }
-        }
+        scalar_sums(t, nc, r, first, tid, nt, F_a_sh, F_aa_sh, F_u, F_au);
+        g_sums(t, T_sh, nc, r, first, tid, nt, F_uv);
         __syncthreads();
     }
     if (hi == lo) {
