@@ -37,6 +37,12 @@ impl DenseFactor for Cholesky {
     }
 }
 
+/// faer's Cholesky of a dense row-major `p x p` matrix, as a
+/// [`DenseFactor`]: the host's factor, every backend's default.
+pub fn host_factor(p: usize, a: &[f64]) -> Result<Box<dyn DenseFactor>> {
+    Ok(Box::new(Cholesky::factor(p, a)?))
+}
+
 /// A Cholesky factor of the penalised Hessian `A = H + S_lambda`.
 pub struct PenalisedFactor {
     chol: Box<dyn DenseFactor>,
@@ -47,7 +53,7 @@ impl PenalisedFactor {
     /// Factor a dense row-major `p x p` symmetric positive definite matrix
     /// on the host.
     pub fn new(p: usize, a: &[f64]) -> Result<Self> {
-        Ok(Self::of(Box::new(Cholesky::factor(p, a)?)))
+        Ok(Self::of(host_factor(p, a)?))
     }
 
     /// Factor it with `backend`'s dense factorisation.

@@ -8,7 +8,7 @@ use std::time::Instant;
 
 use matfree_solvers::newton::{newton, NewtonOptions, Objective};
 use matfree_solvers::reml::{reml, RemlOptions, RemlReport};
-use matfree_solvers::{clip_eigenvalues, CpuBackend, PcgKernels, PenalisedFactor, Penalty};
+use matfree_solvers::{clip_eigenvalues, Backend, CpuBackend, PcgKernels, PenalisedFactor, Penalty};
 use serde::{Deserialize, Serialize};
 
 use super::progress::{Display, Observed};
@@ -322,7 +322,7 @@ fn selected<B: PcgKernels>(
 }
 
 /// The covariance, the edf and the warnings they imply.
-fn finish<B: PcgKernels>(backend: &B, out: &mut BmsFit, penalty: &Penalty) -> Result<()> {
+fn finish<B: Backend>(backend: &B, out: &mut BmsFit, penalty: &Penalty) -> Result<()> {
     let p = out.beta.len();
     let s = penalty.dense(&out.lambda)?;
     let a: Vec<f64> = out.hessian.iter().zip(&s).map(|(h, s)| h + s).collect();

@@ -75,7 +75,7 @@ impl Backend for CudaBackend {
 
     fn dense_factor(&self, p: usize, a: &[f64]) -> SolverResult<Box<dyn DenseFactor>> {
         if p < DEVICE_DENSE_MIN_P {
-            return Ok(Box::new(matfree_solvers::Cholesky::factor(p, a)?));
+            return matfree_solvers::logdet::host_factor(p, a);
         }
         Ok(Box::new(DeviceDenseFactor::factor(&self.gpu, p, a)?))
     }

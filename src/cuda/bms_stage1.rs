@@ -29,7 +29,7 @@ use cudarc::driver::{CudaSlice, CudaStream, CudaView, CudaViewMut, LaunchArgs, L
 
 use super::bms::{check_status, row_grid, stage2_tile, DeviceRowEvaluation, RowOutputs, Stage2Tile, BMS_KERNELS};
 use super::row_hessian::DeviceDesigns;
-use super::runtime::{cuda_err, Gpu};
+use super::runtime::{cuda_err, Gpu, LoadedKernels};
 use crate::bms::{BmsData, BmsModel, CubicBasis};
 use crate::designs::check_matrix;
 use crate::{Error, Result};
@@ -174,6 +174,8 @@ pub struct DeviceStage1 {
     /// One stream a part of the rows (`part_ranges`); none where one part
     /// takes them all (on the device's stream).
     streams: Vec<Arc<CudaStream>>,
+    /// The model's kernels on this device.
+    kernels: Arc<LoadedKernels>,
 }
 
 /// The scalars of the kernels' shared model arguments, kept alive for a launch.
@@ -221,8 +223,9 @@ impl DeviceStage1 {
         }
         let gpu = designs.gpu().clone();
         // The model's kernels compile here, with the upload, the first time
-        // (not inside the first evaluation, whose time a fit reports).
-        gpu.kernels(&BMS_KERNELS)?;
+        // (not inside the first evaluation, whose time a fit reports), and
+        // are kept for every launch.
+        let kernels = gpu.kernels(&BMS_KERNELS)?;
         let bases = model.bases();
         let (score, link) = (
             DeviceBasis::upload(&gpu, bases.score.as_ref())?,
@@ -252,6 +255,7 @@ impl DeviceStage1 {
             z: gpu.upload(&data.z)?,
             work: Mutex::new(work),
             streams,
+            kernels,
         })
     }
 
@@ -442,7 +446,7 @@ impl DeviceStage1 {
     }
 
     fn calibrate(&self, parts: &BetaParts, work: &mut Work, part: &Part) -> Result<()> {
-        let (gpu, d, rows) = (self.gpu(), &self.designs, &part.rows);
+        let (d, rows) = (&self.designs, &part.rows);
         let (n, p_m, p_g) = (part.n() as i32, d.p_m() as i32, d.p_g() as i32);
         let s = self.scalars();
         let (x_m, x_g) = (rows_of(d.x_m(), rows, d.p_m()), rows_of(d.x_g(), rows, d.p_g()));
@@ -451,8 +455,7 @@ impl DeviceStage1 {
         let mut a = rows_of_mut(&mut work.a, rows, 1);
         let mut status = rows_of_mut(&mut work.status, rows, 1);
         let mut bounds = rows_of_mut(&mut work.bounds, rows, 4 * self.slots);
-        let kernels = gpu.kernels(&BMS_KERNELS)?;
-        let mut b = part.stream.launch_builder(kernels.get("bms_calibrate")?);
+        let mut b = part.stream.launch_builder(self.kernels.get("bms_calibrate")?);
         b.arg(&n).arg(&p_m).arg(&p_g).arg(&x_m).arg(&x_g);
         b.arg(&parts.beta_m).arg(&parts.beta_g).arg(&parts.rigid);
         self.push_model(&mut b, &s, parts);
@@ -471,7 +474,7 @@ impl DeviceStage1 {
     }
 
     fn cells(&self, parts: &BetaParts, work: &mut Work, part: &Part) -> Result<()> {
-        let (gpu, rows, slots) = (self.gpu(), &part.rows, self.slots);
+        let (rows, slots) = (&part.rows, self.slots);
         let n = part.n() as i32;
         let s = self.scalars();
         let (row_b, a, status) = (
@@ -482,8 +485,7 @@ impl DeviceStage1 {
         let mut bounds = rows_of_mut(&mut work.bounds, rows, 4 * slots);
         let mut moments = rows_of_mut(&mut work.moments, rows, 10 * slots);
         let slots32 = slots as i32;
-        let kernels = gpu.kernels(&BMS_KERNELS)?;
-        let mut b = part.stream.launch_builder(kernels.get("bms_cell_moments")?);
+        let mut b = part.stream.launch_builder(self.kernels.get("bms_cell_moments")?);
         b.arg(&n).arg(&slots32);
         self.push_model(&mut b, &s, parts);
         b.arg(&row_b).arg(&a).arg(&status);
@@ -497,7 +499,7 @@ impl DeviceStage1 {
     /// Stage 2 from the slots' edges and moments: each row's cells' arrays
     /// are built from the bases in shared memory, a tile at a time.
     fn stage2(&self, parts: &BetaParts, work: &Work, out: &mut RowOutputs, part: &Part) -> Result<()> {
-        let (gpu, layout, bases, rows) = (self.gpu(), self.model.layout(), self.model.bases(), &part.rows);
+        let (layout, bases, rows) = (self.model.layout(), self.model.bases(), &part.rows);
         let (n32, r) = (part.n() as i32, layout.r());
         let r32 = r as i32;
         let (ph, pw, tile) = (bases.p_h() as i32, bases.p_w() as i32, self.tile.cells as i32);
@@ -517,8 +519,7 @@ impl DeviceStage1 {
             .map(|(x, w)| rows_of(x, rows, w))
             .collect();
         let mut outs = out.rows_mut(rows, r);
-        let kernels = gpu.kernels(&BMS_KERNELS)?;
-        let mut b = part.stream.launch_builder(kernels.get("bms_row_bases")?);
+        let mut b = part.stream.launch_builder(self.kernels.get("bms_row_bases")?);
         b.arg(&n32).arg(&r32).arg(&ph).arg(&pw);
         for x in &row_arrays {
             b.arg(x);
@@ -541,7 +542,7 @@ impl DeviceStage1 {
     }
 
     fn observed(&self, parts: &BetaParts, work: &mut Work, part: &Part) -> Result<()> {
-        let (gpu, rows) = (self.gpu(), &part.rows);
+        let rows = &part.rows;
         let bases = self.model.bases();
         let r = bases.r();
         let (n, p_h, p_w) = (part.n() as i32, bases.p_h() as i32, bases.p_w() as i32);
@@ -572,8 +573,7 @@ impl DeviceStage1 {
             rows_of_mut(mu_1, rows, 1),
             rows_of_mut(mu_2, rows, 1),
         ];
-        let kernels = gpu.kernels(&BMS_KERNELS)?;
-        let mut b = part.stream.launch_builder(kernels.get("bms_observed")?);
+        let mut b = part.stream.launch_builder(self.kernels.get("bms_observed")?);
         b.arg(&n).arg(&p_h).arg(&p_w);
         self.push_model(&mut b, &s, parts);
         b.arg(&parts.beta_h)
@@ -596,12 +596,10 @@ impl DeviceStage1 {
     }
 
     fn merge_status(&self, first: &CudaSlice<u32>, second: &mut CudaSlice<u32>, part: &Part) -> Result<()> {
-        let gpu = self.gpu();
         let n = part.n() as i32;
         let first = rows_of(first, &part.rows, 1);
         let mut second = rows_of_mut(second, &part.rows, 1);
-        let kernels = gpu.kernels(&BMS_KERNELS)?;
-        let mut b = part.stream.launch_builder(kernels.get("merge_status")?);
+        let mut b = part.stream.launch_builder(self.kernels.get("merge_status")?);
         b.arg(&n).arg(&first).arg(&mut second);
         // SAFETY: both status views hold the part's n values.
         unsafe { b.launch(grid(part.n())) }.map_err(|e| cuda_err("merge_status", e))?;

@@ -281,11 +281,9 @@ impl Gpu {
         if let Some(k) = cache.get(module.name) {
             return Ok(k.clone());
         }
-        let ctx = self.stream.context();
-        let loaded = compile_module(ctx, &arch_of(self.compute_capability), module.name, module.source)?;
-        let optin = ctx
-            .attribute(cudarc::driver::sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN)
-            .map_err(|e| cuda_err("shared-memory opt-in limit", e))?;
+        let arch = arch_of(self.compute_capability);
+        let loaded = compile_module(self.stream.context(), &arch, module.name, module.source)?;
+        let optin = i32::try_from(self.shared_optin).unwrap_or(i32::MAX);
         let mut functions = HashMap::new();
         for &name in module.kernels {
             let k = loaded
