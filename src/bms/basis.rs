@@ -18,6 +18,7 @@ use crate::{Error, Result};
 pub type Cubic = [f64; 4];
 
 /// Evaluate a cubic at x (Horner).
+#[inline(always)]
 pub fn poly_eval(p: &Cubic, x: f64) -> f64 {
     ((p[3] * x + p[2]) * x + p[1]) * x + p[0]
 }

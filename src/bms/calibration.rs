@@ -18,9 +18,10 @@
 use std::f64::consts::PI;
 
 use super::basis::poly_eval;
-use super::cells::{Bases, Cell, CellJet, Z_CLIP};
+use super::cells::{Bases, Cell, CellJet, RowBases, Z_CLIP};
+use super::nodes;
 use super::probit::{cdf_pdf_and_gauss, inv_sqrt_2pi, norm_cdf, norm_sf};
-use super::quadrature::{abs_poly, adaptive_bounded, gauss5_panels};
+use super::quadrature::{abs_poly, adaptive_bounded, adaptive_bounded_nodes, gauss5_panels_nodes};
 use crate::{Error, Result};
 
 /// Newton iterations allowed (bisection steps included).
@@ -99,7 +100,8 @@ pub(crate) fn solve_root(bases: &Bases, theta: &[f64], row: usize) -> Result<f64
     if theta[2..].iter().all(|v| *v == 0.0) {
         return Ok(a0);
     }
-    newton(bases, theta, quick_seed(bases, theta, a0), row, Rule::Adaptive)
+    let rb = RowBases::new(bases, theta);
+    newton(&rb, quick_seed(&rb, a0), row, Rule::Adaptive)
 }
 
 /// The cells with moments at the root a, and F_a from them, which must be
@@ -120,10 +122,10 @@ fn first_step(a0: f64) -> f64 {
 
 /// A bracket [lo, hi] with F(lo) <= 0 <= F(hi), grown from a0, with F by
 /// the adaptive rule or (Quick) the quick one.
-fn bracket(bases: &Bases, theta: &[f64], a0: f64, f0: f64, row: usize, rule: Rule) -> Result<(f64, f64)> {
+fn bracket(rb: &RowBases, a0: f64, f0: f64, row: usize, rule: Rule) -> Result<(f64, f64)> {
     let f = |a: f64| match rule {
-        Rule::Adaptive => residual(theta[0], &bases.jets(theta, a)),
-        Rule::Quick => residual_and_slopes(bases, theta, a, Rule::Quick).0,
+        Rule::Adaptive => residual(rb.theta[0], &rb.jets(a)),
+        Rule::Quick => residual_and_slopes(rb, a, Rule::Quick).0,
     };
     let dir = if f0 < 0.0 { 1.0 } else { -1.0 };
     let (mut near, mut step) = (a0, first_step(a0));
@@ -176,17 +178,11 @@ enum Rule {
 /// E = exp(-(z^2 + eta^2)/2), the integrand carries Phi(+-eta) phi(z), A E
 /// and (AA - A^2 eta) E, whose integrals over 2 pi are F_a = sum D(A) and
 /// F_aa = sum D(AA) - Q(A, A).
-fn residual_and_slopes(bases: &Bases, theta: &[f64], a: f64, rule: Rule) -> (f64, f64, f64) {
-    let q = theta[0];
+fn residual_and_slopes(rb: &RowBases, a: f64, rule: Rule) -> (f64, f64, f64) {
+    let q = rb.theta[0];
     let upper = q > 0.0;
     let (mut mass, mut f_a, mut f_aa) = (0.0, 0.0, 0.0);
-    for c in bases.jets(theta, a) {
-        let f = |z: f64| {
-            let e = poly_eval(&c.eta, z);
-            let (d1, d2) = (poly_eval(&c.a, z), poly_eval(&c.aa, z));
-            let (phi, w) = cdf_pdf_and_gauss(if upper { -e } else { e }, z);
-            [phi, d1 * w, (d2 - d1 * d1 * e) * w]
-        };
+    for c in rb.jets(a) {
         // Phi <= 1 and exp(-eta^2/2) <= 1: each component is at most a
         // polynomial bound times exp(-z^2/2).
         let bound = |g: f64, z: f64| {
@@ -200,9 +196,13 @@ fn residual_and_slopes(bases: &Bases, theta: &[f64], a: f64, rule: Rule) -> (f64
         let v = match rule {
             Rule::Adaptive => {
                 let tol = [1e-14, SLOPE_TOL, SLOPE_TOL];
-                adaptive_bounded(c.lo.max(-Z_CLIP), c.hi.min(Z_CLIP), tol, &f, &bound)
+                let f = |z: &[f64; 21], out: &mut [[f64; 21]; 3]| nodes::slopes(&c, upper, z, out);
+                adaptive_bounded_nodes(c.lo.max(-Z_CLIP), c.hi.min(Z_CLIP), tol, &f, &bound)
             }
-            Rule::Quick => gauss5_panels(c.lo.max(-QUICK_CLIP), c.hi.min(QUICK_CLIP), &f),
+            Rule::Quick => {
+                let f = |z: &[f64; 5], out: &mut [[f64; 5]; 3]| nodes::slopes(&c, upper, z, out);
+                gauss5_panels_nodes(c.lo.max(-QUICK_CLIP), c.hi.min(QUICK_CLIP), &f)
+            }
         };
         mass += v[0];
         f_a += v[1] / (2.0 * PI);
@@ -241,11 +241,11 @@ const QUICK_ITERS: usize = 8;
 /// adaptive iteration then starts at the root it finds. Where the quick
 /// iteration misbehaves otherwise (F_a <= 0, anything non-finite, a
 /// quick bracket that fails) it returns a0, as if it had not run.
-fn quick_seed(bases: &Bases, theta: &[f64], a0: f64) -> f64 {
+fn quick_seed(rb: &RowBases, a0: f64) -> f64 {
     let cap = first_step(a0);
     let mut a = a0;
     for _ in 0..QUICK_ITERS {
-        let (f, f_a, f_aa) = residual_and_slopes(bases, theta, a, Rule::Quick);
+        let (f, f_a, f_aa) = residual_and_slopes(rb, a, Rule::Quick);
         if !f.is_finite() || f_a.is_nan() || f_a <= 0.0 {
             return a0;
         }
@@ -254,7 +254,7 @@ fn quick_seed(bases: &Bases, theta: &[f64], a0: f64) -> f64 {
             return a0;
         }
         if (next - a0).abs() > cap {
-            return newton(bases, theta, a0, 0, Rule::Quick).unwrap_or(a0);
+            return newton(rb, a0, 0, Rule::Quick).unwrap_or(a0);
         }
         let done = (next - a).abs() <= QUICK_STOP * (1.0 + a.abs());
         a = next;
@@ -287,12 +287,12 @@ fn halley_step(a: f64, f: f64, f_a: f64, f_aa: f64) -> (f64, f64) {
 /// (`kernels/bms_stage1/calibration.cuh`) follows the same rule.
 ///
 /// On the quick rule (`rule` Quick, a seed only) it stops at QUICK_STOP.
-fn newton(bases: &Bases, theta: &[f64], a0: f64, row: usize, rule: Rule) -> Result<f64> {
+fn newton(rb: &RowBases, a0: f64, row: usize, rule: Rule) -> Result<f64> {
     let stop = match rule {
         Rule::Adaptive => STEP_STOP,
         Rule::Quick => QUICK_STOP,
     };
-    let (mut f, mut f_a, mut f_aa) = residual_and_slopes(bases, theta, a0, rule);
+    let (mut f, mut f_a, mut f_aa) = residual_and_slopes(rb, a0, rule);
     if !f.is_finite() {
         return Err(reject(row, format!("F({a0}) = {f}")));
     }
@@ -312,7 +312,7 @@ fn newton(bases: &Bases, theta: &[f64], a0: f64, row: usize, rule: Rule) -> Resu
         let inside = |lo: f64, hi: f64| f_a > 0.0 && step_to > lo && step_to < hi;
         let mut usable = inside(lo, hi) && (bracketed || (step_to - a0).abs() <= cap);
         if !usable && !bracketed {
-            (lo, hi) = bracket(bases, theta, a0, f0, row, rule)?;
+            (lo, hi) = bracket(rb, a0, f0, row, rule)?;
             bracketed = true;
             usable = inside(lo, hi);
         }
@@ -326,7 +326,7 @@ fn newton(bases: &Bases, theta: &[f64], a0: f64, row: usize, rule: Rule) -> Resu
         if done {
             return Ok(a);
         }
-        (f, f_a, f_aa) = residual_and_slopes(bases, theta, a, rule);
+        (f, f_a, f_aa) = residual_and_slopes(rb, a, rule);
         if !f.is_finite() {
             return Err(reject(row, format!("F({a}) = {f}")));
         }
@@ -392,7 +392,7 @@ mod tests {
             // The quick seed's job: close enough that one adaptive
             // evaluation ends the iteration (a step below STEP_STOP).
             let a0 = rigid_intercept(q, theta[1], bs.s_f);
-            let seed = quick_seed(&bs, &theta, a0);
+            let seed = quick_seed(&RowBases::new(&bs, &theta), a0);
             assert!(
                 (a0 - cal.a).abs() > 1e-3,
                 "q = {q}: the rigid value is already the root"
@@ -413,9 +413,9 @@ mod tests {
         let theta = vec![-0.7, 0.9, 0.25, -0.1, 0.12, 0.05, 0.2, -0.15, 0.1];
         let h = 1e-5;
         for a in [-1.5, -0.6, 0.3] {
-            let (_, f_a, f_aa) = residual_and_slopes(&bs, &theta, a, Rule::Adaptive);
-            let (fp, fap, _) = residual_and_slopes(&bs, &theta, a + h, Rule::Adaptive);
-            let (fm, fam, _) = residual_and_slopes(&bs, &theta, a - h, Rule::Adaptive);
+            let (_, f_a, f_aa) = residual_and_slopes(&RowBases::new(&bs, &theta), a, Rule::Adaptive);
+            let (fp, fap, _) = residual_and_slopes(&RowBases::new(&bs, &theta), a + h, Rule::Adaptive);
+            let (fm, fam, _) = residual_and_slopes(&RowBases::new(&bs, &theta), a - h, Rule::Adaptive);
             let (fd1, fd2) = ((fp - fm) / (2.0 * h), (fap - fam) / (2.0 * h));
             assert!((fd1 - f_a).abs() < 1e-8 * f_a.abs(), "a = {a}: F_a {f_a} vs FD {fd1}");
             assert!(

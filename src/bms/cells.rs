@@ -7,9 +7,9 @@
 //! 4 monomial coefficients in the global z and already includes s_f.
 
 pub use super::bases::Bases;
-use super::basis::{poly_add, poly_compose_affine, poly_deriv, poly_eval, poly_scale, poly_times_z, Cubic, CubicBasis};
+use super::basis::{poly_add, poly_compose_affine, poly_deriv, poly_scale, poly_times_z, Cubic, CubicBasis};
 use super::probit::{norm_cdf, norm_sf};
-use super::quadrature::adaptive_bounded;
+use super::quadrature::adaptive_bounded_nodes;
 
 /// Number of moments per cell, m_0..m_9.
 pub const MOMENTS: usize = 10;
@@ -73,49 +73,14 @@ impl Bases {
     /// The cells of row theta at intercept a, coefficients only (moments
     /// zero; see [`Cell::fill_moments`]).
     pub fn cells(&self, theta: &[f64], a: f64) -> Vec<Cell> {
-        let bounds = self.bounds(theta[1], a);
-        bounds.into_iter().map(|(lo, hi)| self.cell(theta, a, lo, hi)).collect()
+        RowBases::new(self, theta).cells(a)
     }
 
     /// What the calibration needs of each cell (edges, eta, d eta/da,
     /// d2 eta/da2), without the per-coordinate arrays: one allocation a row
     /// instead of seven a cell, for the iteration's repeated evaluations.
     pub fn jets(&self, theta: &[f64], a: f64) -> Vec<CellJet> {
-        let bounds = self.bounds(theta[1], a);
-        bounds
-            .into_iter()
-            .map(|(lo, hi)| self.jet(theta, a, &self.pieces(theta, a, lo, hi), lo, hi))
-            .collect()
-    }
-
-    /// The polynomial pieces that hold on [lo, hi], picked at a point inside.
-    fn pieces(&self, theta: &[f64], a: f64, lo: f64, hi: f64) -> Pieces {
-        let b = theta[1];
-        let zm = representative(lo, hi);
-        let zero = [0.0; 4];
-        let mut p = Pieces {
-            h: zero,
-            l: zero,
-            l1: zero,
-            l2: zero,
-            score_seg: None,
-            link_seg: None,
-        };
-        if let Some(basis) = &self.score {
-            let seg = basis.segment_of(zm);
-            p.h = basis.combine(seg, self.beta_h(theta));
-            p.score_seg = Some(seg);
-        }
-        if let Some(basis) = &self.link {
-            let seg = basis.segment_of(a + b * zm);
-            let lt = basis.combine(seg, self.beta_w(theta));
-            let l1t = poly_deriv(&lt);
-            p.l = poly_compose_affine(&lt, a, b);
-            p.l1 = poly_compose_affine(&l1t, a, b);
-            p.l2 = poly_compose_affine(&poly_deriv(&l1t), a, b);
-            p.link_seg = Some(seg);
-        }
-        p
+        RowBases::new(self, theta).jets(a)
     }
 
     /// eta = s_f (a + b z + b H + L), d eta/da = s_f (1 + L'), d2 eta/da2 =
@@ -132,13 +97,59 @@ impl Bases {
         }
     }
 
-    /// One cell's coefficient arrays (the doc's table).
-    fn cell(&self, theta: &[f64], a: f64, lo: f64, hi: f64) -> Cell {
-        let (b, s_f) = (theta[1], self.s_f);
-        let p = self.pieces(theta, a, lo, hi);
+    /// One cell's coefficient arrays (the doc's table): [`CellParts`]
+    /// repacked, so that both evaluations build the same cubics.
+    fn cell_with(&self, rb: &RowBases, a: f64, lo: f64, hi: f64) -> Cell {
+        let mut parts = CellParts::default();
+        self.cell_parts_with(rb, a, lo, hi, &mut parts);
+        let (r, p_h) = (parts.v.len(), self.p_h());
+        let mut coef = Vec::with_capacity(2 * (r - 1) + r - 2);
+        coef.extend_from_slice(&parts.v[1..]);
+        coef.extend_from_slice(&parts.ar[1..]);
+        coef.extend_from_slice(&parts.s1[2..]);
+        Cell {
+            lo,
+            hi,
+            eta: parts.eta,
+            a: parts.v[0],
+            aa: parts.ar[0],
+            sbb: parts.s1[1],
+            coef,
+            parts: r - 1,
+            p_h,
+            moments: [0.0; MOMENTS],
+        }
+    }
+}
+
+/// One cell's cubics in the fused evaluation's order (`fused`): `v` holds
+/// d eta/da then d eta/d theta_u for u = 1..r-1 (index 0 stands for a, since
+/// the q row is overridden), `ar` d2 eta/da2 then d2 eta/da d theta_u, and
+/// `s1` the explicit d2 eta/db d theta_v (index 0 unused). The same
+/// operations as [`Bases::cells`], so the same bits, into buffers that live
+/// as long as a row block instead of seven allocations a cell.
+#[derive(Clone, Debug, Default)]
+pub(crate) struct CellParts {
+    pub lo: f64,
+    pub hi: f64,
+    pub eta: Cubic,
+    pub v: Vec<Cubic>,
+    pub ar: Vec<Cubic>,
+    pub s1: Vec<Cubic>,
+}
+
+impl Bases {
+    /// The cells' edges (lo, hi) of a row of slope b at intercept a.
+    pub(crate) fn cell_bounds(&self, b: f64, a: f64) -> Vec<(f64, f64)> {
+        self.bounds(b, a)
+    }
+
+    /// [`CellParts`] of the cell [lo, hi] of row rb at intercept a.
+    fn cell_parts_with(&self, rb: &RowBases, a: f64, lo: f64, hi: f64, out: &mut CellParts) {
+        let theta = rb.theta;
+        let (b, s_f, r, p_h) = (theta[1], self.s_f, self.r(), self.p_h());
+        let p = rb.pieces(a, lo, hi);
         let jet = self.jet(theta, a, &p, lo, hi);
-        let zero = [0.0; 4];
-        // Each Bh_j, cubics in z; each Bw_l and Bw_l' composed with t = a + b z.
         let bh: &[Cubic] = match (&self.score, p.score_seg) {
             (Some(basis), Some(seg)) => basis.segment(seg),
             _ => &[],
@@ -147,36 +158,113 @@ impl Bases {
             (Some(basis), Some(seg)) => basis.segment(seg),
             _ => &[],
         };
-        let c = |q: &Cubic| poly_compose_affine(q, a, b);
         let sf = |q: Cubic| poly_scale(&q, s_f);
         let z = [0.0, 1.0, 0.0, 0.0];
-        // One vector, sized once: r, ar, sbh, sbw in turn (Cell::coef).
-        let parts = 1 + bh.len() + bw.len();
-        let mut coef = Vec::with_capacity(2 * parts + bh.len() + bw.len());
-        coef.push(sf(poly_add(&poly_add(&z, &p.h), &poly_times_z(&p.l1))));
-        coef.extend(bh.iter().map(|q| sf(poly_scale(q, b))));
-        coef.extend(bw.iter().map(|q| sf(c(q))));
-        coef.push(sf(poly_times_z(&p.l2)));
-        coef.extend(bh.iter().map(|_| zero));
-        coef.extend(bw.iter().map(|q| sf(c(&poly_deriv(q)))));
-        coef.extend(bh.iter().map(|&q| sf(q)));
-        // sbw_l = z times ar's link entry l (a shift of its coefficients).
-        let ar_w = parts + 1 + bh.len();
+        for buf in [&mut out.v, &mut out.ar, &mut out.s1] {
+            buf.clear();
+            buf.reserve(r);
+        }
+        (out.lo, out.hi, out.eta) = (lo, hi, jet.eta);
+        out.v.push(jet.a);
+        out.v.push(sf(poly_add(&poly_add(&z, &p.h), &poly_times_z(&p.l1))));
+        out.v.extend(bh.iter().map(|q| sf(poly_scale(q, b))));
+        out.v.extend(bw.iter().map(|q| sf(poly_compose_affine(q, a, b))));
+        out.ar.push(jet.aa);
+        out.ar.push(sf(poly_times_z(&p.l2)));
+        out.ar.extend(bh.iter().map(|_| [0.0; 4]));
+        out.ar
+            .extend(bw.iter().map(|q| sf(poly_compose_affine(&poly_deriv(q), a, b))));
+        out.s1.push([0.0; 4]);
+        out.s1.push(sf(poly_times_z(&poly_times_z(&p.l2))));
+        out.s1.extend(bh.iter().map(|&q| sf(q)));
         for l in 0..bw.len() {
-            coef.push(poly_times_z(&coef[ar_w + l]));
+            let ar_w = out.ar[2 + p_h + l];
+            out.s1.push(poly_times_z(&ar_w));
         }
-        Cell {
-            lo,
-            hi,
-            eta: jet.eta,
-            a: jet.a,
-            aa: jet.aa,
-            sbb: sf(poly_times_z(&poly_times_z(&p.l2))),
-            coef,
-            parts,
-            p_h: bh.len(),
-            moments: [0.0; MOMENTS],
+    }
+}
+
+/// A row's basis combinations, formed once a row: H = beta_h . Bh on every
+/// score segment and L, L', L'' (in t) on every link segment. The cells at
+/// each trial intercept then only pick and compose them (forming them again
+/// for every cell of every trial was a tenth of a CPU evaluation).
+pub(crate) struct RowBases<'a> {
+    pub bases: &'a Bases,
+    pub theta: &'a [f64],
+    h: Vec<Cubic>,
+    l: Vec<[Cubic; 3]>,
+}
+
+impl<'a> RowBases<'a> {
+    /// The combinations of row theta.
+    pub fn new(bases: &'a Bases, theta: &'a [f64]) -> Self {
+        let h = bases.score.as_ref().map_or(Vec::new(), |basis| {
+            (0..basis.segments())
+                .map(|s| basis.combine(s, bases.beta_h(theta)))
+                .collect()
+        });
+        let l = bases.link.as_ref().map_or(Vec::new(), |basis| {
+            (0..basis.segments())
+                .map(|s| {
+                    let lt = basis.combine(s, bases.beta_w(theta));
+                    let l1t = poly_deriv(&lt);
+                    [lt, l1t, poly_deriv(&l1t)]
+                })
+                .collect()
+        });
+        Self { bases, theta, h, l }
+    }
+
+    /// The polynomial pieces that hold on [lo, hi], picked at a point inside.
+    fn pieces(&self, a: f64, lo: f64, hi: f64) -> Pieces {
+        let b = self.theta[1];
+        let zm = representative(lo, hi);
+        let zero = [0.0; 4];
+        let mut p = Pieces {
+            h: zero,
+            l: zero,
+            l1: zero,
+            l2: zero,
+            score_seg: None,
+            link_seg: None,
+        };
+        if let Some(basis) = &self.bases.score {
+            let seg = basis.segment_of(zm);
+            p.h = self.h[seg];
+            p.score_seg = Some(seg);
         }
+        if let Some(basis) = &self.bases.link {
+            let seg = basis.segment_of(a + b * zm);
+            let [lt, l1t, l2t] = &self.l[seg];
+            p.l = poly_compose_affine(lt, a, b);
+            p.l1 = poly_compose_affine(l1t, a, b);
+            p.l2 = poly_compose_affine(l2t, a, b);
+            p.link_seg = Some(seg);
+        }
+        p
+    }
+
+    /// [`Bases::jets`] of this row at intercept a.
+    pub fn jets(&self, a: f64) -> Vec<CellJet> {
+        let bounds = self.bases.bounds(self.theta[1], a);
+        bounds
+            .into_iter()
+            .map(|(lo, hi)| self.bases.jet(self.theta, a, &self.pieces(a, lo, hi), lo, hi))
+            .collect()
+    }
+
+    /// [`Bases::cells`] of this row at intercept a.
+    pub fn cells(&self, a: f64) -> Vec<Cell> {
+        let bounds = self.bases.bounds(self.theta[1], a);
+        bounds
+            .into_iter()
+            .map(|(lo, hi)| self.bases.cell_with(self, a, lo, hi))
+            .collect()
+    }
+
+    /// [`CellParts`] of the cell [lo, hi] at intercept a.
+    pub fn cell_parts(&self, a: f64, lo: f64, hi: f64, out: &mut CellParts) {
+        self.bases.cell_parts_with(self, a, lo, hi, out)
     }
 }
 
@@ -355,16 +443,7 @@ pub fn moments(eta: &Cubic, lo: f64, hi: f64) -> [f64; MOMENTS] {
 /// Moments by adaptive Gauss-Legendre over the cell clipped to |z| <= Z_CLIP.
 pub fn quadrature_moments(eta: &Cubic, lo: f64, hi: f64) -> [f64; MOMENTS] {
     let (l, r) = (lo.max(-Z_CLIP), hi.min(Z_CLIP));
-    let f = |z: f64| {
-        let e = poly_eval(eta, z);
-        let mut out = [0.0; MOMENTS];
-        let mut zk = (-0.5 * (z * z + e * e)).exp();
-        for m in out.iter_mut() {
-            *m = zk;
-            zk *= z;
-        }
-        out
-    };
+    let f = |z: &[f64; 21], out: &mut [[f64; 21]; MOMENTS]| super::nodes::moments(eta, z, out);
     // |z^k exp(-(z^2 + eta^2)/2)| <= z_far^k exp(-z_near^2/2).
     let bound = |g: f64, z: f64| {
         let mut out = [0.0; MOMENTS];
@@ -375,7 +454,7 @@ pub fn quadrature_moments(eta: &Cubic, lo: f64, hi: f64) -> [f64; MOMENTS] {
         }
         out
     };
-    adaptive_bounded(l, r, [QUAD_TOL; MOMENTS], &f, &bound)
+    adaptive_bounded_nodes(l, r, [QUAD_TOL; MOMENTS], &f, &bound)
 }
 
 /// Phi(v) - Phi(u) for u <= v without cancellation in either tail.
@@ -429,6 +508,7 @@ pub fn affine_moments(alpha: f64, beta: f64, lo: f64, hi: f64) -> Option<[f64; M
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::bms::basis::poly_eval;
 
     /// Published Kronrod nodes and weights, kept at their printed precision.
     #[allow(clippy::excessive_precision)]

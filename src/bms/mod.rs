@@ -11,8 +11,10 @@ pub mod calibration;
 pub mod cells;
 pub mod checks;
 pub mod fit;
+mod fused;
 pub mod generator;
 pub mod inputs;
+mod nodes;
 pub mod objective;
 pub mod predict;
 pub mod probit;
@@ -293,14 +295,22 @@ impl BmsModel {
         verdicts.into_iter().flatten().next()
     }
 
-    /// Stage 1 and Stage 2 for all rows at beta.
+    /// Stage 1 and Stage 2 for all rows at beta, fused per row on the CPU
+    /// (no bundle in memory; `fused` says how). Equal to
+    /// [`BmsModel::evaluate_bundled`] to rounding.
     pub fn evaluate(&self, data: &BmsData, beta: &[f64]) -> Result<RowEvaluation> {
-        self.evaluate_with(data, beta, &mut RowKernelInputs::default())
+        self.evaluate_fused(data, beta)
     }
 
-    /// [`BmsModel::evaluate`] with `bundle` as the Stage-1 bundle's memory,
-    /// so that repeated evaluations (a fit) allocate it once.
-    pub fn evaluate_with(&self, data: &BmsData, beta: &[f64], bundle: &mut RowKernelInputs) -> Result<RowEvaluation> {
+    /// The reference evaluation: Stage 1 packed into `bundle` (the layout
+    /// the device kernels read), then [`evaluate_rows`] over it, which the
+    /// device results are checked against. `bundle`'s memory is reused.
+    pub fn evaluate_bundled(
+        &self,
+        data: &BmsData,
+        beta: &[f64],
+        bundle: &mut RowKernelInputs,
+    ) -> Result<RowEvaluation> {
         let intercept = self.stage1_into(data, beta, bundle)?;
         let out = evaluate_rows(bundle)?;
         Ok(RowEvaluation {

@@ -5,17 +5,13 @@
 use matfree_solvers::newton::{CostEstimate, Evaluation, Objective};
 use matfree_solvers::{CpuBackend, Result as SolverResult};
 
-use std::sync::Mutex;
-
-use super::{BmsData, BmsModel, RowKernelInputs};
+use super::{BmsData, BmsModel};
 use crate::Error;
 
 /// sum_i neglog_i(beta) of a model on a data set, evaluated on the CPU.
 pub struct BmsObjective<'a> {
     model: &'a BmsModel,
     data: &'a BmsData,
-    /// The Stage-1 bundle's memory, reused by every evaluation.
-    bundle: Mutex<RowKernelInputs>,
     scales: Vec<f64>,
 }
 
@@ -25,7 +21,6 @@ impl<'a> BmsObjective<'a> {
         Self {
             model,
             data,
-            bundle: Mutex::new(RowKernelInputs::default()),
             scales: model.coefficient_scales(data),
         }
     }
@@ -58,9 +53,7 @@ impl Objective<CpuBackend> for BmsObjective<'_> {
     }
 
     fn evaluate(&self, beta: &[f64]) -> SolverResult<Option<Evaluation<'_, CpuBackend>>> {
-        // A poisoned lock is harmless: packing overwrites the whole bundle.
-        let mut bundle = self.bundle.lock().unwrap_or_else(|e| e.into_inner());
-        let Some(rows) = outside_domain(self.model.evaluate_with(self.data, beta, &mut bundle))? else {
+        let Some(rows) = outside_domain(self.model.evaluate(self.data, beta))? else {
             return Ok(None);
         };
         let joint = self.model.joint_gradient(self.data, &rows)?;

@@ -73,29 +73,67 @@ pub fn gauss_legendre(n: usize) -> (Vec<f64>, Vec<f64>) {
     (x, w)
 }
 
-/// The 21-point Gauss-Kronrod rule with its embedded 10-point Gauss weights.
-fn kronrod() -> &'static (Vec<f64>, Vec<f64>, Vec<f64>) {
-    static RULE: OnceLock<(Vec<f64>, Vec<f64>, Vec<f64>)> = OnceLock::new();
-    RULE.get_or_init(gauss_kronrod_21)
-}
+/// [`KRONROD_21`] mirrored over [-1, 1] as constants: nodes ascending,
+/// Kronrod weights, Gauss weights.
+const GK21: [[f64; 21]; 3] = {
+    let mut out = [[0.0; 21]; 3];
+    let mut i = 0;
+    while i < 11 {
+        let [x, k, g] = KRONROD_21[i];
+        (out[0][10 + i], out[1][10 + i], out[2][10 + i]) = (x, k, g);
+        (out[0][10 - i], out[1][10 - i], out[2][10 - i]) = (-x, k, g);
+        i += 1;
+    }
+    out
+};
 
 /// Both rules on [a, b] from the 21 values of f: the Kronrod integrals of f
 /// and of |f|, and the embedded Gauss rule's integral of f.
-fn apply_rule<const N: usize>(a: f64, b: f64, f: &impl Fn(f64) -> [f64; N]) -> ([f64; N], [f64; N], [f64; N]) {
-    let (x, wk, wg) = kronrod();
+fn apply_rule<const N: usize>(a: f64, b: f64, f: &impl Fn(f64) -> [f64; N]) -> PanelSums<N> {
     let (mid, half) = (0.5 * (a + b), 0.5 * (b - a));
-    let (mut s, mut abs, mut check) = ([0.0; N], [0.0; N], [0.0; N]);
-    for i in 0..x.len() {
-        let v = f(mid + half * x[i]);
+    let mut values = [[0.0; 21]; N];
+    for i in 0..21 {
+        let v = f(mid + half * GK21[0][i]);
         for k in 0..N {
-            s[k] += wk[i] * half * v[k];
-            abs[k] += wk[i] * half * v[k].abs();
+            values[k][i] = v[k];
+        }
+    }
+    sum_rule(half, &values)
+}
+
+/// [`apply_rule`] for an integrand that takes all 21 nodes at once (`f(z,
+/// out)` writes component k at node i to `out[k][i]`): a loop over the
+/// nodes that the compiler can vectorise, with the same sums in the same
+/// order, so the same bits for the same values.
+fn apply_rule_nodes<const N: usize>(a: f64, b: f64, f: &impl NodeIntegrand<21, N>) -> PanelSums<N> {
+    let (mid, half) = (0.5 * (a + b), 0.5 * (b - a));
+    let z: [f64; 21] = std::array::from_fn(|i| mid + half * GK21[0][i]);
+    let mut values = [[0.0; 21]; N];
+    f(&z, &mut values);
+    sum_rule(half, &values)
+}
+
+/// An integrand evaluated at M nodes at once: `f(z, out)` writes component
+/// k at node i to `out[k][i]`.
+pub trait NodeIntegrand<const M: usize, const N: usize>: Fn(&[f64; M], &mut [[f64; M]; N]) {}
+impl<const M: usize, const N: usize, F: Fn(&[f64; M], &mut [[f64; M]; N])> NodeIntegrand<M, N> for F {}
+
+/// The Kronrod, |f| Kronrod and Gauss sums of a panel of half-width `half`
+/// from f's values at the 21 nodes, summed over the nodes in order.
+fn sum_rule<const N: usize>(half: f64, values: &[[f64; 21]; N]) -> PanelSums<N> {
+    let [_, wk, wg] = &GK21;
+    let (mut s, mut abs, mut check) = ([0.0; N], [0.0; N], [0.0; N]);
+    for i in 0..21 {
+        for k in 0..N {
+            let v = values[k][i];
+            s[k] += wk[i] * half * v;
+            abs[k] += wk[i] * half * v.abs();
         }
         // 11 of the 21 nodes are not Gauss nodes (weight 0): adding their
         // zeros changes nothing but the time.
         if wg[i] != 0.0 {
             for k in 0..N {
-                check[k] += wg[i] * half * v[k];
+                check[k] += wg[i] * half * values[k][i];
             }
         }
     }
@@ -172,22 +210,44 @@ impl Panels {
     }
 }
 
+/// The 5-point Gauss-Legendre rule, once.
+fn gauss5() -> &'static ([f64; 5], [f64; 5]) {
+    static RULE: OnceLock<([f64; 5], [f64; 5])> = OnceLock::new();
+    RULE.get_or_init(|| {
+        let (x, w) = gauss_legendre(5);
+        (std::array::from_fn(|i| x[i]), std::array::from_fn(|i| w[i]))
+    })
+}
+
 /// A quick estimate of the integral of f over the finite [a, b]: the 5-point
 /// Gauss rule on each of [`adaptive`]'s first panels, nearest 0 first, with
 /// no error test and no bisection (the calibration's seed).
 pub fn gauss5_panels<const N: usize>(a: f64, b: f64, f: &impl Fn(f64) -> [f64; N]) -> [f64; N] {
-    static RULE: OnceLock<(Vec<f64>, Vec<f64>)> = OnceLock::new();
-    let (x, w) = RULE.get_or_init(|| gauss_legendre(5));
+    gauss5_panels_nodes(a, b, &|z: &[f64; 5], out: &mut [[f64; 5]; N]| {
+        for (i, z) in z.iter().enumerate() {
+            let v = f(*z);
+            for k in 0..N {
+                out[k][i] = v[k];
+            }
+        }
+    })
+}
+
+/// [`gauss5_panels`] for an integrand that takes a panel's 5 nodes at once.
+pub fn gauss5_panels_nodes<const N: usize>(a: f64, b: f64, f: &impl NodeIntegrand<5, N>) -> [f64; N] {
+    let (x, w) = gauss5();
     let mut out = [0.0; N];
     if b <= a {
         return out;
     }
     for &(lo, hi, _) in initial_panels(a, b).as_slice().iter().rev() {
         let (mid, half) = (0.5 * (lo + hi), 0.5 * (hi - lo));
-        for (xi, wi) in x.iter().zip(w) {
-            let v = f(mid + half * xi);
+        let z: [f64; 5] = std::array::from_fn(|i| mid + half * x[i]);
+        let mut values = [[0.0; 5]; N];
+        f(&z, &mut values);
+        for i in 0..5 {
             for k in 0..N {
-                out[k] += wi * half * v[k];
+                out[k] += w[i] * half * values[k][i];
             }
         }
     }
@@ -246,6 +306,33 @@ pub fn adaptive_bounded<const N: usize>(
     f: &impl Fn(f64) -> [f64; N],
     bound: &impl Fn(f64, f64) -> [f64; N],
 ) -> [f64; N] {
+    adaptive_panels(a, b, rel_tol, &|lo, hi| apply_rule(lo, hi, f), bound)
+}
+
+/// [`adaptive_bounded`] for an integrand that takes a panel's 21 nodes at
+/// once (the hot integrands: loops over the nodes vectorise). The same
+/// panels and sums, so the same bits for the same integrand values.
+pub fn adaptive_bounded_nodes<const N: usize>(
+    a: f64,
+    b: f64,
+    rel_tol: [f64; N],
+    f: &impl NodeIntegrand<21, N>,
+    bound: &impl Fn(f64, f64) -> [f64; N],
+) -> [f64; N] {
+    adaptive_panels(a, b, rel_tol, &|lo, hi| apply_rule_nodes(lo, hi, f), bound)
+}
+
+/// The panel rule's results: Kronrod, |f| Kronrod and Gauss sums.
+type PanelSums<const N: usize> = ([f64; N], [f64; N], [f64; N]);
+
+/// The adaptive bisection of [`adaptive_bounded`] over a panel rule.
+fn adaptive_panels<const N: usize>(
+    a: f64,
+    b: f64,
+    rel_tol: [f64; N],
+    rule: &impl Fn(f64, f64) -> PanelSums<N>,
+    bound: &impl Fn(f64, f64) -> [f64; N],
+) -> [f64; N] {
     let mut out = [0.0; N];
     if b <= a {
         return out;
@@ -259,7 +346,7 @@ pub fn adaptive_bounded<const N: usize>(
             continue;
         }
         panels += 1;
-        let (value, abs, check) = apply_rule(lo, hi, f);
+        let (value, abs, check) = rule(lo, hi);
         for k in 0..N {
             scale[k] = scale[k].max(abs[k]);
         }

@@ -30,13 +30,14 @@ pub struct RowKernelOutputs {
     pub hess: Vec<f64>,
 }
 
-/// The calibration derivatives of one row, summed over its cells.
-struct RowSums {
-    f_a: f64,
-    f_aa: f64,
-    f_u: Vec<f64>,
-    f_au: Vec<f64>,
-    f_uv: Vec<f64>,
+/// The calibration derivatives of one row, summed over its cells: F_a,
+/// F_aa, F_u and F_au (r) and F_uv (r x r, upper triangle read).
+pub(crate) struct RowSums {
+    pub f_a: f64,
+    pub f_aa: f64,
+    pub f_u: Vec<f64>,
+    pub f_au: Vec<f64>,
+    pub f_uv: Vec<f64>,
 }
 
 /// Q(R, S) = sum_{p,q} R_p S_q T_{p+q}.
@@ -141,6 +142,19 @@ pub fn eta_gradients(inp: &RowKernelInputs) -> Result<Vec<f64>> {
     Ok(out)
 }
 
+/// A row's observed point as Stage 2 reads it: eta(z_obs) and its jets in
+/// a (chi, xi) and theta (rho, tau, r_uv), the label and the weight.
+pub(crate) struct ObservedRow<'a> {
+    pub e: f64,
+    pub chi: f64,
+    pub xi: f64,
+    pub rho: &'a [f64],
+    pub tau: &'a [f64],
+    pub r_uv: &'a [f64],
+    pub y: f64,
+    pub weights: f64,
+}
+
 /// One row's (neglog, gradient, Hessian); Err(reason) when rejected.
 fn row(inp: &RowKernelInputs, i: usize) -> std::result::Result<(f64, Vec<f64>, Vec<f64>), String> {
     let r = inp.r;
@@ -149,42 +163,60 @@ fn row(inp: &RowKernelInputs, i: usize) -> std::result::Result<(f64, Vec<f64>, V
     s.f_u[0] = -inp.mu_1[i];
     s.f_au[0] = 0.0;
     s.f_uv[0] = -inp.mu_2[i];
+    let obs = ObservedRow {
+        e: inp.e_obs[i],
+        chi: inp.chi_obs[i],
+        xi: inp.xi_obs[i],
+        rho: &inp.rho_u[i * r..(i + 1) * r],
+        tau: &inp.tau_u[i * r..(i + 1) * r],
+        r_uv: &inp.r_uv[i * r * r..(i + 1) * r * r],
+        y: inp.y[i],
+        weights: inp.weights[i],
+    };
+    let (mut grad, mut hess) = (vec![0.0; r], vec![0.0; r * r]);
+    let neglog = finish_row(&s, &obs, &mut grad, &mut hess)?;
+    Ok((neglog, grad, hess))
+}
+
+/// The implicit function theorem for a_u and a_uv from the summed
+/// calibration derivatives (q row overridden), then the observed jets and
+/// the probit layer: the row's neglog, with its gradient and Hessian
+/// written into `grad` (r) and `hess` (r x r). Err(reason) when rejected.
+pub(crate) fn finish_row(
+    s: &RowSums,
+    obs: &ObservedRow,
+    grad: &mut [f64],
+    hess: &mut [f64],
+) -> std::result::Result<f64, String> {
+    let r = grad.len();
     if !(s.f_a.is_finite() && s.f_a > 0.0) {
         return Err(format!("F_a = {}: must be finite and > 0", s.f_a));
     }
     let a_u: Vec<f64> = s.f_u.iter().map(|f| -f / s.f_a).collect();
-    let mut a_uv = vec![0.0; r * r];
-    for u in 0..r {
-        for v in u..r {
-            let f = s.f_uv[u * r + v] + s.f_au[v] * a_u[u] + s.f_au[u] * a_u[v] + s.f_aa * a_u[u] * a_u[v];
-            a_uv[u * r + v] = -f / s.f_a;
-            a_uv[v * r + u] = a_uv[u * r + v];
-        }
+    let (chi, xi, tau) = (obs.chi, obs.xi, obs.tau);
+    let sign = 2.0 * obs.y - 1.0;
+    let (log_cdf, lambda, curvature) = log_ndtr_mills_curvature(sign * obs.e);
+    let (big_a, big_b) = (-obs.weights * sign * lambda, obs.weights * curvature);
+    let e_u: Vec<f64> = (0..r).map(|u| chi * a_u[u] + obs.rho[u]).collect();
+    for (g, e) in grad.iter_mut().zip(&e_u) {
+        *g = big_a * e;
     }
-    let (chi, xi) = (inp.chi_obs[i], inp.xi_obs[i]);
-    let rho = &inp.rho_u[i * r..(i + 1) * r];
-    let tau = &inp.tau_u[i * r..(i + 1) * r];
-    let r_uv = &inp.r_uv[i * r * r..(i + 1) * r * r];
-    let sign = 2.0 * inp.y[i] - 1.0;
-    let (log_cdf, lambda, curvature) = log_ndtr_mills_curvature(sign * inp.e_obs[i]);
-    let (big_a, big_b) = (-inp.weights[i] * sign * lambda, inp.weights[i] * curvature);
-    let e_u: Vec<f64> = (0..r).map(|u| chi * a_u[u] + rho[u]).collect();
-    let grad: Vec<f64> = e_u.iter().map(|e| big_a * e).collect();
-    let mut hess = vec![0.0; r * r];
     for u in 0..r {
         for v in u..r {
             let uv = u * r + v;
-            let e_uv = chi * a_uv[uv] + xi * a_u[u] * a_u[v] + tau[u] * a_u[v] + a_u[u] * tau[v] + r_uv[uv];
+            let f = s.f_uv[uv] + s.f_au[v] * a_u[u] + s.f_au[u] * a_u[v] + s.f_aa * a_u[u] * a_u[v];
+            let a_uv = -f / s.f_a;
+            let e_uv = chi * a_uv + xi * a_u[u] * a_u[v] + tau[u] * a_u[v] + a_u[u] * tau[v] + obs.r_uv[uv];
             hess[uv] = big_b * e_u[u] * e_u[v] + big_a * e_uv;
             hess[v * r + u] = hess[uv];
         }
     }
-    let neglog = -inp.weights[i] * log_cdf;
-    let finite = neglog.is_finite() && grad.iter().chain(&hess).all(|v| v.is_finite());
+    let neglog = -obs.weights * log_cdf;
+    let finite = neglog.is_finite() && grad.iter().chain(hess.iter()).all(|v| v.is_finite());
     if !finite {
         return Err("non-finite neglog, gradient or Hessian".into());
     }
-    Ok((neglog, grad, hess))
+    Ok(neglog)
 }
 
 /// Validate the bundle and evaluate every row in parallel. The first

@@ -1,0 +1,244 @@
+//! The CPU's production row evaluation: Stage 1 and Stage 2 fused per row.
+//!
+//! The bundle path ([`super::BmsModel::stage1`] then
+//! [`super::row_kernel::evaluate_rows`]) writes every cell's coefficient
+//! arrays and moments to memory (about 38 KB a row at the seed shape) for
+//! the row kernel to read back, and forms each F_uv term as a 16-term double
+//! sum. It stays as the reference the device kernels are checked against.
+//! Here each row's cells are built into buffers reused across a block of
+//! rows, summed as they come, and the row finished at once:
+//!
+//! with `V = (A, R_1, ..., R_{r-1})` a cell's cubics (d eta/da in the q
+//! slot, which the q-row override never reads), `M_{pq} = T_{p+q}` its
+//! Hankel matrix of `T_n = kappa sum_e C_e m_{e+n}`, and `W = M V`, every
+//! `Q(V_k, V_l) = V_k . W_l` (4 flops after W's 16 per cubic, where the
+//! double sum took 32). One r x r symmetric sum then gives `Q(A, A)`,
+//! `Q(A, R_u)` and `Q(R_u, R_v)` at once. The results agree with the bundle
+//! path to rounding (the tests hold them to 1e-12 relative).
+
+use faer::linalg::matmul::matmul;
+use faer::{Accum, MatMut, MatRef, Par};
+use rayon::prelude::*;
+
+use super::calibration::{cell_d, solve_root};
+use super::cells::{moments, CellParts, RowBases, MOMENTS};
+use super::probit::norm_pdf;
+use super::row_kernel::{finish_row, ObservedRow, RowSums};
+use super::{BmsData, BmsModel, RowEvaluation};
+use crate::{Error, Result};
+
+use std::f64::consts::PI;
+
+/// Rows a parallel task evaluates with one set of buffers.
+const BLOCK_ROWS: usize = 32;
+
+/// The per-cell sums of one row, before the q-row override.
+struct Sums {
+    r: usize,
+    /// D(V_k): F_a (k = 0), F_u.
+    d: Vec<f64>,
+    /// D(AR_k): D(AA) (k = 0), D(AR_u).
+    e: Vec<f64>,
+    /// D(S_1v), the explicit d2 eta/db d theta_v (v >= 1).
+    s1: Vec<f64>,
+    /// Every cell's V, 4 rows a cell (row 4c + p holds coefficient p of
+    /// V_0..V_{r-1}), and W = M V in the same layout.
+    v: Vec<f64>,
+    w: Vec<f64>,
+    /// Q(V_k, V_l) = sum over cells of V_k . W_l, r x r.
+    q: Vec<f64>,
+}
+
+impl Sums {
+    fn new(r: usize) -> Self {
+        Self {
+            r,
+            d: vec![0.0; r],
+            e: vec![0.0; r],
+            s1: vec![0.0; r],
+            v: Vec::new(),
+            w: Vec::new(),
+            q: vec![0.0; r * r],
+        }
+    }
+
+    fn clear(&mut self) {
+        for v in [&mut self.d, &mut self.e, &mut self.s1] {
+            v.fill(0.0);
+        }
+        self.v.clear();
+        self.w.clear();
+    }
+
+    /// Add one cell with moments m: its D sums, and its V and W rows for
+    /// [`Sums::finish`].
+    fn add(&mut self, c: &CellParts, m: &[f64; MOMENTS]) {
+        let mut t = [0.0; 7];
+        for (n, tn) in t.iter_mut().enumerate() {
+            *tn = (0..4).map(|e| c.eta[e] * m[e + n]).sum::<f64>() / (2.0 * PI);
+        }
+        let sums = self.d.iter_mut().zip(&mut self.e).zip(&mut self.s1);
+        for (((d, e), s1), ((v, ar), s)) in sums.zip(c.v.iter().zip(&c.ar).zip(&c.s1)) {
+            *d += cell_d(v, m);
+            *e += cell_d(ar, m);
+            *s1 += cell_d(s, m);
+        }
+        let (r, at) = (self.r, self.v.len());
+        self.v.resize(at + 4 * r, 0.0);
+        self.w.resize(at + 4 * r, 0.0);
+        let rows = self.v[at..].chunks_exact_mut(r).zip(self.w[at..].chunks_exact_mut(r));
+        for (p, (vp, wp)) in rows.enumerate() {
+            for ((vp, wp), v) in vp.iter_mut().zip(wp.iter_mut()).zip(&c.v) {
+                *vp = v[p];
+                *wp = t[p] * v[0] + t[p + 1] * v[1] + t[p + 2] * v[2] + t[p + 3] * v[3];
+            }
+        }
+    }
+
+    /// Q = V^T W over all the row's cells, one small matrix product (faer
+    /// picks the CPU's widest vectors at run time).
+    fn finish(&mut self) {
+        let (r, rows) = (self.r, self.v.len() / self.r);
+        let v = MatRef::from_row_major_slice(&self.v, rows, r);
+        let w = MatRef::from_row_major_slice(&self.w, rows, r);
+        let q = MatMut::from_row_major_slice_mut(&mut self.q, r, r);
+        matmul(q, Accum::Replace, v.transpose(), w, 1.0, Par::Seq);
+    }
+
+    /// The calibration derivatives with the q-row override (F_q = -mu_1,
+    /// F_qq = -mu_2, F_aq = F_qv = 0), into `out`.
+    fn derivatives(&self, q: f64, out: &mut RowSums) {
+        let r = self.r;
+        let phi = norm_pdf(q);
+        out.f_a = self.d[0];
+        out.f_aa = self.e[0] - self.q[0];
+        out.f_u.copy_from_slice(&self.d);
+        out.f_u[0] = -phi;
+        out.f_au[0] = 0.0;
+        out.f_uv.fill(0.0);
+        out.f_uv[0] = -(-q * phi);
+        for u in 1..r {
+            out.f_au[u] = self.e[u] - self.q[u];
+            for v in u..r {
+                let explicit = if u == 1 { self.s1[v] } else { 0.0 };
+                out.f_uv[u * r + v] = explicit - self.q[u * r + v];
+            }
+        }
+    }
+}
+
+/// Buffers for one block of rows.
+struct Scratch {
+    cell: CellParts,
+    sums: Sums,
+    row: RowSums,
+}
+
+impl Scratch {
+    fn new(r: usize) -> Self {
+        Self {
+            cell: CellParts::default(),
+            sums: Sums::new(r),
+            row: RowSums {
+                f_a: 0.0,
+                f_aa: 0.0,
+                f_u: vec![0.0; r],
+                f_au: vec![0.0; r],
+                f_uv: vec![0.0; r * r],
+            },
+        }
+    }
+}
+
+/// Where one row's results go.
+struct RowOut<'a> {
+    neglog: &'a mut f64,
+    intercept: &'a mut f64,
+    grad: &'a mut [f64],
+    hess: &'a mut [f64],
+}
+
+impl BmsModel {
+    /// Both stages for all rows at beta, fused per row (see the module
+    /// docs); the first rejected row (lowest index) is the error.
+    pub(crate) fn evaluate_fused(&self, data: &BmsData, beta: &[f64]) -> Result<RowEvaluation> {
+        self.check(data, beta)?;
+        let (n, r) = (data.n(), self.bases.r());
+        let mut out = RowEvaluation {
+            neglog: vec![0.0; n],
+            grad: vec![0.0; n * r],
+            hess: vec![0.0; n * r * r],
+            intercept: vec![0.0; n],
+        };
+        let failures: Vec<Error> = out
+            .neglog
+            .par_chunks_mut(BLOCK_ROWS)
+            .zip(out.intercept.par_chunks_mut(BLOCK_ROWS))
+            .zip(out.grad.par_chunks_mut(BLOCK_ROWS * r))
+            .zip(out.hess.par_chunks_mut(BLOCK_ROWS * r * r))
+            .enumerate()
+            .filter_map(|(block, (((neglog, intercept), grad), hess))| {
+                let mut scratch = Scratch::new(r);
+                let rows = neglog
+                    .iter_mut()
+                    .zip(intercept.iter_mut())
+                    .zip(grad.chunks_exact_mut(r))
+                    .zip(hess.chunks_exact_mut(r * r));
+                for (k, (((neglog, intercept), grad), hess)) in rows.enumerate() {
+                    let i = block * BLOCK_ROWS + k;
+                    let out = RowOut {
+                        neglog,
+                        intercept,
+                        grad,
+                        hess,
+                    };
+                    if let Err(e) = self.fused_row(data, beta, i, &mut scratch, out) {
+                        return Some(e);
+                    }
+                }
+                None
+            })
+            .collect();
+        match failures.into_iter().next() {
+            Some(e) => Err(e),
+            None => Ok(out),
+        }
+    }
+
+    /// Row i: its intercept, cells and moments summed as they come, and
+    /// Stage 2's finish.
+    fn fused_row(&self, data: &BmsData, beta: &[f64], i: usize, s: &mut Scratch, out: RowOut) -> Result<()> {
+        let theta = self.theta(data, beta, i);
+        let a = solve_root(&self.bases, &theta, i)?;
+        s.sums.clear();
+        let rb = RowBases::new(&self.bases, &theta);
+        for (lo, hi) in self.bases.cell_bounds(theta[1], a) {
+            rb.cell_parts(a, lo, hi, &mut s.cell);
+            let m = moments(&s.cell.eta, lo, hi);
+            s.sums.add(&s.cell, &m);
+        }
+        let f_a = s.sums.d[0];
+        if !(f_a.is_finite() && f_a > 0.0 && a.is_finite()) {
+            let reason = format!("F_a = {f_a} at a = {a}: must be finite and > 0");
+            return Err(Error::RowRejected { row: i, reason });
+        }
+        s.sums.finish();
+        s.sums.derivatives(theta[0], &mut s.row);
+        let (z, y, w) = (data.z[i], data.y[i], data.weights[i]);
+        let o = self.bases.observed(&theta, a, z);
+        let obs = ObservedRow {
+            e: o.e,
+            chi: o.chi,
+            xi: o.xi,
+            rho: &o.rho,
+            tau: &o.tau,
+            r_uv: &o.r_uv,
+            y,
+            weights: w,
+        };
+        *out.neglog =
+            finish_row(&s.row, &obs, out.grad, out.hess).map_err(|reason| Error::RowRejected { row: i, reason })?;
+        *out.intercept = a;
+        Ok(())
+    }
+}
