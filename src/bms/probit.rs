@@ -69,47 +69,69 @@ const Q: [f64; 5] = [
     2.33520497626869185e-3,
 ];
 
-/// erf(y) for |y| <= 0.46875.
+/// erf(y) = n / d for |y| <= 0.46875: Cody's A/B rational as (n, d).
 #[inline(always)]
-fn erf_small(y: f64) -> f64 {
+fn erf_small_parts(y: f64) -> (f64, f64) {
     let ysq = y * y;
     let (mut num, mut den) = (A[4] * ysq, ysq);
     for i in 0..3 {
         num = (num + A[i]) * ysq;
         den = (den + B[i]) * ysq;
     }
-    y * (num + A[3]) / (den + B[3])
+    (y * (num + A[3]), den + B[3])
 }
 
-/// erfcx(y) = exp(y^2) erfc(y) for y > 0.46875: Cody's rational on
-/// (0.46875, 4], his asymptotic form above, and 1/(y sqrt pi) from 6.71e7
-/// (where the correction is under one ulp). All three are formed and one
-/// picked, without a branch, so that loops over quadrature nodes vectorise
-/// (`exp_branchless`); the two unused ones may be inf or NaN.
+/// erf(y) for |y| <= 0.46875.
 #[inline(always)]
-fn erfcx_large(y: f64) -> f64 {
+fn erf_small(y: f64) -> f64 {
+    let (n, d) = erf_small_parts(y);
+    n / d
+}
+
+/// erf(y) for 0 <= y <= 0.46875, erfcx(y) = exp(y^2) erfc(y) above: Cody's
+/// A/B rational, his C/D rational on (0.46875, 4], his asymptotic form
+/// (FRAC_1_SQRT_PI - r) / y above 4 and 1/(y sqrt pi) from 6.71e7 (where r
+/// is under one ulp). Every rational's numerator and denominator are formed
+/// and one pair divided, without a branch, so that loops over quadrature
+/// nodes vectorise; the values are those of the separate formulas, bit for
+/// bit. The unused pairs may be inf or NaN.
+#[inline(always)]
+fn erf_or_erfcx(y: f64) -> f64 {
+    let small = erf_small_parts(y);
     let (mut num, mut den) = (C[8] * y, y);
     for i in 0..7 {
         num = (num + C[i]) * y;
         den = (den + D[i]) * y;
     }
-    let mid = (num + C[7]) / (den + D[7]);
+    let mid = (num + C[7], den + D[7]);
     let ysq = 1.0 / (y * y);
     let (mut num, mut den) = (P[5] * ysq, ysq);
     for i in 0..4 {
         num = (num + P[i]) * ysq;
         den = (den + Q[i]) * ysq;
     }
-    let r = ysq * (num + P[4]) / (den + Q[4]);
-    let asymptotic = (FRAC_1_SQRT_PI - r) / y;
-    let far = FRAC_1_SQRT_PI / y;
-    if y <= 4.0 {
+    let asymptotic = (ysq * (num + P[4]), den + Q[4]);
+    let (n, d) = if y <= 0.46875 {
+        small
+    } else if y <= 4.0 {
         mid
-    } else if y >= 6.71e7 {
-        far
     } else {
         asymptotic
+    };
+    let q = n / d;
+    let r = if y >= 6.71e7 { 0.0 } else { q };
+    let far = (FRAC_1_SQRT_PI - r) / y;
+    if y <= 4.0 {
+        q
+    } else {
+        far
     }
+}
+
+/// erfcx(y) = exp(y^2) erfc(y) for y > 0.46875 ([`erf_or_erfcx`]).
+#[inline(always)]
+fn erfcx_large(y: f64) -> f64 {
+    erf_or_erfcx(y)
 }
 
 /// exp(x) without a branch or a library call, so that loops over a
@@ -276,10 +298,9 @@ pub fn half_gauss(x: f64) -> f64 {
 #[inline(always)]
 pub fn norm_cdf_given(s: f64, g: f64) -> f64 {
     let y = s.abs() * FRAC_1_SQRT_2;
-    // Both tails formed, one picked (no branch: see `erfcx_large`).
-    let near = 0.5 * (1.0 - erf_small(y));
-    let far = 0.5 * erfcx_large(y) * g;
-    let tail = if y <= 0.46875 { near } else { far };
+    // One rational for either tail, picked without a branch.
+    let v = erf_or_erfcx(y);
+    let tail = if y <= 0.46875 { 0.5 * (1.0 - v) } else { 0.5 * v * g };
     if s < 0.0 {
         tail
     } else {

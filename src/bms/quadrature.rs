@@ -102,15 +102,19 @@ fn apply_rule<const N: usize>(a: f64, b: f64, f: &impl Fn(f64) -> [f64; N]) -> P
 }
 
 /// [`apply_rule`] for an integrand that takes all 21 nodes at once (`f(z,
-/// out)` writes component k at node i to `out[k][i]`): a loop over the
-/// nodes that the compiler can vectorise, with the same sums in the same
-/// order, so the same bits for the same values.
-fn apply_rule_nodes<const N: usize>(a: f64, b: f64, f: &impl NodeIntegrand<21, N>) -> PanelSums<N> {
+/// out)` writes component k at node i to `out[k][i]`), into the caller's
+/// buffer `values`: a loop over the nodes that the compiler can vectorise,
+/// then the same sums.
+fn apply_rule_nodes<const N: usize>(
+    a: f64,
+    b: f64,
+    f: &impl NodeIntegrand<21, N>,
+    values: &mut [[f64; 21]; N],
+) -> PanelSums<N> {
     let (mid, half) = (0.5 * (a + b), 0.5 * (b - a));
     let z: [f64; 21] = std::array::from_fn(|i| mid + half * GK21[0][i]);
-    let mut values = [[0.0; 21]; N];
-    f(&z, &mut values);
-    sum_rule(half, &values)
+    f(&z, values);
+    sum_rule(half, values)
 }
 
 /// An integrand evaluated at M nodes at once: `f(z, out)` writes component
@@ -118,23 +122,30 @@ fn apply_rule_nodes<const N: usize>(a: f64, b: f64, f: &impl NodeIntegrand<21, N
 pub trait NodeIntegrand<const M: usize, const N: usize>: Fn(&[f64; M], &mut [[f64; M]; N]) {}
 impl<const M: usize, const N: usize, F: Fn(&[f64; M], &mut [[f64; M]; N])> NodeIntegrand<M, N> for F {}
 
+/// The indices of the 10 Gauss nodes among the 21 (the odd ones).
+const GAUSS_NODES: [usize; 10] = [1, 3, 5, 7, 9, 11, 13, 15, 17, 19];
+
 /// The Kronrod, |f| Kronrod and Gauss sums of a panel of half-width `half`
-/// from f's values at the 21 nodes, summed over the nodes in order.
+/// from f's values at the 21 nodes. The Kronrod sums run in four fixed
+/// lanes (nodes i = 4c + j into lane j, then the lanes pairwise and node
+/// 20), which the compiler vectorises; the order is fixed, so the bits are.
 fn sum_rule<const N: usize>(half: f64, values: &[[f64; 21]; N]) -> PanelSums<N> {
     let [_, wk, wg] = &GK21;
+    let wk: [f64; 21] = std::array::from_fn(|i| wk[i] * half);
     let (mut s, mut abs, mut check) = ([0.0; N], [0.0; N], [0.0; N]);
-    for i in 0..21 {
-        for k in 0..N {
-            let v = values[k][i];
-            s[k] += wk[i] * half * v;
-            abs[k] += wk[i] * half * v.abs();
-        }
-        // 11 of the 21 nodes are not Gauss nodes (weight 0): adding their
-        // zeros changes nothing but the time.
-        if wg[i] != 0.0 {
-            for k in 0..N {
-                check[k] += wg[i] * half * values[k][i];
+    for k in 0..N {
+        let v = &values[k];
+        let (mut sl, mut al) = ([0.0; 4], [0.0; 4]);
+        for (wc, vc) in wk[..20].chunks_exact(4).zip(v[..20].chunks_exact(4)) {
+            for j in 0..4 {
+                sl[j] += wc[j] * vc[j];
+                al[j] += wc[j] * vc[j].abs();
             }
+        }
+        s[k] = ((sl[0] + sl[1]) + (sl[2] + sl[3])) + wk[20] * v[20];
+        abs[k] = ((al[0] + al[1]) + (al[2] + al[3])) + wk[20] * v[20].abs();
+        for i in GAUSS_NODES {
+            check[k] += wg[i] * half * v[i];
         }
     }
     (s, abs, check)
@@ -146,15 +157,25 @@ fn sum_rule<const N: usize>(half: f64, values: &[[f64; 21]; N]) -> PanelSums<N> 
 /// their mass sits near that end and plain bisection of a tail such as
 /// [4, 40] spends four levels reaching it). The nearest panel is popped first.
 fn initial_panels(a: f64, b: f64) -> Panels {
-    // (a < b holds here: the caller returned early otherwise.)
     let mut out = Panels::default();
+    let (edges, k, right) = initial_edges(a, b);
+    for e in edges[..=k].windows(2).rev() {
+        out.push(if right { (e[0], e[1], 0) } else { (e[1], e[0], 0) });
+    }
+    out
+}
+
+/// The edges of [`initial_panels`] from the end nearest 0 outwards: the
+/// panels are the windows of `edges[..=k]`, each (lo, hi) as is where
+/// `right`, reversed otherwise.
+fn initial_edges(a: f64, b: f64) -> ([f64; MAX_INITIAL + 1], usize, bool) {
+    let mut edges = [0.0; MAX_INITIAL + 1];
     if b - a <= 2.0 || (a < 0.0 && b > 0.0) {
-        out.push((a, b, 0));
-        return out;
+        (edges[0], edges[1]) = (a, b);
+        return (edges, 1, true);
     }
     let right = a >= 0.0;
     let (near, far) = if right { (a, b) } else { (b, a) };
-    let mut edges = [0.0; MAX_INITIAL + 1];
     let (mut k, mut w) = (1, 1.0);
     edges[0] = near;
     while k < MAX_INITIAL && w < (far - near).abs() {
@@ -163,10 +184,7 @@ fn initial_panels(a: f64, b: f64) -> Panels {
         w = 2.0 * w + 1.0;
     }
     edges[k] = far;
-    for e in edges[..=k].windows(2).rev() {
-        out.push(if right { (e[0], e[1], 0) } else { (e[1], e[0], 0) });
-    }
-    out
+    (edges, k, right)
 }
 
 /// Most initial panels, the depth of bisection, and so the most panels a
@@ -205,6 +223,7 @@ impl Panels {
         Some(self.items[self.len])
     }
 
+    #[cfg(test)]
     fn as_slice(&self) -> &[(f64, f64, u32)] {
         &self.items[..self.len]
     }
@@ -240,7 +259,9 @@ pub fn gauss5_panels_nodes<const N: usize>(a: f64, b: f64, f: &impl NodeIntegran
     if b <= a {
         return out;
     }
-    for &(lo, hi, _) in initial_panels(a, b).as_slice().iter().rev() {
+    let (edges, k, right) = initial_edges(a, b);
+    for e in edges[..=k].windows(2) {
+        let (lo, hi) = if right { (e[0], e[1]) } else { (e[1], e[0]) };
         let (mid, half) = (0.5 * (lo + hi), 0.5 * (hi - lo));
         let z: [f64; 5] = std::array::from_fn(|i| mid + half * x[i]);
         let mut values = [[0.0; 5]; N];
@@ -306,7 +327,7 @@ pub fn adaptive_bounded<const N: usize>(
     f: &impl Fn(f64) -> [f64; N],
     bound: &impl Fn(f64, f64) -> [f64; N],
 ) -> [f64; N] {
-    adaptive_panels(a, b, rel_tol, &|lo, hi| apply_rule(lo, hi, f), bound)
+    adaptive_panels(a, b, rel_tol, &mut |lo, hi| apply_rule(lo, hi, f), bound)
 }
 
 /// [`adaptive_bounded`] for an integrand that takes a panel's 21 nodes at
@@ -319,7 +340,14 @@ pub fn adaptive_bounded_nodes<const N: usize>(
     f: &impl NodeIntegrand<21, N>,
     bound: &impl Fn(f64, f64) -> [f64; N],
 ) -> [f64; N] {
-    adaptive_panels(a, b, rel_tol, &|lo, hi| apply_rule_nodes(lo, hi, f), bound)
+    let mut values = [[0.0; 21]; N];
+    adaptive_panels(
+        a,
+        b,
+        rel_tol,
+        &mut |lo, hi| apply_rule_nodes(lo, hi, f, &mut values),
+        bound,
+    )
 }
 
 /// The panel rule's results: Kronrod, |f| Kronrod and Gauss sums.
@@ -330,7 +358,7 @@ fn adaptive_panels<const N: usize>(
     a: f64,
     b: f64,
     rel_tol: [f64; N],
-    rule: &impl Fn(f64, f64) -> PanelSums<N>,
+    rule: &mut impl FnMut(f64, f64) -> PanelSums<N>,
     bound: &impl Fn(f64, f64) -> [f64; N],
 ) -> [f64; N] {
     let mut out = [0.0; N];
