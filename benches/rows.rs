@@ -2,12 +2,15 @@
 //! observed jets, per-row neglog, gradient and Hessian) on the CPU and the
 //! GPU, at the seed shape (n = 195,000, r = 20; p_m 14, p_g 12, p_h 10,
 //! p_w 8). Throughput is rows/s. The CPU is timed on the first 5,000 rows of
-//! the same data (a full seed evaluation takes about 30 s on 16 cores).
+//! the same data, both its own evaluation (`cpu_stage1_stage2`, fused per
+//! row) and the bundle path the device kernels are checked against
+//! (`cpu_bundle_path`), so that a regression of either shows.
 //!
 //!     cargo bench --bench rows [-- FILTER]
 
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
 use matfree::bms::generator::{generate, Generated, GeneratorConfig};
+use matfree::bms::RowKernelInputs;
 use matfree::cuda::{gpu_for_test, DeviceStage1};
 
 fn seed_data(n: usize) -> Generated {
@@ -25,6 +28,14 @@ fn benches(c: &mut Criterion) {
     group.throughput(Throughput::Elements(cpu_rows as u64));
     group.bench_function(BenchmarkId::new("cpu_stage1_stage2", cpu_rows), |b| {
         b.iter(|| g.model.evaluate(&cpu_data, &g.beta).expect("cpu rows"))
+    });
+    let mut bundle = RowKernelInputs::default();
+    group.bench_function(BenchmarkId::new("cpu_bundle_path", cpu_rows), |b| {
+        b.iter(|| {
+            g.model
+                .evaluate_bundled(&cpu_data, &g.beta, &mut bundle)
+                .expect("cpu rows")
+        })
     });
     if let Some(gpu) = gpu {
         let stage1 = DeviceStage1::new(gpu.clone(), &g.model, &g.data).expect("upload");

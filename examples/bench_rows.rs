@@ -1,5 +1,7 @@
 //! Times one full BMS row evaluation (Stage 1 + Stage 2) at a given shape on
-//! the CPU and, when there is one, on the GPU: both stages on the device
+//! the CPU (`BmsModel::evaluate`, fused per row: median of 3, and in
+//! microseconds per row and core; then the bundle path the device kernels
+//! are checked against, by stage) and, when there is one, on the GPU: both stages on the device
 //! (median of 5 after a warm-up, status verdict included), and Stage 2 alone
 //! over the CPU's Stage-1 bundle (with its upload). Prints the phases as JSON
 //! with the device bytes the bundle costs.
@@ -45,6 +47,18 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         );
         return Ok(());
     }
+    let threads = rayon::current_num_threads();
+    let per_row_core = |s: f64| s * threads as f64 * 1e6 / n as f64;
+    // The CPU's own evaluation (fused per row): median of 3 after a warm-up.
+    g.model.evaluate(&g.data, &g.beta)?;
+    let mut fused = Vec::new();
+    for _ in 0..3 {
+        let t = Instant::now();
+        g.model.evaluate(&g.data, &g.beta)?;
+        fused.push(t.elapsed().as_secs_f64());
+    }
+    fused.sort_by(f64::total_cmp);
+    // The bundle path (the device kernels' reference), by stage.
     let t = Instant::now();
     let (inputs, _) = g.model.stage1(&g.data, &g.beta)?;
     let stage1_s = t.elapsed().as_secs_f64();
@@ -66,8 +80,11 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         device = device_stages(&gpu, &g, cpu_total)?;
     }
     let report = serde_json::json!({
-        "n": n, "r": inputs.r, "cells_per_row": cells / n as f64, "rayon_threads": rayon::current_num_threads(),
-        "generate_s": generate_s, "stage1_cpu_s": stage1_s, "stage2_cpu_s": stage2_cpu_s,
+        "n": n, "r": inputs.r, "cells_per_row": cells / n as f64, "rayon_threads": threads,
+        "generate_s": generate_s,
+        "cpu_evaluate_median_s": fused[1], "cpu_evaluate_us_per_row_and_core": per_row_core(fused[1]),
+        "bundle_path_stage1_cpu_s": stage1_s, "bundle_path_stage2_cpu_s": stage2_cpu_s,
+        "bundle_path_us_per_row_and_core": per_row_core(stage1_s + stage2_cpu_s),
         "stage2_gpu_with_upload_and_verdict_s": gpu_s, "bundle_mb_main_arrays": bundle_mb,
         "device_stage1_and_stage2": device,
     });
