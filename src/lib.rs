@@ -18,6 +18,7 @@ mod error;
 pub mod fixture;
 pub mod layout;
 pub mod plot;
+pub mod pool;
 pub mod rng;
 pub mod row_hessian;
 

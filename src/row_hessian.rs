@@ -13,6 +13,7 @@ use rayon::prelude::*;
 
 use crate::designs::{check_matrix, Designs};
 use crate::layout::{Layout, Via};
+use crate::pool::PooledVec;
 use crate::{Error, Result};
 
 /// Rows per partial sum in every row reduction.
@@ -24,7 +25,7 @@ pub const ROW_CHUNK: usize = 256;
 pub struct RowHessian {
     layout: Layout,
     designs: Arc<Designs>,
-    hess: Vec<f64>,
+    hess: PooledVec,
 }
 
 /// The joint negative log-likelihood and its gradient in beta.
@@ -92,10 +93,33 @@ impl RowHessian {
     /// `to_dense` read different triangles, so an asymmetric row would make
     /// them disagree. The tolerance is [`matfree_solvers::symmetry_error`]'s.
     pub fn new(layout: Layout, designs: Arc<Designs>, hess: Vec<f64>) -> Result<Self> {
+        Self::with_storage(layout, designs, PooledVec::owned(hess))
+    }
+
+    /// [`RowHessian::new`] over a buffer that returns to its pool when the
+    /// operator is dropped (a fit's evaluations reuse one; see `pool`).
+    /// The checks run over the rows in parallel.
+    pub fn with_storage(layout: Layout, designs: Arc<Designs>, hess: PooledVec) -> Result<Self> {
         check_layout_designs(&layout, &designs)?;
         let r = layout.r();
-        check_matrix("hess", &hess, designs.n(), r * r)?;
-        for (i, h) in hess.chunks_exact(r * r).enumerate() {
+        let (n, rr) = (designs.n(), r * r);
+        let want = n
+            .checked_mul(rr)
+            .ok_or_else(|| Error::invalid("hess", n, "n * r * r overflows"))?;
+        if hess.len() != want {
+            let rule = format!("length must equal {n} x {rr} = {want}");
+            return Err(Error::invalid("hess.len", hess.len(), rule));
+        }
+        // The first row (lowest index) with a non-finite entry or an
+        // asymmetry is the error, non-finite first within it.
+        let bad = hess
+            .par_chunks_exact(rr)
+            .position_first(|h| h.iter().any(|v| !v.is_finite()) || matfree_solvers::symmetry_error(r, h).is_some());
+        if let Some(i) = bad {
+            let h = &hess[i * rr..(i + 1) * rr];
+            if let Some(k) = h.iter().position(|v| !v.is_finite()) {
+                return Err(Error::invalid(format!("hess[{i}, {k}]"), h[k], "must be finite"));
+            }
             if let Some((u, v, rule)) = matfree_solvers::symmetry_error(r, h) {
                 return Err(Error::invalid(format!("hess[{i}][{u},{v}]"), h[u * r + v], rule));
             }

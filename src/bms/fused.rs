@@ -162,12 +162,28 @@ impl BmsModel {
     /// Both stages for all rows at beta, fused per row (see the module
     /// docs); the first rejected row (lowest index) is the error.
     pub(crate) fn evaluate_fused(&self, data: &BmsData, beta: &[f64]) -> Result<RowEvaluation> {
+        let mut hess = vec![0.0; data.n() * self.bases.r().pow(2)];
+        let rest = self.evaluate_fused_into(data, beta, &mut hess)?;
+        Ok(RowEvaluation { hess, ..rest })
+    }
+
+    /// [`BmsModel::evaluate_fused`] with the row Hessians written into
+    /// `hess` (n r^2, every entry written), the rest returned (its `hess`
+    /// empty).
+    pub(crate) fn evaluate_fused_into(&self, data: &BmsData, beta: &[f64], hess: &mut [f64]) -> Result<RowEvaluation> {
         self.check(data, beta)?;
         let (n, r) = (data.n(), self.bases.r());
+        if hess.len() != n * r * r {
+            return Err(Error::invalid(
+                "hess.len",
+                hess.len(),
+                format!("must equal n r^2 = {}", n * r * r),
+            ));
+        }
         let mut out = RowEvaluation {
             neglog: vec![0.0; n],
             grad: vec![0.0; n * r],
-            hess: vec![0.0; n * r * r],
+            hess: Vec::new(),
             intercept: vec![0.0; n],
         };
         let failures: Vec<Error> = out
@@ -175,7 +191,7 @@ impl BmsModel {
             .par_chunks_mut(BLOCK_ROWS)
             .zip(out.intercept.par_chunks_mut(BLOCK_ROWS))
             .zip(out.grad.par_chunks_mut(BLOCK_ROWS * r))
-            .zip(out.hess.par_chunks_mut(BLOCK_ROWS * r * r))
+            .zip(hess.par_chunks_mut(BLOCK_ROWS * r * r))
             .enumerate()
             .filter_map(|(block, (((neglog, intercept), grad), hess))| {
                 let mut scratch = Scratch::new(r);

@@ -6,12 +6,16 @@ use matfree_solvers::newton::{CostEstimate, Evaluation, Objective};
 use matfree_solvers::{CpuBackend, Result as SolverResult};
 
 use super::{BmsData, BmsModel};
+use crate::pool::BufferPool;
+use crate::row_hessian::RowHessian;
 use crate::Error;
 
 /// sum_i neglog_i(beta) of a model on a data set, evaluated on the CPU.
 pub struct BmsObjective<'a> {
     model: &'a BmsModel,
     data: &'a BmsData,
+    /// The row Hessians' memory, reused across evaluations.
+    buffers: BufferPool,
     scales: Vec<f64>,
 }
 
@@ -21,6 +25,7 @@ impl<'a> BmsObjective<'a> {
         Self {
             model,
             data,
+            buffers: BufferPool::default(),
             scales: model.coefficient_scales(data),
         }
     }
@@ -53,11 +58,15 @@ impl Objective<CpuBackend> for BmsObjective<'_> {
     }
 
     fn evaluate(&self, beta: &[f64]) -> SolverResult<Option<Evaluation<'_, CpuBackend>>> {
-        let Some(rows) = outside_domain(self.model.evaluate(self.data, beta))? else {
+        // The row Hessians go straight into a pooled buffer that the
+        // operator owns and gives back when dropped (`pool`).
+        let mut hess = self.buffers.take(self.data.n() * self.model.layout().r().pow(2));
+        let Some(rows) = outside_domain(self.model.evaluate_fused_into(self.data, beta, &mut hess))? else {
             return Ok(None);
         };
         let joint = self.model.joint_gradient(self.data, &rows)?;
-        let hessian = self.model.row_hessian(self.data, &rows)?;
+        let layout = self.model.layout().clone();
+        let hessian = RowHessian::with_storage(layout, self.data.designs.clone(), hess)?;
         Ok(Some(Evaluation {
             value: joint.neglog,
             gradient: joint.gradient,
