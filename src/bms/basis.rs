@@ -28,22 +28,17 @@ pub fn poly_deriv(p: &Cubic) -> Cubic {
     [p[1], 2.0 * p[2], 3.0 * p[3], 0.0]
 }
 
-/// p(a + b z) as a cubic in z.
+/// p(a + b z) as a cubic in z, coefficient by coefficient: Horner in a
+/// for each derivative of p at a, times the power of b.
+#[inline(always)]
 pub fn poly_compose_affine(p: &Cubic, a: f64, b: f64) -> Cubic {
-    // Horner on polynomials: ((p3 T + p2) T + p1) T + p0 with T = a + b z.
-    let mut acc = [p[3], 0.0, 0.0, 0.0];
-    for &c in [p[2], p[1], p[0]].iter() {
-        let mut next = [0.0; 4];
-        for k in 0..4 {
-            next[k] += a * acc[k];
-            if k + 1 < 4 {
-                next[k + 1] += b * acc[k];
-            }
-        }
-        next[0] += c;
-        acc = next;
-    }
-    acc
+    let bb = b * b;
+    [
+        p[0] + a * (p[1] + a * (p[2] + a * p[3])),
+        b * (p[1] + a * (2.0 * p[2] + 3.0 * a * p[3])),
+        bb * (p[2] + 3.0 * a * p[3]),
+        bb * b * p[3],
+    ]
 }
 
 /// z p(z); the caller guarantees deg p <= 2.

@@ -196,11 +196,11 @@ fn residual_and_slopes(rb: &RowBases, a: f64, rule: Rule) -> (f64, f64, f64) {
         let v = match rule {
             Rule::Adaptive => {
                 let tol = [1e-14, SLOPE_TOL, SLOPE_TOL];
-                let f = |z: &[f64; 21], out: &mut [[f64; 21]; 3]| nodes::slopes(&c, upper, z, out);
+                let f = nodes::Slopes { cell: &c, upper };
                 adaptive_bounded_nodes(c.lo.max(-Z_CLIP), c.hi.min(Z_CLIP), tol, &f, &bound)
             }
             Rule::Quick => {
-                let f = |z: &[f64; 5], out: &mut [[f64; 5]; 3]| nodes::slopes(&c, upper, z, out);
+                let f = nodes::Slopes { cell: &c, upper };
                 gauss5_panels_nodes(c.lo.max(-QUICK_CLIP), c.hi.min(QUICK_CLIP), &f)
             }
         };

@@ -443,7 +443,7 @@ pub fn moments(eta: &Cubic, lo: f64, hi: f64) -> [f64; MOMENTS] {
 /// Moments by adaptive Gauss-Legendre over the cell clipped to |z| <= Z_CLIP.
 pub fn quadrature_moments(eta: &Cubic, lo: f64, hi: f64) -> [f64; MOMENTS] {
     let (l, r) = (lo.max(-Z_CLIP), hi.min(Z_CLIP));
-    let f = |z: &[f64; 21], out: &mut [[f64; 21]; MOMENTS]| super::nodes::moments(eta, z, out);
+    let f = super::nodes::Moments(eta);
     // |z^k exp(-(z^2 + eta^2)/2)| <= z_far^k exp(-z_near^2/2).
     let bound = |g: f64, z: f64| {
         let mut out = [0.0; MOMENTS];

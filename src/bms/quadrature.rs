@@ -87,11 +87,20 @@ const GK21: [[f64; 21]; 3] = {
     out
 };
 
+/// Lanes of the node arrays the panel rules pass to a [`NodeIntegrand`]:
+/// the 21 Kronrod nodes padded to a multiple of 8 (the padding is the
+/// panel's midpoint, its values unread), so that a vector loop over them
+/// has no scalar remainder with 4 or 8 doubles a vector.
+pub const KRONROD_LANES: usize = 24;
+
+/// The 5-point rule's nodes padded the same way.
+pub const GAUSS5_LANES: usize = 8;
+
 /// Both rules on [a, b] from the 21 values of f: the Kronrod integrals of f
 /// and of |f|, and the embedded Gauss rule's integral of f.
 fn apply_rule<const N: usize>(a: f64, b: f64, f: &impl Fn(f64) -> [f64; N]) -> PanelSums<N> {
     let (mid, half) = (0.5 * (a + b), 0.5 * (b - a));
-    let mut values = [[0.0; 21]; N];
+    let mut values = [[0.0; KRONROD_LANES]; N];
     for i in 0..21 {
         let v = f(mid + half * GK21[0][i]);
         for k in 0..N {
@@ -101,26 +110,97 @@ fn apply_rule<const N: usize>(a: f64, b: f64, f: &impl Fn(f64) -> [f64; N]) -> P
     sum_rule(half, &values)
 }
 
+/// Whether this CPU runs the AVX2 compilations of the panel rules (checked
+/// once, then cached by the standard library).
+#[cfg(target_arch = "x86_64")]
+fn avx2() -> bool {
+    std::is_x86_feature_detected!("avx2")
+}
+
+/// Whether this CPU runs the AVX-512 compilations (8 doubles a vector, 32
+/// vector registers).
+#[cfg(target_arch = "x86_64")]
+fn avx512() -> bool {
+    std::is_x86_feature_detected!("avx512f")
+}
+
 /// [`apply_rule`] for an integrand that takes all 21 nodes at once (`f(z,
 /// out)` writes component k at node i to `out[k][i]`), into the caller's
-/// buffer `values`: a loop over the nodes that the compiler can vectorise,
-/// then the same sums.
+/// buffer `values`: loops over the nodes that the compiler vectorises. On
+/// x86-64 the rule, the integrand inlined, is compiled a second time with
+/// AVX2 and picked at run time where the CPU has it (the crate is built
+/// for the baseline x86-64, whose vectors hold two doubles). Rust never
+/// contracts a product and a sum into an FMA and every operation is
+/// elementwise or in a fixed order, so both give the same bits (tested).
 fn apply_rule_nodes<const N: usize>(
     a: f64,
     b: f64,
-    f: &impl NodeIntegrand<21, N>,
-    values: &mut [[f64; 21]; N],
+    f: &impl NodeIntegrand<KRONROD_LANES, N>,
+    values: &mut [[f64; KRONROD_LANES]; N],
+) -> PanelSums<N> {
+    #[cfg(target_arch = "x86_64")]
+    if avx512() {
+        // SAFETY: the CPU has AVX-512F, checked just above.
+        return unsafe { apply_rule_nodes_avx512(a, b, f, values) };
+    }
+    #[cfg(target_arch = "x86_64")]
+    if avx2() {
+        // SAFETY: the CPU has AVX2, checked just above.
+        return unsafe { apply_rule_nodes_avx2(a, b, f, values) };
+    }
+    apply_rule_nodes_body(a, b, f, values)
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2")]
+fn apply_rule_nodes_avx2<const N: usize>(
+    a: f64,
+    b: f64,
+    f: &impl NodeIntegrand<KRONROD_LANES, N>,
+    values: &mut [[f64; KRONROD_LANES]; N],
+) -> PanelSums<N> {
+    apply_rule_nodes_body(a, b, f, values)
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f")]
+fn apply_rule_nodes_avx512<const N: usize>(
+    a: f64,
+    b: f64,
+    f: &impl NodeIntegrand<KRONROD_LANES, N>,
+    values: &mut [[f64; KRONROD_LANES]; N],
+) -> PanelSums<N> {
+    apply_rule_nodes_body(a, b, f, values)
+}
+
+#[inline(always)]
+fn apply_rule_nodes_body<const N: usize>(
+    a: f64,
+    b: f64,
+    f: &impl NodeIntegrand<KRONROD_LANES, N>,
+    values: &mut [[f64; KRONROD_LANES]; N],
 ) -> PanelSums<N> {
     let (mid, half) = (0.5 * (a + b), 0.5 * (b - a));
-    let z: [f64; 21] = std::array::from_fn(|i| mid + half * GK21[0][i]);
-    f(&z, values);
+    let z: [f64; KRONROD_LANES] = std::array::from_fn(|i| if i < 21 { mid + half * GK21[0][i] } else { mid });
+    f.eval(&z, values);
     sum_rule(half, values)
 }
 
-/// An integrand evaluated at M nodes at once: `f(z, out)` writes component
-/// k at node i to `out[k][i]`.
-pub trait NodeIntegrand<const M: usize, const N: usize>: Fn(&[f64; M], &mut [[f64; M]; N]) {}
-impl<const M: usize, const N: usize, F: Fn(&[f64; M], &mut [[f64; M]; N])> NodeIntegrand<M, N> for F {}
+/// An integrand evaluated at M nodes at once: `eval(z, out)` writes
+/// component k at node i to `out[k][i]`. A closure is one; the hot
+/// integrands (`nodes`) are types whose `eval` is always inlined, so that it
+/// is compiled into the AVX2 panel rules (a closure would not be).
+pub trait NodeIntegrand<const M: usize, const N: usize> {
+    /// f at the nodes z.
+    fn eval(&self, z: &[f64; M], out: &mut [[f64; M]; N]);
+}
+
+impl<const M: usize, const N: usize, F: Fn(&[f64; M], &mut [[f64; M]; N])> NodeIntegrand<M, N> for F {
+    #[inline(always)]
+    fn eval(&self, z: &[f64; M], out: &mut [[f64; M]; N]) {
+        self(z, out)
+    }
+}
 
 /// The indices of the 10 Gauss nodes among the 21 (the odd ones).
 const GAUSS_NODES: [usize; 10] = [1, 3, 5, 7, 9, 11, 13, 15, 17, 19];
@@ -129,7 +209,8 @@ const GAUSS_NODES: [usize; 10] = [1, 3, 5, 7, 9, 11, 13, 15, 17, 19];
 /// from f's values at the 21 nodes. The Kronrod sums run in four fixed
 /// lanes (nodes i = 4c + j into lane j, then the lanes pairwise and node
 /// 20), which the compiler vectorises; the order is fixed, so the bits are.
-fn sum_rule<const N: usize>(half: f64, values: &[[f64; 21]; N]) -> PanelSums<N> {
+#[inline(always)]
+fn sum_rule<const N: usize>(half: f64, values: &[[f64; KRONROD_LANES]; N]) -> PanelSums<N> {
     let [_, wk, wg] = &GK21;
     let wk: [f64; 21] = std::array::from_fn(|i| wk[i] * half);
     let (mut s, mut abs, mut check) = ([0.0; N], [0.0; N], [0.0; N]);
@@ -242,8 +323,8 @@ fn gauss5() -> &'static ([f64; 5], [f64; 5]) {
 /// Gauss rule on each of [`adaptive`]'s first panels, nearest 0 first, with
 /// no error test and no bisection (the calibration's seed).
 pub fn gauss5_panels<const N: usize>(a: f64, b: f64, f: &impl Fn(f64) -> [f64; N]) -> [f64; N] {
-    gauss5_panels_nodes(a, b, &|z: &[f64; 5], out: &mut [[f64; 5]; N]| {
-        for (i, z) in z.iter().enumerate() {
+    gauss5_panels_nodes(a, b, &|z: &[f64; GAUSS5_LANES], out: &mut [[f64; GAUSS5_LANES]; N]| {
+        for (i, z) in z[..5].iter().enumerate() {
             let v = f(*z);
             for k in 0..N {
                 out[k][i] = v[k];
@@ -252,8 +333,36 @@ pub fn gauss5_panels<const N: usize>(a: f64, b: f64, f: &impl Fn(f64) -> [f64; N
     })
 }
 
-/// [`gauss5_panels`] for an integrand that takes a panel's 5 nodes at once.
-pub fn gauss5_panels_nodes<const N: usize>(a: f64, b: f64, f: &impl NodeIntegrand<5, N>) -> [f64; N] {
+/// [`gauss5_panels`] for an integrand that takes a panel's 5 nodes at once
+/// (with AVX2 where the CPU has it, as [`apply_rule_nodes`]).
+pub fn gauss5_panels_nodes<const N: usize>(a: f64, b: f64, f: &impl NodeIntegrand<GAUSS5_LANES, N>) -> [f64; N] {
+    #[cfg(target_arch = "x86_64")]
+    if avx512() {
+        // SAFETY: the CPU has AVX-512F, checked just above.
+        return unsafe { gauss5_panels_avx512(a, b, f) };
+    }
+    #[cfg(target_arch = "x86_64")]
+    if avx2() {
+        // SAFETY: the CPU has AVX2, checked just above.
+        return unsafe { gauss5_panels_avx2(a, b, f) };
+    }
+    gauss5_panels_body(a, b, f)
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2")]
+fn gauss5_panels_avx2<const N: usize>(a: f64, b: f64, f: &impl NodeIntegrand<GAUSS5_LANES, N>) -> [f64; N] {
+    gauss5_panels_body(a, b, f)
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f")]
+fn gauss5_panels_avx512<const N: usize>(a: f64, b: f64, f: &impl NodeIntegrand<GAUSS5_LANES, N>) -> [f64; N] {
+    gauss5_panels_body(a, b, f)
+}
+
+#[inline(always)]
+fn gauss5_panels_body<const N: usize>(a: f64, b: f64, f: &impl NodeIntegrand<GAUSS5_LANES, N>) -> [f64; N] {
     let (x, w) = gauss5();
     let mut out = [0.0; N];
     if b <= a {
@@ -263,9 +372,9 @@ pub fn gauss5_panels_nodes<const N: usize>(a: f64, b: f64, f: &impl NodeIntegran
     for e in edges[..=k].windows(2) {
         let (lo, hi) = if right { (e[0], e[1]) } else { (e[1], e[0]) };
         let (mid, half) = (0.5 * (lo + hi), 0.5 * (hi - lo));
-        let z: [f64; 5] = std::array::from_fn(|i| mid + half * x[i]);
-        let mut values = [[0.0; 5]; N];
-        f(&z, &mut values);
+        let z: [f64; GAUSS5_LANES] = std::array::from_fn(|i| if i < 5 { mid + half * x[i] } else { mid });
+        let mut values = [[0.0; GAUSS5_LANES]; N];
+        f.eval(&z, &mut values);
         for i in 0..5 {
             for k in 0..N {
                 out[k] += w[i] * half * values[k][i];
@@ -337,10 +446,10 @@ pub fn adaptive_bounded_nodes<const N: usize>(
     a: f64,
     b: f64,
     rel_tol: [f64; N],
-    f: &impl NodeIntegrand<21, N>,
+    f: &impl NodeIntegrand<KRONROD_LANES, N>,
     bound: &impl Fn(f64, f64) -> [f64; N],
 ) -> [f64; N] {
-    let mut values = [[0.0; 21]; N];
+    let mut values = [[0.0; KRONROD_LANES]; N];
     adaptive_panels(
         a,
         b,
@@ -422,6 +531,58 @@ pub fn abs_poly(p: &[f64; 4], z: f64) -> f64 {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The panel rules as dispatched (AVX-512 or AVX2 where the CPU has
+    /// them) against their baseline compilation, on the hot integrands over
+    /// random cubic cells across the tails: the same bits.
+    #[test]
+    fn vector_and_baseline_panel_rules_agree_bitwise() {
+        use crate::bms::cells::{CellJet, MOMENTS};
+        use crate::bms::nodes::{Moments, Slopes};
+        let mut rng = crate::rng::Rng::new(7);
+        for t in 0..300 {
+            let mut cubic = || std::array::from_fn(|k| rng.normal() * [3.0, 2.0, 0.5, 0.1][k]);
+            let cell = CellJet {
+                lo: -1.0,
+                hi: 1.0,
+                eta: cubic(),
+                a: cubic(),
+                aa: cubic(),
+            };
+            let (lo, hi) = (-12.0 + 0.08 * t as f64, -11.0 + 0.09 * t as f64);
+            let bits = |v: &[f64]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+            let flat = |p: PanelSums<3>| [p.0, p.1, p.2].concat();
+            for upper in [false, true] {
+                let f = Slopes { cell: &cell, upper };
+                let (mut v1, mut v2) = ([[0.0; KRONROD_LANES]; 3], [[0.0; KRONROD_LANES]; 3]);
+                let got = flat(apply_rule_nodes(lo, hi, &f, &mut v1));
+                let want = flat(apply_rule_nodes_body(lo, hi, &f, &mut v2));
+                assert_eq!(bits(&got), bits(&want), "slopes on [{lo}, {hi}]");
+                #[cfg(target_arch = "x86_64")]
+                if avx2() {
+                    // SAFETY: the CPU has AVX2, checked just above.
+                    let got = flat(unsafe { apply_rule_nodes_avx2(lo, hi, &f, &mut v1) });
+                    assert_eq!(bits(&got), bits(&want), "AVX2 slopes on [{lo}, {hi}]");
+                }
+                let (got, want) = (
+                    gauss5_panels_nodes(lo, hi + 4.0, &f),
+                    gauss5_panels_body(lo, hi + 4.0, &f),
+                );
+                assert_eq!(bits(&got), bits(&want), "quick slopes on [{lo}, {}]", hi + 4.0);
+            }
+            let f = Moments(&cell.eta);
+            let (mut v1, mut v2) = ([[0.0; KRONROD_LANES]; MOMENTS], [[0.0; KRONROD_LANES]; MOMENTS]);
+            let (g, w) = (
+                apply_rule_nodes(lo, hi, &f, &mut v1),
+                apply_rule_nodes_body(lo, hi, &f, &mut v2),
+            );
+            assert_eq!(
+                bits(&[g.0, g.1, g.2].concat()),
+                bits(&[w.0, w.1, w.2].concat()),
+                "moments on [{lo}, {hi}]"
+            );
+        }
+    }
 
     #[test]
     fn rule_integrates_polynomials_exactly() {
