@@ -145,6 +145,7 @@ impl Bases {
     }
 
     /// [`CellParts`] of the cell [lo, hi] of row rb at intercept a.
+    #[inline(always)]
     fn cell_parts_with(&self, rb: &RowBases, a: f64, lo: f64, hi: f64, out: &mut CellParts) {
         let theta = rb.theta;
         let (b, s_f, r, p_h) = (theta[1], self.s_f, self.r(), self.p_h());
@@ -216,6 +217,7 @@ impl<'a> RowBases<'a> {
     }
 
     /// The polynomial pieces that hold on [lo, hi], picked at a point inside.
+    #[inline(always)]
     fn pieces(&self, a: f64, lo: f64, hi: f64) -> Pieces {
         let b = self.theta[1];
         let zm = representative(lo, hi);
@@ -263,6 +265,7 @@ impl<'a> RowBases<'a> {
     }
 
     /// [`CellParts`] of the cell [lo, hi] at intercept a.
+    #[inline(always)]
     pub fn cell_parts(&self, a: f64, lo: f64, hi: f64, out: &mut CellParts) {
         self.bases.cell_parts_with(self, a, lo, hi, out)
     }

@@ -72,6 +72,7 @@ impl Sums {
 
     /// Add one cell with moments m: its D sums, and its V and W rows for
     /// [`Sums::finish`].
+    #[inline(always)]
     fn add(&mut self, c: &CellParts, m: &[f64; MOMENTS]) {
         // Every sum here leaves out D's and T's factor 1/(2 pi), applied
         // once a row in `derivatives` instead of 67 divisions a cell.
@@ -129,6 +130,48 @@ impl Sums {
                 out.f_uv[u * r + v] = kappa * (explicit - self.q[u * r + v]);
             }
         }
+    }
+}
+
+/// Every cell's cubics, moments and sums of a row at intercept a, into
+/// `s.sums`. Compiled also with AVX-512 or AVX2 and picked at run time where
+/// the CPU has them (the cells' cubics and Stage 2's sums then run in wider
+/// vectors; the moments' quadrature dispatches on its own). Every operation
+/// is elementwise or in a fixed order: the same bits either way.
+fn sum_cells(rb: &RowBases, a: f64, cells: &[(f64, f64)], s: &mut Scratch) {
+    #[cfg(target_arch = "x86_64")]
+    {
+        if std::is_x86_feature_detected!("avx512f") {
+            // SAFETY: the CPU has AVX-512F, checked just above.
+            return unsafe { sum_cells_avx512(rb, a, cells, s) };
+        }
+        if std::is_x86_feature_detected!("avx2") {
+            // SAFETY: the CPU has AVX2, checked just above.
+            return unsafe { sum_cells_avx2(rb, a, cells, s) };
+        }
+    }
+    sum_cells_body(rb, a, cells, s)
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f")]
+fn sum_cells_avx512(rb: &RowBases, a: f64, cells: &[(f64, f64)], s: &mut Scratch) {
+    sum_cells_body(rb, a, cells, s)
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2")]
+fn sum_cells_avx2(rb: &RowBases, a: f64, cells: &[(f64, f64)], s: &mut Scratch) {
+    sum_cells_body(rb, a, cells, s)
+}
+
+#[inline(always)]
+fn sum_cells_body(rb: &RowBases, a: f64, cells: &[(f64, f64)], s: &mut Scratch) {
+    s.sums.clear();
+    for &(lo, hi) in cells {
+        rb.cell_parts(a, lo, hi, &mut s.cell);
+        let m = moments(&s.cell.eta, lo, hi);
+        s.sums.add(&s.cell, &m);
     }
 }
 
@@ -231,13 +274,9 @@ impl BmsModel {
     fn fused_row(&self, data: &BmsData, beta: &[f64], i: usize, s: &mut Scratch, out: RowOut) -> Result<()> {
         let theta = self.theta(data, beta, i);
         let a = solve_root(&self.bases, &theta, i)?;
-        s.sums.clear();
         let rb = RowBases::new(&self.bases, &theta);
-        for (lo, hi) in self.bases.cell_bounds(theta[1], a) {
-            rb.cell_parts(a, lo, hi, &mut s.cell);
-            let m = moments(&s.cell.eta, lo, hi);
-            s.sums.add(&s.cell, &m);
-        }
+        let cells = self.bases.cell_bounds(theta[1], a);
+        sum_cells(&rb, a, &cells, s);
         let f_a = s.sums.d[0] / (2.0 * PI);
         if !(f_a.is_finite() && f_a > 0.0 && a.is_finite()) {
             let reason = format!("F_a = {f_a} at a = {a}: must be finite and > 0");
