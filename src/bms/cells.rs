@@ -161,26 +161,30 @@ impl Bases {
         };
         let sf = |q: Cubic| poly_scale(&q, s_f);
         let z = [0.0, 1.0, 0.0, 0.0];
+        // Written in place (every entry; no iterator extends), so the loops
+        // compile into the caller's vector code (`fused::sum_cells`).
         for buf in [&mut out.v, &mut out.ar, &mut out.s1] {
-            buf.clear();
-            buf.reserve(r);
+            buf.resize(r, [0.0; 4]);
         }
         (out.lo, out.hi, out.eta) = (lo, hi, jet.eta);
-        out.v.push(jet.a);
-        out.v.push(sf(poly_add(&poly_add(&z, &p.h), &poly_times_z(&p.l1))));
-        out.v.extend(bh.iter().map(|q| sf(poly_scale(q, b))));
-        out.v.extend(bw.iter().map(|q| sf(poly_compose_affine(q, a, b))));
-        out.ar.push(jet.aa);
-        out.ar.push(sf(poly_times_z(&p.l2)));
-        out.ar.extend(bh.iter().map(|_| [0.0; 4]));
-        out.ar
-            .extend(bw.iter().map(|q| sf(poly_compose_affine(&poly_deriv(q), a, b))));
-        out.s1.push([0.0; 4]);
-        out.s1.push(sf(poly_times_z(&poly_times_z(&p.l2))));
-        out.s1.extend(bh.iter().map(|&q| sf(q)));
-        for l in 0..bw.len() {
-            let ar_w = out.ar[2 + p_h + l];
-            out.s1.push(poly_times_z(&ar_w));
+        let (v, ar, s1) = (&mut out.v, &mut out.ar, &mut out.s1);
+        v[0] = jet.a;
+        v[1] = sf(poly_add(&poly_add(&z, &p.h), &poly_times_z(&p.l1)));
+        ar[0] = jet.aa;
+        ar[1] = sf(poly_times_z(&p.l2));
+        s1[0] = [0.0; 4];
+        s1[1] = sf(poly_times_z(&poly_times_z(&p.l2)));
+        let h = 2..2 + p_h;
+        for (((v, ar), s1), q) in v[h.clone()].iter_mut().zip(&mut ar[h.clone()]).zip(&mut s1[h]).zip(bh) {
+            *v = sf(poly_scale(q, b));
+            *ar = [0.0; 4];
+            *s1 = sf(*q);
+        }
+        let w = 2 + p_h..r;
+        for (((v, ar), s1), q) in v[w.clone()].iter_mut().zip(&mut ar[w.clone()]).zip(&mut s1[w]).zip(bw) {
+            *v = sf(poly_compose_affine(q, a, b));
+            *ar = sf(poly_compose_affine(&poly_deriv(q), a, b));
+            *s1 = poly_times_z(ar);
         }
     }
 }
