@@ -30,15 +30,15 @@ use matfree::Designs;
 type AnyResult<T> = Result<T, Box<dyn Error>>;
 
 /// Rows simulated by default on the GPU, and on the CPU (a row evaluation
-/// costs about 65 us a row and core there at this shape, and a fit takes
-/// 15-30 of them: a 2-core machine fits 50,000 rows in about 40 s).
+/// costs about 50 us a row and core there at this shape, and a fit takes
+/// 15-30 of them: a 2-core machine fits 60,000 rows in about 45 s).
 const GPU_DEFAULT_ROWS: usize = 200_000;
-const CPU_DEFAULT_ROWS: usize = 50_000;
+const CPU_DEFAULT_ROWS: usize = 60_000;
 
 #[derive(Parser, Debug)]
 #[command(about = "Fit the Bernoulli marginal-slope model (REML smoothing selection) on CPU or GPU")]
 struct Args {
-    /// Simulate this many rows (default 200,000 on a GPU, 50,000 on the CPU).
+    /// Simulate this many rows (default 200,000 on a GPU, 60,000 on the CPU).
     #[arg(long, conflicts_with = "data")]
     simulate: Option<usize>,
     /// Seed of the simulation.
