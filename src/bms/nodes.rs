@@ -9,7 +9,7 @@
 
 use super::basis::{poly_eval, Cubic};
 use super::cells::{CellJet, MOMENTS};
-use super::probit::{cdf_pdf_and_gauss, exp_branchless};
+use super::probit::{cdf_pdf_and_gauss_in, exp_branchless};
 use super::quadrature::{NodeIntegrand, KRONROD_LANES};
 
 /// The calibration's three integrands on a cell, Phi(-eta) where `upper`.
@@ -36,15 +36,38 @@ impl NodeIntegrand<KRONROD_LANES, MOMENTS> for Moments<'_> {
 }
 
 /// The calibration's integrands at M nodes of a cell, into `out[0..3][i]`.
+/// eta first: where no node's |eta| / sqrt 2 passes 4 (most panels), the
+/// erfcx's asymptotic form is left out for the whole panel (a uniform
+/// branch, so the loop still vectorises), with the same bits.
 #[inline(always)]
 pub(crate) fn slopes<const M: usize>(c: &CellJet, upper: bool, z: &[f64; M], out: &mut [[f64; M]; 3]) {
+    let mut e = [0.0; M];
+    let mut near = true;
     for i in 0..M {
-        let e = poly_eval(&c.eta, z[i]);
+        e[i] = poly_eval(&c.eta, z[i]);
+        near &= e[i].abs() * std::f64::consts::FRAC_1_SQRT_2 <= 4.0;
+    }
+    if near {
+        slopes_from::<M, false>(c, upper, z, &e, out)
+    } else {
+        slopes_from::<M, true>(c, upper, z, &e, out)
+    }
+}
+
+#[inline(always)]
+fn slopes_from<const M: usize, const FAR: bool>(
+    c: &CellJet,
+    upper: bool,
+    z: &[f64; M],
+    e: &[f64; M],
+    out: &mut [[f64; M]; 3],
+) {
+    for i in 0..M {
         let (d1, d2) = (poly_eval(&c.a, z[i]), poly_eval(&c.aa, z[i]));
-        let (phi, w) = cdf_pdf_and_gauss(if upper { -e } else { e }, z[i]);
+        let (phi, w) = cdf_pdf_and_gauss_in::<FAR>(if upper { -e[i] } else { e[i] }, z[i]);
         out[0][i] = phi;
         out[1][i] = d1 * w;
-        out[2][i] = (d2 - d1 * d1 * e) * w;
+        out[2][i] = (d2 - d1 * d1 * e[i]) * w;
     }
 }
 

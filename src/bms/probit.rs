@@ -97,6 +97,14 @@ fn erf_small(y: f64) -> f64 {
 /// bit. The unused pairs may be inf or NaN.
 #[inline(always)]
 fn erf_or_erfcx(y: f64) -> f64 {
+    erf_or_erfcx_in::<true>(y)
+}
+
+/// [`erf_or_erfcx`]; with FAR false only for y <= 4 (the asymptotic form is
+/// then not formed: a caller whose every y is at most 4 saves its three
+/// divisions), with the same bits there.
+#[inline(always)]
+pub(crate) fn erf_or_erfcx_in<const FAR: bool>(y: f64) -> f64 {
     let small = erf_small_parts(y);
     let (mut num, mut den) = (C[8] * y, y);
     for i in 0..7 {
@@ -104,6 +112,10 @@ fn erf_or_erfcx(y: f64) -> f64 {
         den = (den + D[i]) * y;
     }
     let mid = (num + C[7], den + D[7]);
+    if !FAR {
+        let (n, d) = if y <= 0.46875 { small } else { mid };
+        return n / d;
+    }
     let ysq = 1.0 / (y * y);
     let (mut num, mut den) = (P[5] * ysq, ysq);
     for i in 0..4 {
@@ -297,9 +309,16 @@ pub fn half_gauss(x: f64) -> f64 {
 /// it for s >= 0.
 #[inline(always)]
 pub fn norm_cdf_given(s: f64, g: f64) -> f64 {
+    norm_cdf_given_in::<true>(s, g)
+}
+
+/// [`norm_cdf_given`]; with FAR false only for |s| <= 4 sqrt 2 (see
+/// [`erf_or_erfcx_in`]).
+#[inline(always)]
+pub(crate) fn norm_cdf_given_in<const FAR: bool>(s: f64, g: f64) -> f64 {
     let y = s.abs() * FRAC_1_SQRT_2;
     // One rational for either tail, picked without a branch.
-    let v = erf_or_erfcx(y);
+    let v = erf_or_erfcx_in::<FAR>(y);
     let tail = if y <= 0.46875 { 0.5 * (1.0 - v) } else { 0.5 * v * g };
     if s < 0.0 {
         tail
@@ -314,8 +333,14 @@ pub fn norm_cdf_given(s: f64, g: f64) -> f64 {
 /// `integrand` in kernels/bms_stage1/quadrature.cuh takes the same steps).
 #[inline(always)]
 pub fn cdf_pdf_and_gauss(s: f64, z: f64) -> (f64, f64) {
+    cdf_pdf_and_gauss_in::<true>(s, z)
+}
+
+/// [`cdf_pdf_and_gauss`]; with FAR false only for |s| <= 4 sqrt 2.
+#[inline(always)]
+pub(crate) fn cdf_pdf_and_gauss_in<const FAR: bool>(s: f64, z: f64) -> (f64, f64) {
     let (gz, gs) = (half_gauss(z), half_gauss(s));
-    (norm_cdf_given(s, gs) * (gz * inv_sqrt_2pi()), gz * gs)
+    (norm_cdf_given_in::<FAR>(s, gs) * (gz * inv_sqrt_2pi()), gz * gs)
 }
 
 /// The upper tail 1 - Phi(x) = Phi(-x), accurate for large positive x.
@@ -460,6 +485,40 @@ mod tests {
         assert_eq!(exp_branchless(711.0), f64::INFINITY);
         assert!(exp_branchless(f64::NAN).is_nan());
         assert_eq!(exp_branchless(0.0), 1.0);
+    }
+
+    /// Without the asymptotic form (every |s| / sqrt 2 <= 4) the values
+    /// are the full function's, bit for bit, up to the switch itself.
+    #[test]
+    fn near_form_equals_the_full_one_where_it_applies() {
+        let top = 4.0 * std::f64::consts::SQRT_2;
+        let near = |s: f64| s.abs() * FRAC_1_SQRT_2 <= 4.0;
+        let mut s = -top;
+        while s <= top {
+            for z in [-3.0, 0.4, 7.5].into_iter().filter(|_| near(s)) {
+                let (a, b) = (cdf_pdf_and_gauss_in::<false>(s, z), cdf_pdf_and_gauss(s, z));
+                assert_eq!(
+                    (a.0.to_bits(), a.1.to_bits()),
+                    (b.0.to_bits(), b.1.to_bits()),
+                    "s = {s}, z = {z}"
+                );
+            }
+            s += 0.001_37;
+        }
+        let edge = [
+            top,
+            -top,
+            0.0,
+            -0.0,
+            0.46875 * std::f64::consts::SQRT_2,
+            5.656_854_249_492_38,
+        ];
+        for s in edge.into_iter().filter(|s| near(*s)) {
+            assert_eq!(
+                norm_cdf_given_in::<false>(s, half_gauss(s)).to_bits(),
+                norm_cdf_given(s, half_gauss(s)).to_bits()
+            );
+        }
     }
 
     #[test]
