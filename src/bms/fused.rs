@@ -11,10 +11,11 @@
 //! with `V = (A, R_1, ..., R_{r-1})` a cell's cubics (d eta/da in the q
 //! slot, which the q-row override never reads), `M_{pq} = T_{p+q}` its
 //! Hankel matrix of `T_n = kappa sum_e C_e m_{e+n}`, and `W = M V`, every
-//! `Q(V_k, V_l) = V_k . W_l` (4 flops after W's 16 per cubic, where the
-//! double sum took 32). One r x r symmetric sum then gives `Q(A, A)`,
-//! `Q(A, R_u)` and `Q(R_u, R_v)` at once. The results agree with the bundle
-//! path to rounding (the tests hold them to 1e-12 relative).
+//! `Q(V_k, V_l) = V_k . W_l`, so that the row's Q is one product V^T W over
+//! all its cells (faer), where the double sums took 32 flops a term. It
+//! gives `Q(A, A)`, `Q(A, R_u)` and `Q(R_u, R_v)` at once. The results agree
+//! with the bundle path to rounding (the tests hold them to 1e-12 of each
+//! row's largest entry, 1e-11 at r = 64).
 
 use faer::linalg::matmul::matmul;
 use faer::{Accum, MatMut, MatRef, Par};

@@ -4,8 +4,8 @@
 //! without a branch or a library call (`probit::exp_branchless`, the
 //! branch-free erfcx), which the compiler vectorises.
 //!
-//! They are inlined into the quadrature's panel rules, which run with AVX2
-//! where the CPU has it (`quadrature::apply_rule_nodes`).
+//! They are inlined into the quadrature's panel rules, which run with AVX-512
+//! or AVX2 where the CPU has them (`quadrature::apply_rule_nodes`).
 
 use super::basis::{poly_eval, Cubic};
 use super::cells::{CellJet, MOMENTS};
