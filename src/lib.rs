@@ -13,6 +13,7 @@ pub mod bms;
 pub mod cuda;
 pub mod data;
 pub mod designs;
+mod dispatch;
 mod error;
 #[cfg(feature = "testing")]
 pub mod fixture;

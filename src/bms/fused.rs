@@ -26,6 +26,7 @@ use super::cells::{moments, CellParts, RowBases, MOMENTS};
 use super::probit::norm_pdf;
 use super::row_kernel::{finish_row, ObservedRow, RowSums};
 use super::{BmsData, BmsModel, RowEvaluation};
+use crate::dispatch::by_cpu;
 use crate::{Error, Result};
 
 use std::f64::consts::PI;
@@ -134,36 +135,12 @@ impl Sums {
     }
 }
 
-/// Every cell's cubics, moments and sums of a row at intercept a, into
-/// `s.sums`. Compiled also with AVX-512 or AVX2 and picked at run time where
-/// the CPU has them (the cells' cubics and Stage 2's sums then run in wider
-/// vectors; the moments' quadrature dispatches on its own). Every operation
-/// is elementwise or in a fixed order: the same bits either way.
-fn sum_cells(rb: &RowBases, a: f64, cells: &[(f64, f64)], s: &mut Scratch) {
-    #[cfg(target_arch = "x86_64")]
-    {
-        if std::is_x86_feature_detected!("avx512f") {
-            // SAFETY: the CPU has AVX-512F, checked just above.
-            return unsafe { sum_cells_avx512(rb, a, cells, s) };
-        }
-        if std::is_x86_feature_detected!("avx2") {
-            // SAFETY: the CPU has AVX2, checked just above.
-            return unsafe { sum_cells_avx2(rb, a, cells, s) };
-        }
-    }
-    sum_cells_body(rb, a, cells, s)
-}
-
-#[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx512f")]
-fn sum_cells_avx512(rb: &RowBases, a: f64, cells: &[(f64, f64)], s: &mut Scratch) {
-    sum_cells_body(rb, a, cells, s)
-}
-
-#[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx2")]
-fn sum_cells_avx2(rb: &RowBases, a: f64, cells: &[(f64, f64)], s: &mut Scratch) {
-    sum_cells_body(rb, a, cells, s)
+by_cpu! {
+    /// Every cell's cubics, moments and sums of a row at intercept a, into
+    /// `s.sums`, on the CPU's widest vectors (`dispatch`: the cells' cubics
+    /// and Stage 2's sums; the moments' quadrature dispatches on its own),
+    /// with the same bits on any.
+    fn sum_cells / sum_cells_avx2 / sum_cells_avx512(rb: &RowBases, a: f64, cells: &[(f64, f64)], s: &mut Scratch) = sum_cells_body
 }
 
 #[inline(always)]

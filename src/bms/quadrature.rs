@@ -3,6 +3,8 @@
 
 use std::sync::OnceLock;
 
+use crate::dispatch::by_cpu;
+
 /// Most panels one [`adaptive`] call examines.
 const MAX_PANELS: usize = 100_000;
 
@@ -110,67 +112,18 @@ fn apply_rule<const N: usize>(a: f64, b: f64, f: &impl Fn(f64) -> [f64; N]) -> P
     sum_rule(half, &values)
 }
 
-/// Whether this CPU runs the AVX2 compilations of the panel rules (checked
-/// once, then cached by the standard library).
-#[cfg(target_arch = "x86_64")]
-fn avx2() -> bool {
-    std::is_x86_feature_detected!("avx2")
-}
-
-/// Whether this CPU runs the AVX-512 compilations (8 doubles a vector, 32
-/// vector registers).
-#[cfg(target_arch = "x86_64")]
-fn avx512() -> bool {
-    std::is_x86_feature_detected!("avx512f")
-}
-
-/// [`apply_rule`] for an integrand that takes all 21 nodes at once (`f(z,
-/// out)` writes component k at node i to `out[k][i]`), into the caller's
-/// buffer `values`: loops over the nodes that the compiler vectorises. On
-/// x86-64 the rule, the integrand inlined, is compiled a second time with
-/// AVX2 and picked at run time where the CPU has it (the crate is built
-/// for the baseline x86-64, whose vectors hold two doubles). Rust never
-/// contracts a product and a sum into an FMA and every operation is
-/// elementwise or in a fixed order, so both give the same bits (tested).
-fn apply_rule_nodes<const N: usize>(
-    a: f64,
-    b: f64,
-    f: &impl NodeIntegrand<KRONROD_LANES, N>,
-    values: &mut [[f64; KRONROD_LANES]; N],
-) -> PanelSums<N> {
-    #[cfg(target_arch = "x86_64")]
-    if avx512() {
-        // SAFETY: the CPU has AVX-512F, checked just above.
-        return unsafe { apply_rule_nodes_avx512(a, b, f, values) };
-    }
-    #[cfg(target_arch = "x86_64")]
-    if avx2() {
-        // SAFETY: the CPU has AVX2, checked just above.
-        return unsafe { apply_rule_nodes_avx2(a, b, f, values) };
-    }
-    apply_rule_nodes_body(a, b, f, values)
-}
-
-#[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx2")]
-fn apply_rule_nodes_avx2<const N: usize>(
-    a: f64,
-    b: f64,
-    f: &impl NodeIntegrand<KRONROD_LANES, N>,
-    values: &mut [[f64; KRONROD_LANES]; N],
-) -> PanelSums<N> {
-    apply_rule_nodes_body(a, b, f, values)
-}
-
-#[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx512f")]
-fn apply_rule_nodes_avx512<const N: usize>(
-    a: f64,
-    b: f64,
-    f: &impl NodeIntegrand<KRONROD_LANES, N>,
-    values: &mut [[f64; KRONROD_LANES]; N],
-) -> PanelSums<N> {
-    apply_rule_nodes_body(a, b, f, values)
+by_cpu! {
+    /// [`apply_rule`] for an integrand that takes all 21 nodes at once
+    /// (`f(z, out)` writes component k at node i to `out[k][i]`), into the
+    /// caller's buffer `values`: loops over the nodes that the compiler
+    /// vectorises, with the integrand inlined, on the CPU's widest vectors
+    /// (`dispatch`; the same bits on any, tested).
+    fn apply_rule_nodes / apply_rule_nodes_avx2 / apply_rule_nodes_avx512 <const N: usize>(
+        a: f64,
+        b: f64,
+        f: &impl NodeIntegrand<KRONROD_LANES, N>,
+        values: &mut [[f64; KRONROD_LANES]; N],
+    ) -> PanelSums<N> = apply_rule_nodes_body
 }
 
 #[inline(always)]
@@ -333,32 +286,14 @@ pub fn gauss5_panels<const N: usize>(a: f64, b: f64, f: &impl Fn(f64) -> [f64; N
     })
 }
 
-/// [`gauss5_panels`] for an integrand that takes a panel's 5 nodes at once
-/// (with AVX2 where the CPU has it, as [`apply_rule_nodes`]).
-pub fn gauss5_panels_nodes<const N: usize>(a: f64, b: f64, f: &impl NodeIntegrand<GAUSS5_LANES, N>) -> [f64; N] {
-    #[cfg(target_arch = "x86_64")]
-    if avx512() {
-        // SAFETY: the CPU has AVX-512F, checked just above.
-        return unsafe { gauss5_panels_avx512(a, b, f) };
-    }
-    #[cfg(target_arch = "x86_64")]
-    if avx2() {
-        // SAFETY: the CPU has AVX2, checked just above.
-        return unsafe { gauss5_panels_avx2(a, b, f) };
-    }
-    gauss5_panels_body(a, b, f)
-}
-
-#[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx2")]
-fn gauss5_panels_avx2<const N: usize>(a: f64, b: f64, f: &impl NodeIntegrand<GAUSS5_LANES, N>) -> [f64; N] {
-    gauss5_panels_body(a, b, f)
-}
-
-#[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx512f")]
-fn gauss5_panels_avx512<const N: usize>(a: f64, b: f64, f: &impl NodeIntegrand<GAUSS5_LANES, N>) -> [f64; N] {
-    gauss5_panels_body(a, b, f)
+by_cpu! {
+    /// [`gauss5_panels`] for an integrand that takes a panel's 5 nodes at
+    /// once (on the CPU's widest vectors, as [`apply_rule_nodes`]).
+    pub fn gauss5_panels_nodes / gauss5_panels_avx2 / gauss5_panels_avx512 <const N: usize>(
+        a: f64,
+        b: f64,
+        f: &impl NodeIntegrand<GAUSS5_LANES, N>,
+    ) -> [f64; N] = gauss5_panels_body
 }
 
 #[inline(always)]
@@ -559,7 +494,7 @@ mod tests {
                 let want = flat(apply_rule_nodes_body(lo, hi, &f, &mut v2));
                 assert_eq!(bits(&got), bits(&want), "slopes on [{lo}, {hi}]");
                 #[cfg(target_arch = "x86_64")]
-                if avx2() {
+                if std::is_x86_feature_detected!("avx2") {
                     // SAFETY: the CPU has AVX2, checked just above.
                     let got = flat(unsafe { apply_rule_nodes_avx2(lo, hi, &f, &mut v1) });
                     assert_eq!(bits(&got), bits(&want), "AVX2 slopes on [{lo}, {hi}]");
