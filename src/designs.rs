@@ -1,5 +1,7 @@
 //! The two dense row-major designs that pull beta back to each row's q and b.
 
+use rayon::prelude::*;
+
 use crate::{Error, Result};
 
 /// Marginal (n x p_m) and slope (n x p_g) designs, row-major, finite.
@@ -12,6 +14,19 @@ pub struct Designs {
     x_g: Vec<f64>,
 }
 
+/// The index of the first non-finite value. Checked a chunk at a time with
+/// a branch-free test the compiler vectorises, the chunks in parallel (the
+/// BMS bundle and a fit's row Hessians are checked at every evaluation; a
+/// plain `position` scan was 3% of a CPU fit, and a serial one left the
+/// other cores idle).
+pub(crate) fn first_non_finite(values: &[f64]) -> Option<usize> {
+    const CHUNK: usize = 4096;
+    values.par_chunks(CHUNK).enumerate().find_map_first(|(c, chunk)| {
+        let bad = chunk.iter().fold(false, |acc, v| acc | !v.is_finite());
+        bad.then(|| c * CHUNK + chunk.iter().position(|v| !v.is_finite()).unwrap_or(0))
+    })
+}
+
 /// Check that `values` has `rows * cols` finite entries; name the first bad one.
 pub(crate) fn check_matrix(field: &str, values: &[f64], rows: usize, cols: usize) -> Result<()> {
     let want = rows
@@ -21,7 +36,7 @@ pub(crate) fn check_matrix(field: &str, values: &[f64], rows: usize, cols: usize
         let rule = format!("length must equal {rows} x {cols} = {want}");
         return Err(Error::invalid(format!("{field}.len"), values.len(), rule));
     }
-    if let Some(i) = values.iter().position(|v| !v.is_finite()) {
+    if let Some(i) = first_non_finite(values) {
         let at = format!("{field}[{}, {}]", i / cols.max(1), i % cols.max(1));
         return Err(Error::invalid(at, values[i], "must be finite"));
     }

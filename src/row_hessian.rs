@@ -98,28 +98,18 @@ impl RowHessian {
 
     /// [`RowHessian::new`] over a buffer that returns to its pool when the
     /// operator is dropped (a fit's evaluations reuse one; see `pool`).
-    /// The checks run over the rows in parallel.
+    /// The checks run in parallel.
     pub fn with_storage(layout: Layout, designs: Arc<Designs>, hess: PooledVec) -> Result<Self> {
         check_layout_designs(&layout, &designs)?;
         let r = layout.r();
-        let (n, rr) = (designs.n(), r * r);
-        let want = n
-            .checked_mul(rr)
-            .ok_or_else(|| Error::invalid("hess", n, "n * r * r overflows"))?;
-        if hess.len() != want {
-            let rule = format!("length must equal {n} x {rr} = {want}");
-            return Err(Error::invalid("hess.len", hess.len(), rule));
-        }
-        // The first row (lowest index) with a non-finite entry or an
-        // asymmetry is the error, non-finite first within it.
+        check_matrix("hess", &hess, designs.n(), r * r)?;
+        // Every row's symmetry, in parallel; the lowest asymmetric row is
+        // the error.
         let bad = hess
-            .par_chunks_exact(rr)
-            .position_first(|h| h.iter().any(|v| !v.is_finite()) || matfree_solvers::symmetry_error(r, h).is_some());
+            .par_chunks_exact(r * r)
+            .position_first(|h| matfree_solvers::symmetry_error(r, h).is_some());
         if let Some(i) = bad {
-            let h = &hess[i * rr..(i + 1) * rr];
-            if let Some(k) = h.iter().position(|v| !v.is_finite()) {
-                return Err(Error::invalid(format!("hess[{i}, {k}]"), h[k], "must be finite"));
-            }
+            let h = &hess[i * r * r..(i + 1) * r * r];
             if let Some((u, v, rule)) = matfree_solvers::symmetry_error(r, h) {
                 return Err(Error::invalid(format!("hess[{i}][{u},{v}]"), h[u * r + v], rule));
             }

@@ -53,7 +53,7 @@ impl Bases {
     }
 
     /// The cells' edges (lo, hi) of row theta at intercept a, left to right.
-    fn bounds(&self, b: f64, a: f64) -> Vec<(f64, f64)> {
+    pub(crate) fn bounds(&self, b: f64, a: f64) -> Vec<(f64, f64)> {
         let edges = self.breakpoints(b, a);
         let mut bounds = Vec::with_capacity(edges.len() + 1);
         let mut lo = f64::NEG_INFINITY;
@@ -139,11 +139,6 @@ pub(crate) struct CellParts {
 }
 
 impl Bases {
-    /// The cells' edges (lo, hi) of a row of slope b at intercept a.
-    pub(crate) fn cell_bounds(&self, b: f64, a: f64) -> Vec<(f64, f64)> {
-        self.bounds(b, a)
-    }
-
     /// [`CellParts`] of the cell [lo, hi] of row rb at intercept a.
     #[inline(always)]
     fn cell_parts_with(&self, rb: &RowBases, a: f64, lo: f64, hi: f64, out: &mut CellParts) {

@@ -253,7 +253,7 @@ impl BmsModel {
         let theta = self.theta(data, beta, i);
         let a = solve_root(&self.bases, &theta, i)?;
         let rb = RowBases::new(&self.bases, &theta);
-        let cells = self.bases.cell_bounds(theta[1], a);
+        let cells = self.bases.bounds(theta[1], a);
         sum_cells(&rb, a, &cells, s);
         let f_a = s.sums.d[0] / (2.0 * PI);
         if !(f_a.is_finite() && f_a > 0.0 && a.is_finite()) {

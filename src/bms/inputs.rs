@@ -20,8 +20,8 @@
 use super::calibration::Calibrated;
 use super::cells::{Cell, Observed, MOMENTS};
 use super::probit::norm_pdf;
+use crate::designs::first_non_finite;
 use crate::{Error, Result};
-use rayon::prelude::*;
 use std::borrow::Cow;
 
 /// Monomial coefficients per cubic.
@@ -182,18 +182,6 @@ impl RowCells<'_> {
     pub(crate) fn cells(&self) -> usize {
         self.0[0].len()
     }
-}
-
-/// The index of the first non-finite value. Checked a chunk at a time with
-/// a branch-free test the compiler vectorises, the chunks in parallel (the
-/// bundle is checked at every evaluation; a plain `position` scan was 3% of
-/// a CPU fit, and a serial one left the other cores idle).
-fn first_non_finite(values: &[f64]) -> Option<usize> {
-    const CHUNK: usize = 4096;
-    values.par_chunks(CHUNK).enumerate().find_map_first(|(c, chunk)| {
-        let bad = chunk.iter().fold(false, |acc, v| acc | !v.is_finite());
-        bad.then(|| c * CHUNK + chunk.iter().position(|v| !v.is_finite()).unwrap_or(0))
-    })
 }
 
 /// The bundle's f64 arrays with their names, in one order (that of
@@ -506,7 +494,7 @@ fn check_len(name: &str, have: usize, want: usize) -> Result<()> {
 
 #[cfg(test)]
 mod tests {
-    use super::first_non_finite;
+    use crate::designs::first_non_finite;
 
     #[test]
     fn first_non_finite_finds_the_first_bad_index_in_any_chunk() {

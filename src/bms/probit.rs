@@ -140,12 +140,6 @@ pub(crate) fn erf_or_erfcx_in<const FAR: bool>(y: f64) -> f64 {
     }
 }
 
-/// erfcx(y) = exp(y^2) erfc(y) for y > 0.46875 ([`erf_or_erfcx`]).
-#[inline(always)]
-fn erfcx_large(y: f64) -> f64 {
-    erf_or_erfcx(y)
-}
-
 /// exp(x) without a branch or a library call, so that loops over a
 /// panel's nodes vectorise: x = k ln 2 + r with |r| <= ln 2 / 2 (Cody and
 /// Waite's two-part ln 2, whose high part times k is exact), exp(r) =
@@ -219,10 +213,10 @@ pub fn erfcx(y: f64) -> f64 {
         return (y * y).exp() * (1.0 - erf_small(y));
     }
     if y > 0.0 {
-        return erfcx_large(y);
+        return erf_or_erfcx(y);
     }
     // erfc(y) = 2 - erfc(-y) for y < 0.
-    2.0 * (y * y).exp() - erfcx_large(-y)
+    2.0 * (y * y).exp() - erf_or_erfcx(-y)
 }
 
 /// The complementary error function erfc(y) = 1 - erf(y).
@@ -235,7 +229,7 @@ pub fn erfc(y: f64) -> f64 {
         return 1.0 - erf_small(y);
     }
     let upper = if ay < 26.7 {
-        exp_neg_sq(ay) * erfcx_large(ay)
+        exp_neg_sq(ay) * erf_or_erfcx(ay)
     } else {
         0.0
     };
