@@ -8,6 +8,9 @@
 //!
 //!     cargo run --release --example bench_rows [N_ROWS] [--gpu-only] [--fit-shape]   (default: seed shape, 195,000)
 //!
+//! `--cpu-evaluations=K` runs only K CPU evaluations and prints nothing, for
+//! counting instructions: `RAYON_NUM_THREADS=1 valgrind --tool=callgrind`
+//! on K = 1 and K = 2, the difference over N is the count a row.
 //! `--gpu-only` times only both stages on the device (no CPU evaluation to
 //! compare with). `--fit-shape` generates `fit_bms`' default data (p_m 3,
 //! p_g 2, score basis 8, link basis 6: r = 16, seed 1) instead of the seed
@@ -36,6 +39,14 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let t = Instant::now();
     let g = generate(cfg)?;
     let generate_s = t.elapsed().as_secs_f64();
+    if let Some(k) = args.iter().find_map(|a| a.strip_prefix("--cpu-evaluations=")) {
+        // Only k CPU evaluations: for an instruction count, the difference
+        // of two runs (k and k + 1) under `valgrind --tool=callgrind`.
+        for _ in 0..k.parse::<usize>()? {
+            std::hint::black_box(g.model.evaluate(&g.data, &g.beta)?);
+        }
+        return Ok(());
+    }
     if gpu_only {
         let Device::Gpu(gpu) = select_device(GpuPolicy::from_env()?)? else {
             return Err("--gpu-only needs a GPU".into());
