@@ -34,14 +34,37 @@ impl CpuBackend {
     }
 }
 
-/// x^T y summed in fixed chunks, partials added in chunk order.
+/// Vectors shorter than this are updated on the calling thread. A PCG over
+/// a few hundred coefficients runs five vector operations an iteration, and
+/// handing each to the rayon pool wakes every worker and puts it back to
+/// sleep: at 16 threads a 200,000-row CPU fit spent as much time in the
+/// kernel as in its own code, with 17-23 million context switches. Below
+/// this length one core does the work in about the time a wake-up takes.
+pub const PAR_MIN_LEN: usize = 1 << 15;
+
+/// x^T y summed in fixed chunks, partials added in chunk order (the same
+/// bits whether the chunks run in parallel or not).
 pub fn fixed_order_dot(x: &[f64], y: &[f64]) -> f64 {
+    let chunk_dot = |(a, b): (&[f64], &[f64])| a.iter().zip(b).map(|(u, v)| u * v).sum::<f64>();
+    if x.len() < PAR_MIN_LEN {
+        return x.chunks(REDUCE_CHUNK).zip(y.chunks(REDUCE_CHUNK)).map(chunk_dot).sum();
+    }
     let partials: Vec<f64> = x
         .par_chunks(REDUCE_CHUNK)
         .zip(y.par_chunks(REDUCE_CHUNK))
-        .map(|(a, b)| a.iter().zip(b).map(|(u, v)| u * v).sum::<f64>())
+        .map(chunk_dot)
         .collect();
     partials.iter().sum()
+}
+
+/// `f(y_i, x_i)` for every i, in parallel only for long vectors
+/// ([`PAR_MIN_LEN`]); elementwise, so the same bits either way.
+fn update(y: &mut [f64], x: &[f64], f: impl Fn(&mut f64, f64) + Sync) {
+    if y.len() < PAR_MIN_LEN {
+        y.iter_mut().zip(x).for_each(|(yi, xi)| f(yi, *xi));
+    } else {
+        y.par_iter_mut().zip(x.par_iter()).for_each(|(yi, xi)| f(yi, *xi));
+    }
 }
 
 fn check_len(field: &str, got: usize, want: usize) -> Result<()> {
@@ -93,28 +116,25 @@ impl Backend for CpuBackend {
     fn axpy(&self, s: &Vec<f64>, alpha: Slot, x: &Vec<f64>, y: &mut Vec<f64>) -> Result<()> {
         check_len("axpy operand", y.len(), x.len())?;
         let a = s[alpha];
-        y.par_iter_mut().zip(x.par_iter()).for_each(|(yi, xi)| *yi += a * xi);
+        update(y, x, |yi, xi| *yi += a * xi);
         Ok(())
     }
     fn xpay(&self, x: &Vec<f64>, s: &Vec<f64>, beta: Slot, y: &mut Vec<f64>) -> Result<()> {
         check_len("xpay operand", y.len(), x.len())?;
         let b = s[beta];
-        y.par_iter_mut()
-            .zip(x.par_iter())
-            .for_each(|(yi, xi)| *yi = xi + b * *yi);
+        update(y, x, |yi, xi| *yi = xi + b * *yi);
         Ok(())
     }
     fn sub_from(&self, b: &Vec<f64>, r: &mut Vec<f64>) -> Result<()> {
         check_len("residual", r.len(), b.len())?;
-        r.par_iter_mut().zip(b.par_iter()).for_each(|(ri, bi)| *ri = bi - *ri);
+        update(r, b, |ri, bi| *ri = bi - *ri);
         Ok(())
     }
     fn mul_elementwise(&self, d: &Vec<f64>, r: &Vec<f64>, z: &mut Vec<f64>) -> Result<()> {
         check_len("preconditioner input", r.len(), d.len())?;
         check_len("preconditioner output", z.len(), d.len())?;
-        z.par_iter_mut()
-            .zip(d.par_iter().zip(r.par_iter()))
-            .for_each(|(zi, (di, ri))| *zi = di * ri);
+        z.copy_from_slice(r);
+        update(z, d, |zi, di| *zi *= di);
         Ok(())
     }
     fn invert_positive(
@@ -155,9 +175,14 @@ impl Backend for CpuBackend {
         for (xc, yc) in x.chunks(n).zip(y.chunks_mut(n)) {
             // Rows are independent and each is summed in index order, so the
             // parallel split does not change the result.
-            yc.par_iter_mut().enumerate().for_each(|(i, yi)| {
+            let row = |(i, yi): (usize, &mut f64)| {
                 *yi += a[i * n..(i + 1) * n].iter().zip(xc).map(|(u, v)| u * v).sum::<f64>();
-            });
+            };
+            if n * n < PAR_MIN_LEN {
+                yc.iter_mut().enumerate().for_each(row);
+            } else {
+                yc.par_iter_mut().enumerate().for_each(row);
+            }
         }
         Ok(())
     }
@@ -230,4 +255,49 @@ pub fn pcg_beta_slots(s: &mut [f64]) {
         }
     }
     s[slot::BETA] = beta;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn vector(n: usize, seed: f64) -> Vec<f64> {
+        (0..n)
+            .map(|i| ((i as f64 + seed) * 0.7548776662).fract() - 0.5)
+            .collect()
+    }
+
+    /// Short vectors run on the calling thread, long ones in parallel: both
+    /// give what a plain loop gives (the dot in chunk order), bit for bit.
+    #[test]
+    fn vector_operations_match_plain_loops_on_both_sides_of_the_parallel_cut() {
+        let be = CpuBackend::new();
+        for n in [1, 19, PAR_MIN_LEN - 1, PAR_MIN_LEN, 3 * PAR_MIN_LEN + 7] {
+            let (x, y0) = (vector(n, 0.3), vector(n, 1.9));
+            let want_dot: f64 = x
+                .chunks(REDUCE_CHUNK)
+                .zip(y0.chunks(REDUCE_CHUNK))
+                .map(|(a, b)| a.iter().zip(b).map(|(u, v)| u * v).sum::<f64>())
+                .collect::<Vec<_>>()
+                .iter()
+                .sum();
+            assert_eq!(fixed_order_dot(&x, &y0).to_bits(), want_dot.to_bits(), "dot, n = {n}");
+            let s = vec![0.37, -1.25];
+            let mut y = y0.clone();
+            be.axpy(&s, 0, &x, &mut y).unwrap();
+            be.xpay(&x, &s, 1, &mut y).unwrap();
+            be.sub_from(&x, &mut y).unwrap();
+            let mut z = vec![0.0; n];
+            be.mul_elementwise(&x, &y, &mut z).unwrap();
+            let want: Vec<f64> = x
+                .iter()
+                .zip(&y0)
+                .map(|(xi, yi)| {
+                    let y = xi + -1.25 * (yi + 0.37 * xi);
+                    xi * (xi - y)
+                })
+                .collect();
+            assert!(z.iter().zip(&want).all(|(a, b)| a.to_bits() == b.to_bits()), "n = {n}");
+        }
+    }
 }
