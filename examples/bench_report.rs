@@ -1,5 +1,6 @@
 //! Every performance figure of the toolkit in one process: device copy
-//! bandwidth, HVP time against its byte floor (full and packed storage),
+//! bandwidth, HVP time against its byte floor (full, packed and packed f32
+//! storage),
 //! fixed-iteration PCG throughput, and the dense Hessian + Cholesky
 //! log-determinant, at the small / seed / tall shapes, and the full BMS row
 //! evaluation (Stage 1 + Stage 2) at the seed shape, on the GPU (when there
@@ -13,7 +14,7 @@ use std::time::Instant;
 
 use matfree::bms::generator::{generate, GeneratorConfig};
 use matfree::cuda::{
-    select_device, CudaBackend, Device, DeviceCholesky, DeviceRowHessian, DeviceStage1, Gpu, GpuPolicy,
+    select_device, CudaBackend, Device, DeviceCholesky, DeviceRowHessian, DeviceStage1, Gpu, GpuPolicy, HvpPrecision,
 };
 use matfree::fixture::{random_row_problem, Rng, Shape};
 use matfree::solvers::{cg, Backend, Cholesky, CpuBackend, Jacobi, LinearOperator, Pcg, PcgKernels, PcgOptions};
@@ -217,7 +218,27 @@ fn packed_rows(
     let hvp = hvp_time(gpu, &packed, be, v)?;
     ctx.push("gpu", shape, "hvp_packed", hvp, Some(packed_hvp_bytes(&shape.1)), None);
     gpu_pcg_rows(ctx, shape, be, &packed, v, "_packed")?;
+    let single = packed.with_single_precision_hvp()?;
+    if single.hvp_precision() == HvpPrecision::F32 {
+        let hvp = hvp_time(gpu, &single, be, v)?;
+        ctx.push(
+            "gpu",
+            shape,
+            "hvp_packed_f32",
+            hvp,
+            Some(single_hvp_bytes(&shape.1)),
+            None,
+        );
+        gpu_pcg_rows(ctx, shape, be, &single, v, "_packed_f32")?;
+    }
     Ok(())
+}
+
+/// n r (r + 1) / 2 floats and n (p_m + p_g) doubles: the f32 HVP's floor
+/// (the design rows stay f64).
+fn single_hvp_bytes(s: &Shape) -> f64 {
+    let r = 2 + s.p_h + s.p_w;
+    (s.n * (r * (r + 1) / 2 * 4 + (s.p_m + s.p_g) * 8)) as f64
 }
 
 fn cpu_rows(ctx: &mut Ctx, shape: (&str, Shape), op: &RowHessian, quick: bool) -> AnyResult<()> {

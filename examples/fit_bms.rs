@@ -93,6 +93,11 @@ struct Args {
     /// REML tolerance on |dV/drho| (absolute, in effective degrees of freedom).
     #[arg(long, default_value_t = 1e-3)]
     reml_tol: f64,
+    /// On one GPU, keep the PCG's Hessian products on the f64 row Hessians
+    /// (by default they read packed f32 copies, half the bytes; the
+    /// gradient, dense steps and log-determinants are f64 either way).
+    #[arg(long)]
+    f64_hvp: bool,
     /// Write the summary as JSON here.
     #[arg(long)]
     json: Option<PathBuf>,
@@ -434,6 +439,7 @@ fn simulate(args: &Args, gpu: bool, notes: &mut Vec<String>) -> AnyResult<Proble
 fn fit_options(args: &Args) -> FitOptions {
     let mut opts = FitOptions {
         lambda: args.lambda.clone(),
+        single_precision_hvp: !args.f64_hvp,
         ..FitOptions::default()
     };
     opts.reml.grad_tol = args.reml_tol;

@@ -1,7 +1,7 @@
 //! Runs each hot kernel a few times at the seed shape and nothing else, for
 //! an external profiler (Nsight Compute), e.g.
 //!
-//!     ncu --kernel-name regex:'hvp_staged|bms_calibrate|bms_cell_moments|bms_row_bases' --launch-count 6 \
+//!     ncu --kernel-name regex:'hvp_staged|hvp_staged_f32|bms_calibrate|bms_cell_moments|bms_row_bases' --launch-count 6 \
 //!         --section SpeedOfLight --section Occupancy --section WarpStateStats \
 //!         target/release/examples/profile_kernels
 //!
@@ -28,6 +28,10 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let packed = full.packed()?;
     for _ in 0..2 {
         packed.apply(&v, &mut y)?;
+    }
+    let single = packed.with_single_precision_hvp()?;
+    for _ in 0..2 {
+        single.apply(&v, &mut y)?;
     }
     let g = generate(GeneratorConfig::seed_shape(20_000))?;
     let stage1 = DeviceStage1::new(gpu.clone(), &g.model, &g.data)?;

@@ -255,14 +255,16 @@ extern "C" __global__ void chunk_sum_partial(
 // sum over s >= 2 of H[s, u] dc[s]: the part of (H_i P_i v)_u that does not
 // depend on the row's design (dc[s] = v at primary coordinate s, dc[0] =
 // dc[1] = 0), so its loads can be issued before q and b are known.
-template <int PACKED>
-__device__ __forceinline__ double column_direct(const double* __restrict__ h, int r, int u,
+// HT is the storage's type (double, or float for single-precision rows):
+// every product and sum is taken in double.
+template <int PACKED, typename HT>
+__device__ __forceinline__ double column_direct(const HT* __restrict__ h, int r, int u,
                                                 const double* __restrict__ dc)
 {
     double t = 0.0;
     if (!PACKED) {
 #pragma unroll 8
-        for (int s = 2; s < r; ++s) t += h[(i64)s * r + u] * dc[s];
+        for (int s = 2; s < r; ++s) t += (double)h[(i64)s * r + u] * dc[s];
         return t;
     }
     // Packed: row s starts at off_s = s r - s (s - 1) / 2, so H[s][u] sits
@@ -274,7 +276,7 @@ __device__ __forceinline__ double column_direct(const double* __restrict__ h, in
     int step = r - 3;
 #pragma unroll 4
     for (int s = 2; s < r; ++s) {
-        t += h[k] * dc[s];
+        t += (double)h[k] * dc[s];
         k += s < u ? step : 1;
         --step;
     }
@@ -291,12 +293,12 @@ __device__ __forceinline__ int first_rows_index(int s, int u, int r)
 }
 
 // Column u of a row's H times (q, b, dc): the row's action at coordinate u.
-template <int PACKED>
-__device__ __forceinline__ double row_column(const double* __restrict__ h, int r, int u, const double* dc, double q,
+template <int PACKED, typename HT>
+__device__ __forceinline__ double row_column(const HT* __restrict__ h, int r, int u, const double* dc, double q,
                                              double b)
 {
-    return column_direct<PACKED>(h, r, u, dc) + h[first_rows_index<PACKED>(0, u, r)] * q +
-           h[first_rows_index<PACKED>(1, u, r)] * b;
+    return column_direct<PACKED>(h, r, u, dc) + (double)h[first_rows_index<PACKED>(0, u, r)] * q +
+           (double)h[first_rows_index<PACKED>(1, u, r)] * b;
 }
 
 // Scatter one row's action into a warp's accumulators: t_u for u >= 2 goes
@@ -427,24 +429,34 @@ extern "C" __global__ void pack_upper_rows(i64 n, int r, const double* __restric
 // and the bytes in flight per SM no longer depend on occupancy. RING is a
 // template parameter because cp.async.wait_group takes an immediate.
 
-__device__ __forceinline__ void copy_async8(double* dst, const double* src)
+__device__ __forceinline__ void copy_async4(void* dst, const void* src)
+{
+#if __CUDA_ARCH__ >= 800
+    const unsigned d = (unsigned)__cvta_generic_to_shared(dst);
+    asm volatile("cp.async.ca.shared.global [%0], [%1], 4;\n" ::"r"(d), "l"(src) : "memory");
+#else
+    *(float*)dst = *(const float*)src;
+#endif
+}
+
+__device__ __forceinline__ void copy_async8(void* dst, const void* src)
 {
 #if __CUDA_ARCH__ >= 800
     const unsigned d = (unsigned)__cvta_generic_to_shared(dst);
     asm volatile("cp.async.ca.shared.global [%0], [%1], 8;\n" ::"r"(d), "l"(src) : "memory");
 #else
-    *dst = *src;
+    *(double*)dst = *(const double*)src;
 #endif
 }
 
-__device__ __forceinline__ void copy_async16(double* dst, const double* src)
+__device__ __forceinline__ void copy_async16(void* dst, const void* src)
 {
 #if __CUDA_ARCH__ >= 800
     const unsigned d = (unsigned)__cvta_generic_to_shared(dst);
     asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(d), "l"(src) : "memory");
 #else
-    dst[0] = src[0];
-    dst[1] = src[1];
+    ((double*)dst)[0] = ((const double*)src)[0];
+    ((double*)dst)[1] = ((const double*)src)[1];
 #endif
 }
 
@@ -464,16 +476,23 @@ __device__ __forceinline__ void copy_async_wait()
 #endif
 }
 
-// Block-wide asynchronous copy of len doubles: 16-byte pieces when both
-// ends are 16-byte aligned, else 8-byte ones.
-// A stage fits shared memory, so len and the offsets are 32-bit.
-__device__ __forceinline__ void stage_region(double* dst, const double* __restrict__ src, int len)
+// Block-wide asynchronous copy of `bytes` (a multiple of 4): 16-byte
+// pieces when both ends are 16-byte aligned (the rest in 4-byte ones), else
+// 8-byte pieces when both are 8-byte aligned and bytes allow, else 4-byte.
+// A stage fits shared memory, so the sizes and offsets are 32-bit.
+__device__ __forceinline__ void stage_region(void* dst_, const void* __restrict__ src_, int bytes)
 {
-    if ((((unsigned long long)dst | (unsigned long long)src) & 15) == 0) {
-        for (int k = 2 * threadIdx.x; k + 1 < len; k += 2 * blockDim.x) copy_async16(dst + k, src + k);
-        if ((len & 1) && threadIdx.x == 0) copy_async8(dst + len - 1, src + len - 1);
+    char* dst = (char*)dst_;
+    const char* src = (const char*)src_;
+    const unsigned long long ends = (unsigned long long)dst | (unsigned long long)src;
+    if ((ends & 15) == 0) {
+        const int whole = bytes & ~15;
+        for (int k = 16 * threadIdx.x; k < whole; k += 16 * blockDim.x) copy_async16(dst + k, src + k);
+        for (int k = whole + 4 * threadIdx.x; k < bytes; k += 4 * blockDim.x) copy_async4(dst + k, src + k);
+    } else if ((ends & 7) == 0 && (bytes & 7) == 0) {
+        for (int k = 8 * threadIdx.x; k < bytes; k += 8 * blockDim.x) copy_async8(dst + k, src + k);
     } else {
-        for (int k = threadIdx.x; k < len; k += blockDim.x) copy_async8(dst + k, src + k);
+        for (int k = 4 * threadIdx.x; k < bytes; k += 4 * blockDim.x) copy_async4(dst + k, src + k);
     }
 }
 
@@ -506,7 +525,7 @@ __device__ __forceinline__ void bar_expect(unsigned long long* bar, unsigned byt
 #endif
 }
 
-__device__ __forceinline__ void bulk_copy(double* dst, const double* src, unsigned bytes, unsigned long long* bar)
+__device__ __forceinline__ void bulk_copy(void* dst, const void* src, unsigned bytes, unsigned long long* bar)
 {
 #if HAVE_BULK
     asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];\n" ::"r"(
@@ -530,16 +549,25 @@ __device__ __forceinline__ void bar_wait(unsigned long long* bar, unsigned parit
 #endif
 }
 
-// Thread 0 bulk-copies len doubles (16-byte aligned ends): the 16-byte
-// multiple through the copy engine, an odd last double by hand (visible to
-// the block after the barrier that follows the wait). Returns the bytes the
-// barrier must expect.
-__device__ __forceinline__ unsigned bulk_region(double* dst, const double* src, int len, unsigned long long* bar)
+// Thread 0 bulk-copies `len` bytes (a multiple of 4; 16-byte aligned
+// ends): the 16-byte multiple through the copy engine, the rest by hand in
+// 4-byte words (visible to the block after the barrier that follows the
+// wait). Returns the bytes the barrier must expect.
+__device__ __forceinline__ unsigned bulk_region(void* dst, const void* src, int len, unsigned long long* bar)
 {
-    const unsigned bytes = (unsigned)len * 8u & ~15u;
+    const unsigned bytes = (unsigned)len & ~15u;
     if (bytes) bulk_copy(dst, src, bytes, bar);
-    if (len & 1) dst[len - 1] = src[len - 1];
+    for (int k = (int)bytes; k < len; k += 4) *(float*)((char*)dst + k) = *(const float*)((const char*)src + k);
     return bytes;
+}
+
+// Doubles a stage's row Hessians take at the head of its buffer: `stage`
+// rows of hs values of type HT (the host keeps stage * hs * sizeof(HT) a
+// multiple of 16 bytes, so the design rows after them stay 16-byte aligned).
+template <typename HT>
+__device__ __forceinline__ int h_region(int stage, int hs)
+{
+    return (int)((i64)stage * hs * (int)sizeof(HT) / 8);
 }
 
 // One stage of rows, already in shared memory, added to the block's
@@ -552,14 +580,14 @@ __device__ __forceinline__ unsigned bulk_region(double* dst, const double* src, 
 //      thread per beta column a (it owns acc[a]: no two threads write it);
 //      coef_i(a) is read at buf + coff[a] + i cstride[a] (a design column)
 //      or is the constant 1 (stride 0).
-template <int P>
+template <int P, typename HT>
 __device__ __forceinline__ void staged_stage(const double* buf, int stage, int rows, int r, int p_m, int p_g,
                                              int p_total, const double* vs, const double* dc, double* qb,
                                              double* tb, double* acc, const double* one, const int* coff,
                                              const int* cstride, const int* cu, int i0, int u0)
 {
     const int hs = (int)hstride(r, P);
-    const double* xm = buf + stage * hs;
+    const double* xm = buf + h_region<HT>(stage, hs);
     const double* xg = xm + stage * p_m;
     for (int e = threadIdx.x; e < 2 * rows; e += blockDim.x) {
         const int i = e >> 1;
@@ -573,7 +601,7 @@ __device__ __forceinline__ void staged_stage(const double* buf, int stage, int r
     __syncthreads();
     const int di = (int)blockDim.x / r, du = (int)blockDim.x - di * r;
     for (int i = i0, u = u0; i < rows;) {
-        tb[i * r + u] = row_column<P>(buf + i * hs, r, u, dc, qb[2 * i], qb[2 * i + 1]);
+        tb[i * r + u] = row_column<P>((const HT*)buf + i * hs, r, u, dc, qb[2 * i], qb[2 * i + 1]);
         i += di;
         u += du;
         if (u >= r) {
@@ -598,15 +626,16 @@ __device__ __forceinline__ void staged_stage(const double* buf, int stage, int r
 // (q, b) and t for a stage's rows, the constant 1, and the column maps.
 // Block b owns rows [b * rows_per_block, ...), a multiple of `stage`, taken
 // in order: results are bitwise repeatable.
-template <int P, int RING>
+template <int P, int RING, typename HT>
 __device__ __forceinline__ void hvp_staged_body(
     double* sh, i64 n, int rows_per_block, int stage, int r, int p_m, int p_g, int p_total,
-    const double* __restrict__ hess, const double* __restrict__ x_m, const double* __restrict__ x_g,
+    const HT* __restrict__ hess, const double* __restrict__ x_m, const double* __restrict__ x_g,
     const int* __restrict__ primary_to_beta, const int* __restrict__ col_kind, const int* __restrict__ col_j,
     const int* __restrict__ col_u, const double* __restrict__ v, double* __restrict__ partial)
 {
     const i64 hs = hstride(r, P);
-    const i64 buf_len = (i64)stage * (hs + p_m + p_g);
+    const int hreg = h_region<HT>(stage, (int)hs);
+    const i64 buf_len = hreg + (i64)stage * (p_m + p_g);
     unsigned long long* bars = (unsigned long long*)sh;
     double* bufs = sh + 4;
     double* vs = bufs + RING * buf_len;
@@ -631,15 +660,16 @@ __device__ __forceinline__ void hvp_staged_body(
         const i64 r0 = first + (i64)k * stage;
         const int rows = (int)min((i64)stage, last - r0);
         double* buf = bufs + (k % RING) * buf_len;
+        const int h_bytes = rows * (int)hs * (int)sizeof(HT);
         if (!bulk) {
-            stage_region(buf, hess + r0 * hs, rows * (int)hs);
-            stage_region(buf + stage * hs, x_m + r0 * p_m, rows * p_m);
-            stage_region(buf + stage * (hs + p_m), x_g + r0 * p_g, rows * p_g);
+            stage_region(buf, hess + r0 * hs, h_bytes);
+            stage_region(buf + hreg, x_m + r0 * p_m, rows * p_m * 8);
+            stage_region(buf + hreg + stage * p_m, x_g + r0 * p_g, rows * p_g * 8);
         } else if (threadIdx.x == 0) {
             unsigned long long* bar = bars + k % RING;
-            unsigned bytes = bulk_region(buf, hess + r0 * hs, rows * (int)hs, bar);
-            bytes += bulk_region(buf + stage * hs, x_m + r0 * p_m, rows * p_m, bar);
-            bytes += bulk_region(buf + stage * (hs + p_m), x_g + r0 * p_g, rows * p_g, bar);
+            unsigned bytes = bulk_region(buf, hess + r0 * hs, h_bytes, bar);
+            bytes += bulk_region(buf + hreg, x_m + r0 * p_m, rows * p_m * 8, bar);
+            bytes += bulk_region(buf + hreg + stage * p_m, x_g + r0 * p_g, rows * p_g * 8, bar);
             bar_expect(bar, bytes);
         }
     };
@@ -651,7 +681,7 @@ __device__ __forceinline__ void hvp_staged_body(
         vs[a] = v[a];
         acc[a] = 0.0;
         const int kind = col_kind[a], j = col_j[a];
-        coff[a] = kind == KIND_MARGINAL ? stage * (int)hs + j : kind == KIND_SLOPE ? stage * ((int)hs + p_m) + j : 0;
+        coff[a] = kind == KIND_MARGINAL ? hreg + j : kind == KIND_SLOPE ? hreg + stage * p_m + j : 0;
         cstride[a] = kind == KIND_MARGINAL ? p_m : kind == KIND_SLOPE ? p_g : 0;
         cu[a] = col_u[a];
     }
@@ -673,7 +703,8 @@ __device__ __forceinline__ void hvp_staged_body(
         __syncthreads();
         const int rows = (int)min((i64)stage, last - (first + (i64)k * stage));
         const double* buf = bufs + (k % RING) * buf_len;
-        staged_stage<P>(buf, stage, rows, r, p_m, p_g, p_total, vs, dc, qb, tb, acc, one, coff, cstride, cu, i0, u0);
+        staged_stage<P, HT>(buf, stage, rows, r, p_m, p_g, p_total, vs, dc, qb, tb, acc, one, coff, cstride, cu, i0,
+                            u0);
         __syncthreads();
     }
     for (int a = threadIdx.x; a < p_total; a += blockDim.x) partial[(i64)blockIdx.x * p_total + a] = acc[a];
@@ -693,14 +724,49 @@ __device__ __forceinline__ void hvp_staged_body(
 #define HVP_STAGED_DISPATCH                                          \
     extern __shared__ __align__(16) double sh_staged[];              \
     if (packed) {                                                    \
-        if (ring == 2) hvp_staged_body<1, 2>(HVP_STAGED_ARGS);       \
-        else if (ring == 3) hvp_staged_body<1, 3>(HVP_STAGED_ARGS);  \
-        else hvp_staged_body<1, 4>(HVP_STAGED_ARGS);                 \
-    } else {                                                         \
-        if (ring == 2) hvp_staged_body<0, 2>(HVP_STAGED_ARGS);       \
-        else if (ring == 3) hvp_staged_body<0, 3>(HVP_STAGED_ARGS);  \
-        else hvp_staged_body<0, 4>(HVP_STAGED_ARGS);                 \
+        if (ring == 2) hvp_staged_body<1, 2, double>(HVP_STAGED_ARGS);       \
+        else if (ring == 3) hvp_staged_body<1, 3, double>(HVP_STAGED_ARGS);  \
+        else hvp_staged_body<1, 4, double>(HVP_STAGED_ARGS);                 \
+    } else {                                                                 \
+        if (ring == 2) hvp_staged_body<0, 2, double>(HVP_STAGED_ARGS);       \
+        else if (ring == 3) hvp_staged_body<0, 3, double>(HVP_STAGED_ARGS);  \
+        else hvp_staged_body<0, 4, double>(HVP_STAGED_ARGS);                 \
     }
 
 // ring: 2, 3 or 4 buffers (the host's plan picks one).
 extern "C" __global__ void hvp_staged(HVP_STAGED_PARAMS) { HVP_STAGED_DISPATCH }
+
+// The staged HVP over single-precision packed rows (half the bytes of
+// packed doubles): each stored value is widened to double where it is
+// used, so the products and every sum are taken in double, as above. The
+// host keeps `stage` a multiple of 4 so each stage's rows end on 16 bytes.
+extern "C" __global__ void hvp_staged_f32(
+    i64 n, int rows_per_block, int stage, int ring, int r, int p_m, int p_g, int p_total,
+    const float* __restrict__ hess, const double* __restrict__ x_m, const double* __restrict__ x_g,
+    const int* __restrict__ primary_to_beta, const int* __restrict__ col_kind, const int* __restrict__ col_j,
+    const int* __restrict__ col_u, const double* __restrict__ v, double* __restrict__ partial)
+{
+    extern __shared__ __align__(16) double sh_staged[];
+    if (ring == 2) hvp_staged_body<1, 2, float>(HVP_STAGED_ARGS);
+    else if (ring == 3) hvp_staged_body<1, 3, float>(HVP_STAGED_ARGS);
+    else hvp_staged_body<1, 4, float>(HVP_STAGED_ARGS);
+}
+
+// Single-precision packed rows from double rows, full (packed = 0) or
+// packed: out[row, k] = the k-th upper-triangle entry, rounded to nearest.
+extern "C" __global__ void pack_upper_rows_f32(i64 n, int r, int packed, const double* __restrict__ src,
+                                               float* __restrict__ out)
+{
+    const i64 per = (i64)r * (r + 1) / 2;
+    const i64 e = (i64)blockIdx.x * blockDim.x + threadIdx.x;
+    if (e >= n * per) return;
+    if (packed) {
+        out[e] = __double2float_rn(src[e]);
+        return;
+    }
+    const i64 row = e / per;
+    i64 k = e % per;
+    int s = 0;
+    while (k >= r - s) { k -= r - s; ++s; }
+    out[e] = __double2float_rn(src[row * r * r + (i64)s * r + (s + (int)k)]);
+}

@@ -4,7 +4,7 @@
 
 mod common;
 
-use matfree::cuda::{gpu_for_test, select_device, Device, DeviceRowHessian, GpuPolicy};
+use matfree::cuda::{gpu_for_test, select_device, Device, DeviceRowHessian, GpuPolicy, HvpPrecision};
 use matfree::fixture::{random_row_problem, Rng, Shape};
 use matfree::solvers::LinearOperator;
 use matfree::Error;
@@ -82,6 +82,63 @@ fn device_operations_match_cpu_operator() {
     }
     let want: std::collections::BTreeSet<_> = ["fused", "staged", "two-phase"].into();
     assert_eq!(paths, want, "every HVP path exercised");
+}
+
+/// The single-precision HVP (packed f32 copies of the rows, products in
+/// f64): equal to the CPU operator over the same rows rounded to f32 (1e-12,
+/// an independent oracle of the kernel), within 1e-6 of the f64 product
+/// (norm-wise), bitwise repeatable, and nothing else changes: multi-vector
+/// products, the diagonal and the dense matrix stay the f64 operator's,
+/// bit for bit. From full and from packed f64 rows; rows too wide for the
+/// staged kernel keep f64 products and say so.
+#[test]
+#[ignore = "needs a GPU: runs on the device with --include-ignored (tools/gpu-tests.sh)"]
+fn single_precision_hvp_matches_rounded_rows_and_leaves_the_rest_f64() {
+    let Some(gpu) = gpu_for_test("single_precision_hvp_matches_rounded_rows_and_leaves_the_rest_f64") else {
+        return;
+    };
+    let mut precisions = std::collections::BTreeSet::new();
+    for (s, shape) in shapes().into_iter().enumerate() {
+        let op = random_row_problem(shape, 1.0, 300 + s as u64).unwrap();
+        let rounded: Vec<f64> = op.hess().iter().map(|h| *h as f32 as f64).collect();
+        let oracle = matfree::RowHessian::new(op.layout().clone(), op.designs().clone(), rounded).unwrap();
+        let (p, r, k) = (op.dim(), op.layout().r(), 2);
+        for packed in [false, true] {
+            let dev = DeviceRowHessian::from_cpu(gpu.clone(), &op).unwrap();
+            let dev = if packed { dev.packed().unwrap() } else { dev };
+            let mut rng = Rng::new(11 + s as u64);
+            let v = rng.normals(p * k);
+            let f64_results = common::device_operator_results(&dev, &v, k);
+            let single = dev.with_single_precision_hvp().unwrap();
+            let label = format!("r = {r}, p = {p}, packed {packed}");
+            precisions.insert(format!("{:?}", single.hvp_precision()));
+            let got = common::device_operator_results(&single, &v, k);
+            for (what, (g, w)) in ["hvp_multi", "diagonal", "dense"]
+                .iter()
+                .zip(got[1..].iter().zip(&f64_results[1..]))
+            {
+                assert_eq!(g, w, "{label}: {what} must stay f64");
+            }
+            if single.hvp_precision() == HvpPrecision::F64 {
+                assert_eq!(got[0], f64_results[0], "{label}: f64 products kept");
+                println!("{label}: rows too wide for the f32 staged HVP, f64 kept");
+                continue;
+            }
+            let want = common::cpu_operator_results(&oracle, &v, k).swap_remove(0);
+            common::assert_close(&format!("{label}: f32 hvp vs rounded rows"), &got[0], &want, 1e-12);
+            let norm = |x: &[f64]| x.iter().map(|v| v * v).sum::<f64>().sqrt();
+            let diff: Vec<f64> = got[0].iter().zip(&f64_results[0]).map(|(a, b)| a - b).collect();
+            let rel = norm(&diff) / norm(&f64_results[0]);
+            assert!(rel <= 1e-6, "{label}: f32 hvp off the f64 one by {rel:e}");
+            assert!(rel > 0.0, "{label}: the f32 rows were not read");
+            assert_eq!(single.hvp_host(&v[..p]).unwrap(), got[0], "{label}: repeat");
+            println!("{label}: f32 hvp within {rel:.2e} of f64, {} path", single.hvp_path());
+        }
+    }
+    assert!(
+        precisions.contains("F32"),
+        "some shape ran the f32 kernel: {precisions:?}"
+    );
 }
 
 #[test]

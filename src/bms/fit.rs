@@ -30,6 +30,18 @@ pub struct FitOptions {
     /// Rows the rigid start fits at most (an even subsample beyond;
     /// default 200,000).
     pub rigid_rows: usize,
+    /// Whether a fit on one GPU gives its PCG steps' Hessian products packed
+    /// f32 copies of the row Hessians (half the bytes of packed f64; see
+    /// `DeviceRowHessian::with_single_precision_hvp`). Safe for the fit:
+    /// the gradient, dense steps, log-determinants and REML derivatives
+    /// stay f64, so the optimum is the same. Default on; ignored on the CPU
+    /// and over several GPUs.
+    #[serde(default = "default_true")]
+    pub single_precision_hvp: bool,
+}
+
+fn default_true() -> bool {
+    true
 }
 
 impl Default for FitOptions {
@@ -43,6 +55,7 @@ impl Default for FitOptions {
             lambda: None,
             reml,
             rigid_rows: 200_000,
+            single_precision_hvp: true,
         }
     }
 }
@@ -387,7 +400,8 @@ pub fn fit_on_device(
     let t = Instant::now();
     match (device, gpus) {
         (Device::Gpu(gpu), 0 | 1) => {
-            let objective = BmsDeviceObjective::new(gpu.clone(), model, data)?;
+            let objective =
+                BmsDeviceObjective::new(gpu.clone(), model, data)?.with_single_precision_hvp(opts.single_precision_hvp);
             let backend = CudaBackend::new(gpu.clone())?;
             timed(&backend, &objective, model, data, opts, display, device.describe(), t)
         }

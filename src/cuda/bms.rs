@@ -378,6 +378,7 @@ pub struct BmsDeviceObjective<'a> {
     data: &'a crate::bms::BmsData,
     stage1: DeviceStage1,
     scales: Vec<f64>,
+    single_precision_hvp: bool,
 }
 
 impl<'a> BmsDeviceObjective<'a> {
@@ -388,7 +389,18 @@ impl<'a> BmsDeviceObjective<'a> {
             data,
             stage1: DeviceStage1::new(gpu, model, data)?,
             scales: model.coefficient_scales(data),
+            single_precision_hvp: false,
         })
+    }
+
+    /// Whether each evaluation's Hessian operator gives its PCG products a
+    /// packed f32 copy of the rows
+    /// ([`DeviceRowHessian::with_single_precision_hvp`]; default off). The
+    /// gradient, the dense steps and the log-determinants stay f64, so a
+    /// fit converges to the same optimum; only its PCG steps are inexact.
+    pub fn with_single_precision_hvp(mut self, on: bool) -> Self {
+        self.single_precision_hvp = on;
+        self
     }
 
     fn rows(&self, beta: &[f64]) -> Result<DeviceRowEvaluation> {
@@ -410,10 +422,14 @@ impl matfree_solvers::newton::Objective<super::CudaBackend> for BmsDeviceObjecti
             return Ok(None);
         };
         let joint = rows.joint_gradient()?;
+        let hessian = match self.single_precision_hvp {
+            true => rows.hessian.with_single_precision_hvp()?,
+            false => rows.hessian,
+        };
         Ok(Some(matfree_solvers::newton::Evaluation {
             value: joint.neglog,
             gradient: joint.gradient,
-            hessian: std::rc::Rc::new(rows.hessian),
+            hessian: std::rc::Rc::new(hessian),
         }))
     }
 

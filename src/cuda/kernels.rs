@@ -81,6 +81,32 @@ pub(crate) fn pack_upper_rows(
     Ok(())
 }
 
+/// Single-precision packed rows from double rows (`packed`: `src` holds
+/// packed rows, else full ones), each value rounded to nearest.
+pub(crate) fn pack_upper_rows_f32(
+    g: &Gpu,
+    n: usize,
+    r: usize,
+    packed: bool,
+    src: &CudaSlice<f64>,
+    out: &mut CudaSlice<f32>,
+) -> Result<()> {
+    let per = r * (r + 1) / 2;
+    need("rows", src.len(), n * if packed { per } else { r * r })?;
+    need("single-precision rows", out.len(), n * per)?;
+    let (n64, r32, packed32) = (n as i64, r as i32, packed as i32);
+    let cfg = LaunchConfig {
+        grid_dim: ((n * per).div_ceil(THREADS as usize) as u32, 1, 1),
+        block_dim: (THREADS, 1, 1),
+        shared_mem_bytes: 0,
+    };
+    let mut b = g.stream.launch_builder(&g.f.pack_upper_rows_f32);
+    b.arg(&n64).arg(&r32).arg(&packed32).arg(src).arg(out);
+    // SAFETY: both lengths checked above; one thread per packed value.
+    unsafe { b.launch(cfg) }.map_err(|e| cuda_err("pack_upper_rows_f32", e))?;
+    Ok(())
+}
+
 /// t[j, i, :] = H_i P_i v_j for k right-hand sides.
 pub(crate) fn row_action(g: &Gpu, a: &RowArgs, k: usize, v: &CudaSlice<f64>, t: &mut CudaSlice<f64>) -> Result<()> {
     need("v", v.len(), k * a.p_total)?;
@@ -199,11 +225,47 @@ const STAGED_PACKED: StagedShape = StagedShape {
     bytes: 32 << 10,
 };
 
-/// Most rows a stage holds.
+/// Most rows a stage holds: 16 f64 rows; 32 single-precision ones, whose
+/// stages would otherwise carry half the bytes (fewer bytes in flight).
 const STAGED_MAX_ROWS: usize = 16;
+const STAGED_MAX_ROWS_SINGLE: usize = 32;
 
-/// How the staged HVP cuts the rows: `stage` rows per buffer (even), `ring`
-/// buffers, each block a run of `rows_per_block` rows (a multiple of `stage`).
+/// `MATFREE_STAGED_SHAPE=warps,ring,kib,max_rows` replaces the staged HVP's
+/// preset shape (all storages) for tuning sweeps; unset, the presets hold.
+fn staged_override() -> Result<Option<(StagedShape, usize)>> {
+    let Ok(text) = std::env::var("MATFREE_STAGED_SHAPE") else {
+        return Ok(None);
+    };
+    let v: Vec<usize> = text.split(',').filter_map(|t| t.trim().parse().ok()).collect();
+    match v[..] {
+        [warps, ring @ 2..=4, kib, rows] if (1..=32).contains(&warps) && kib > 0 && rows >= 2 => Ok(Some((
+            StagedShape {
+                warps,
+                ring,
+                bytes: kib << 10,
+            },
+            rows,
+        ))),
+        _ => Err(Error::invalid(
+            "MATFREE_STAGED_SHAPE",
+            text,
+            "must be warps (1-32),ring (2-4),KiB (> 0),max rows (>= 2)",
+        )),
+    }
+}
+
+/// The rows the staged HVP streams: the operator's own (f64, full or
+/// packed) or its single-precision packed copy.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum StagedRows {
+    Double,
+    Single,
+}
+
+/// How the staged HVP cuts the rows: `stage` rows per buffer (even; a
+/// multiple of 4 for single-precision rows, so each stage's rows end on 16
+/// bytes), `ring` buffers, each block a run of `rows_per_block` rows (a
+/// multiple of `stage`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) struct StagedPlan {
     pub stage: usize,
@@ -219,23 +281,32 @@ impl StagedPlan {
     /// streams rows from start to end with no tail wave. `None` when not
     /// even two rows per buffer fit the device (the fused kernel serves
     /// those).
-    pub(crate) fn new(g: &Gpu, a: &RowArgs) -> Result<Option<Self>> {
-        let preset = if a.packed { STAGED_PACKED } else { STAGED_FULL };
-        let StagedShape { warps, ring, bytes } = preset;
-        let row = (a.row_len() + a.p_m + a.p_g) * 8;
-        let budget = bytes.max(ring * 2 * row);
-        let stage = (budget / (ring * row)).min(STAGED_MAX_ROWS) & !1;
+    pub(crate) fn new(g: &Gpu, a: &RowArgs, rows: StagedRows) -> Result<Option<Self>> {
+        let single = rows == StagedRows::Single;
+        let preset = match (a.packed, single) {
+            (_, true) => (STAGED_PACKED, STAGED_MAX_ROWS_SINGLE),
+            (true, false) => (STAGED_PACKED, STAGED_MAX_ROWS),
+            (false, false) => (STAGED_FULL, STAGED_MAX_ROWS),
+        };
+        let (StagedShape { warps, ring, bytes }, max_rows) = staged_override()?.unwrap_or(preset);
+        let (h_bytes, h_len, align) = match rows {
+            StagedRows::Double => (8, a.row_len(), 2),
+            StagedRows::Single => (4, a.r * (a.r + 1) / 2, 4),
+        };
+        let row = h_len * h_bytes + (a.p_m + a.p_g) * 8;
+        let budget = bytes.max(ring * align * row);
+        let stage = (budget / (ring * row)).min(max_rows) / align * align;
         // Four mbarriers; v, the accumulators, dc, (q, b) and t for a stage,
         // the constant 1; the column maps.
         let fixed = (4 + 2 * a.p_total + a.r + 2 * stage + stage * a.r + 1) * 8 + 3 * a.p_total * 4;
         let shared_bytes = ring * stage * row + fixed;
-        if stage < 2 || shared_bytes > g.shared_optin {
+        if stage < align || shared_bytes > g.shared_optin {
             return Ok(None);
         }
-        let per_sm =
-            g.f.hvp_staged
-                .occupancy_max_active_blocks_per_multiprocessor(warps as u32 * 32, shared_bytes, None)
-                .map_err(|e| cuda_err("hvp_staged occupancy", e))? as usize;
+        let kernel = if single { &g.f.hvp_staged_f32 } else { &g.f.hvp_staged };
+        let per_sm = kernel
+            .occupancy_max_active_blocks_per_multiprocessor(warps as u32 * 32, shared_bytes, None)
+            .map_err(|e| cuda_err("hvp_staged occupancy", e))? as usize;
         let blocks = (g.sm_count * per_sm.max(1)).max(1);
         let rows_per_block = a.n.div_ceil(blocks).max(stage).next_multiple_of(stage);
         Ok(Some(Self {
@@ -253,15 +324,21 @@ impl StagedPlan {
 }
 
 /// partial[block, :] = sum over the block's rows of P_i^T H_i P_i v, with
-/// rows streamed through shared memory by asynchronous copies.
+/// rows streamed through shared memory by asynchronous copies: the
+/// operator's rows, or `single`, their single-precision packed copy (n r
+/// (r + 1) / 2 values), with a plan made for it.
 pub(crate) fn hvp_staged(
     g: &Gpu,
     a: &RowArgs,
     plan: &StagedPlan,
+    single: Option<&CudaSlice<f32>>,
     v: &CudaSlice<f64>,
     partial: &mut CudaSlice<f64>,
 ) -> Result<()> {
     let blocks = plan.blocks(a.n);
+    if let Some(h) = single {
+        need("single-precision rows", h.len(), a.n * a.r * (a.r + 1) / 2)?;
+    }
     need("v", v.len(), a.p_total)?;
     need("partial", partial.len(), blocks * a.p_total)?;
     if plan.shared_bytes > g.shared_optin {
@@ -286,17 +363,18 @@ pub(crate) fn hvp_staged(
         a.p_g as i32,
         a.p_total as i32,
     );
-    let mut b = g.stream.launch_builder(&g.f.hvp_staged);
-    b.arg(&n)
-        .arg(&rpb)
-        .arg(&stage)
-        .arg(&ring)
-        .arg(&r)
-        .arg(&packed)
-        .arg(&p_m)
-        .arg(&p_g)
-        .arg(&p);
-    b.arg(a.hess).arg(a.x_m).arg(a.x_g).arg(a.primary_to_beta);
+    let kernel = if single.is_some() {
+        &g.f.hvp_staged_f32
+    } else {
+        &g.f.hvp_staged
+    };
+    let mut b = g.stream.launch_builder(kernel);
+    b.arg(&n).arg(&rpb).arg(&stage).arg(&ring).arg(&r);
+    match single {
+        Some(h) => b.arg(&p_m).arg(&p_g).arg(&p).arg(h),
+        None => b.arg(&packed).arg(&p_m).arg(&p_g).arg(&p).arg(a.hess),
+    };
+    b.arg(a.x_m).arg(a.x_g).arg(a.primary_to_beta);
     b.arg(a.col_kind).arg(a.col_j).arg(a.col_u).arg(v).arg(partial);
     // SAFETY: operator arrays were validated at construction; v and partial
     // checked above; the shared memory matches the plan the kernel carves

@@ -28,7 +28,7 @@ pub use dense::{DeviceCholesky, DeviceDenseFactor, DEVICE_DENSE_MIN_P};
 #[cfg(feature = "testing")]
 pub use devices::{gpus_for_test, setup_for_test};
 pub use multi::{GpuGroup, MultiGpuBackend, Replicated};
-pub use row_hessian::{DeviceDesigns, DeviceRowHessian};
+pub use row_hessian::{DeviceDesigns, DeviceRowHessian, HvpPrecision};
 #[cfg(feature = "testing")]
 pub use runtime::gpu_for_test;
 pub use runtime::{select_device, Device, Gpu, GpuPolicy, KernelModule, LoadedKernels};

@@ -50,6 +50,7 @@ fn fused_rows_per_block(n: usize, r: usize, p_total: usize) -> Option<usize> {
 /// the fused pass with its rows per block, or the two-phase path.
 enum SingleHvp<'a> {
     Staged(&'a kernels::StagedPlan),
+    StagedSingle(&'a CudaSlice<f32>, &'a kernels::StagedPlan),
     Fused(usize),
     TwoPhase,
 }
@@ -121,6 +122,21 @@ pub struct DeviceRowHessian {
     scratch: Mutex<Scratch>,
     /// How the staged HVP cuts the rows (`None`: rows too wide for it).
     staged: Option<kernels::StagedPlan>,
+    /// A single-precision packed copy of the rows and its staged plan, read
+    /// by the single-vector HVP when present (see
+    /// [`DeviceRowHessian::with_single_precision_hvp`]).
+    single: Option<(CudaSlice<f32>, kernels::StagedPlan)>,
+}
+
+/// The precision of the rows a single-vector HVP reads. Products and sums
+/// are taken in f64 either way.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum HvpPrecision {
+    /// The operator's own f64 rows.
+    F64,
+    /// A packed f32 copy of them: half the bytes of packed f64.
+    F32,
 }
 
 /// The kernels index with 32-bit sizes and grid dimensions: check them.
@@ -212,6 +228,7 @@ impl DeviceRowHessian {
             primary_to_beta: gpu.upload(&to_beta)?,
             scratch: Mutex::new(scratch),
             staged: None,
+            single: None,
             packed: false,
             designs,
             gpu,
@@ -225,9 +242,15 @@ impl DeviceRowHessian {
     /// Choose the staged HVP's plan for the current storage, growing the
     /// partials scratch to its block count.
     fn plan_staged(&mut self) -> Result<()> {
-        self.staged = kernels::StagedPlan::new(&self.gpu, &self.args())?;
+        self.staged = kernels::StagedPlan::new(&self.gpu, &self.args(), kernels::StagedRows::Double)?;
+        let plans = [self.staged, self.single.as_ref().map(|s| s.1)];
+        self.grow_partials(plans.iter().flatten())
+    }
+
+    /// Grow the partials scratch to the most blocks any of `plans` takes.
+    fn grow_partials<'p>(&self, plans: impl Iterator<Item = &'p kernels::StagedPlan>) -> Result<()> {
         let p = self.layout.p_total();
-        let want = self.staged.map_or(0, |plan| plan.blocks(self.n) * p);
+        let want = plans.map(|plan| plan.blocks(self.n) * p).max().unwrap_or(0);
         let mut s = self.lock()?;
         if s.partial.len() < want {
             s.partial = self.gpu.zeros(want)?;
@@ -289,7 +312,7 @@ impl DeviceRowHessian {
     /// the fused kernel's shared accumulators).
     pub fn hvp_path(&self) -> &'static str {
         match self.single_hvp() {
-            SingleHvp::Staged(_) => "staged",
+            SingleHvp::Staged(_) | SingleHvp::StagedSingle(..) => "staged",
             SingleHvp::Fused(_) => "fused",
             SingleHvp::TwoPhase => "two-phase",
         }
@@ -297,6 +320,9 @@ impl DeviceRowHessian {
 
     /// The single-vector HVP's path, in order of preference.
     fn single_hvp(&self) -> SingleHvp<'_> {
+        if let Some((h, plan)) = &self.single {
+            return SingleHvp::StagedSingle(h, plan);
+        }
         match (
             &self.staged,
             fused_rows_per_block(self.n, self.layout.r(), self.layout.p_total()),
@@ -317,7 +343,11 @@ impl DeviceRowHessian {
         let Scratch { t, partial } = &mut *s;
         match self.single_hvp() {
             SingleHvp::Staged(plan) => {
-                kernels::hvp_staged(&self.gpu, &self.args(), plan, v, partial)?;
+                kernels::hvp_staged(&self.gpu, &self.args(), plan, None, v, partial)?;
+                return kernels::reduce_partials(&self.gpu, plan.blocks(n), p, partial, out);
+            }
+            SingleHvp::StagedSingle(h, plan) => {
+                kernels::hvp_staged(&self.gpu, &self.args(), plan, Some(h), v, partial)?;
                 return kernels::reduce_partials(&self.gpu, plan.blocks(n), p, partial, out);
             }
             SingleHvp::Fused(rows) => {
@@ -506,6 +536,38 @@ impl DeviceRowHessian {
         self.packed = true;
         self.plan_staged()?;
         Ok(self)
+    }
+
+    /// The same operator with its single-vector HVP (the PCG's product)
+    /// reading a packed f32 copy of the rows: a quarter of the bytes of full
+    /// f64 rows, half of packed ones, each value within 2^-24 relative of
+    /// its f64 value, with every product and sum still in f64. The f64 rows
+    /// stay and serve everything else (the diagonal, the dense matrix and so
+    /// the log-determinant, multi-vector products), so only the HVP is
+    /// inexact. Where even four single-precision rows a stage do not fit the
+    /// staged kernel's shared memory the operator is returned unchanged
+    /// (`hvp_precision` says F64).
+    pub fn with_single_precision_hvp(mut self) -> Result<Self> {
+        if self.single.is_some() {
+            return Ok(self);
+        }
+        let Some(plan) = kernels::StagedPlan::new(&self.gpu, &self.args(), kernels::StagedRows::Single)? else {
+            return Ok(self);
+        };
+        let r = self.layout.r();
+        let mut rows = self.gpu.zeros::<f32>(self.n * r * (r + 1) / 2)?;
+        kernels::pack_upper_rows_f32(&self.gpu, self.n, r, self.packed, &self.hess, &mut rows)?;
+        self.grow_partials(std::iter::once(&plan))?;
+        self.single = Some((rows, plan));
+        Ok(self)
+    }
+
+    /// The precision of the rows the single-vector HVP reads.
+    pub fn hvp_precision(&self) -> HvpPrecision {
+        match self.single {
+            Some(_) => HvpPrecision::F32,
+            None => HvpPrecision::F64,
+        }
     }
 
     /// Whether the rows are stored packed (see [`DeviceRowHessian::packed`]).

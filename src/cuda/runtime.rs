@@ -103,10 +103,12 @@ pub(crate) struct Functions {
     pub row_action: CudaFunction,
     pub hvp_fused: CudaFunction,
     pub hvp_staged: CudaFunction,
+    pub hvp_staged_f32: CudaFunction,
     pub pullback_partial: CudaFunction,
     pub dense_partial: CudaFunction,
     pub dense_staged_partial: CudaFunction,
     pub pack_upper_rows: CudaFunction,
+    pub pack_upper_rows_f32: CudaFunction,
     pub reduce_partials: CudaFunction,
     pub mirror_upper: CudaFunction,
     pub chunk_sum_partial: CudaFunction,
@@ -409,6 +411,7 @@ fn shared_optin(ctx: &CudaContext, f: &Functions) -> Result<usize> {
         .attribute(CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN)
         .map_err(|e| cuda_err("shared-memory opt-in limit", e))?;
     grant_shared(optin, "hvp_staged", &f.hvp_staged)?;
+    grant_shared(optin, "hvp_staged_f32", &f.hvp_staged_f32)?;
     Ok(optin.max(0) as usize)
 }
 
@@ -492,10 +495,12 @@ fn compile(ctx: &Arc<CudaContext>, compute_capability: (i32, i32)) -> Result<Fun
         row_action: get(0, "row_action")?,
         hvp_fused: get(0, "hvp_fused")?,
         hvp_staged: get(0, "hvp_staged")?,
+        hvp_staged_f32: get(0, "hvp_staged_f32")?,
         pullback_partial: get(0, "pullback_partial")?,
         dense_partial: get(0, "dense_partial")?,
         dense_staged_partial: get(0, "dense_staged_partial")?,
         pack_upper_rows: get(0, "pack_upper_rows")?,
+        pack_upper_rows_f32: get(0, "pack_upper_rows_f32")?,
         reduce_partials: get(0, "reduce_partials")?,
         mirror_upper: get(0, "mirror_upper")?,
         chunk_sum_partial: get(0, "chunk_sum_partial")?,
