@@ -74,10 +74,9 @@ pub trait Backend {
     /// the GPU; `()` on the CPU).
     type Recording;
 
-    /// Run `body` `times` times in a row. A backend may record a block of
-    /// this length into `recording` (calling `body` more times than it
-    /// runs) and replay it later; `body` must then queue identical work
-    /// every time it is called.
+    /// Run `body` `times` times in a row. A backend may record the first
+    /// run of a block of this length into `recording` and replay it later;
+    /// `body` must then queue identical work every time it is called.
     fn repeat(
         &self,
         times: usize,

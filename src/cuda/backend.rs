@@ -260,13 +260,6 @@ impl Backend for CudaBackend {
     /// Records the first block of each length as a CUDA graph and replays it.
     /// If capture is refused (an operation in the body is not capturable),
     /// the body runs directly, which queues the same work.
-    /// A block of a length not yet recorded is queued directly, so the
-    /// device starts on it at once, and then recorded (not run) for the
-    /// blocks after: the capture's host time, tens of microseconds, passes
-    /// while the device works through the first block instead of before it
-    /// (a fresh `cg` used to wait for its capture). Capture on a stream
-    /// with queued work records only what comes after. Where capture is
-    /// refused the blocks after run directly too.
     fn repeat(
         &self,
         times: usize,
@@ -274,24 +267,21 @@ impl Backend for CudaBackend {
         body: &mut dyn FnMut() -> SolverResult<()>,
     ) -> SolverResult<()> {
         let err = |what: &str, e: cudarc::driver::DriverError| SolverError::Backend(format!("{what}: {e:?}"));
-        if let Some((_, graph)) = recording.as_ref().filter(|(len, _)| *len == times) {
-            self.gpu.count_graph_launch();
-            return graph.launch().map_err(|e| err("graph launch", e));
+        if !matches!(recording, Some((len, _)) if *len == times) {
+            *recording = None;
+            let st = &self.gpu.stream;
+            st.begin_capture(CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_THREAD_LOCAL)
+                .map_err(|e| err("begin graph capture", e))?;
+            let queued = (0..times).try_for_each(|_| body());
+            match (queued, st.end_capture(CUgraphInstantiate_flags(0))) {
+                (Ok(()), Ok(Some(g))) => *recording = Some((times, g)),
+                // Capture refused or failed: nothing ran, so run directly.
+                _ => return (0..times).try_for_each(|_| body()),
+            }
         }
-        (0..times).try_for_each(|_| body())?;
-        *recording = None;
-        let st = &self.gpu.stream;
-        if st
-            .begin_capture(CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_THREAD_LOCAL)
-            .is_err()
-        {
-            return Ok(());
-        }
-        let queued = (0..times).try_for_each(|_| body());
-        if let (Ok(()), Ok(Some(g))) = (queued, st.end_capture(CUgraphInstantiate_flags(0))) {
-            *recording = Some((times, g));
-        }
-        Ok(())
+        let (_, graph) = recording.as_ref().expect("recorded above");
+        self.gpu.count_graph_launch();
+        graph.launch().map_err(|e| err("graph launch", e))
     }
 }
 
