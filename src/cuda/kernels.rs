@@ -206,7 +206,9 @@ pub(crate) fn hvp_fused(
 /// small, seed and tall shapes (warps 2-8, 2-4 buffers of 16-128 KiB;
 /// benches/RESULTS.md): two buffers (one stage in flight while the other is
 /// computed on) of 32 KiB for full rows and 16 KiB for packed rows, whose
-/// smaller stages let more blocks share an SM; 4 warps a block.
+/// smaller stages let more blocks share an SM; 4 warps a block. Packed f32
+/// rows: two buffers of 32 KiB (up to 64 rows a stage) and 8 warps, the best
+/// of 12 shapes at all three sizes (session 12's sweep in benches/RESULTS.md).
 struct StagedShape {
     warps: usize,
     ring: usize,
@@ -225,10 +227,15 @@ const STAGED_PACKED: StagedShape = StagedShape {
     bytes: 32 << 10,
 };
 
-/// Most rows a stage holds: 16 f64 rows; 32 single-precision ones, whose
-/// stages would otherwise carry half the bytes (fewer bytes in flight).
+const STAGED_SINGLE: StagedShape = StagedShape {
+    warps: 8,
+    ring: 2,
+    bytes: 64 << 10,
+};
+
+/// Most rows a stage holds (f64 rows; f32 rows, half the bytes, 64).
 const STAGED_MAX_ROWS: usize = 16;
-const STAGED_MAX_ROWS_SINGLE: usize = 32;
+const STAGED_MAX_ROWS_SINGLE: usize = 64;
 
 /// `MATFREE_STAGED_SHAPE=warps,ring,kib,max_rows` replaces the staged HVP's
 /// preset shape (all storages) for tuning sweeps; unset, the presets hold.
@@ -284,7 +291,7 @@ impl StagedPlan {
     pub(crate) fn new(g: &Gpu, a: &RowArgs, rows: StagedRows) -> Result<Option<Self>> {
         let single = rows == StagedRows::Single;
         let preset = match (a.packed, single) {
-            (_, true) => (STAGED_PACKED, STAGED_MAX_ROWS_SINGLE),
+            (_, true) => (STAGED_SINGLE, STAGED_MAX_ROWS_SINGLE),
             (true, false) => (STAGED_PACKED, STAGED_MAX_ROWS),
             (false, false) => (STAGED_FULL, STAGED_MAX_ROWS),
         };
