@@ -35,11 +35,10 @@ impl CpuBackend {
 }
 
 /// Vectors shorter than this are updated on the calling thread. A PCG over
-/// a few hundred coefficients runs five vector operations an iteration, and
-/// handing each to the rayon pool wakes every worker and puts it back to
-/// sleep: at 16 threads a 200,000-row CPU fit spent as much time in the
-/// kernel as in its own code, with 17-23 million context switches. Below
-/// this length one core does the work in about the time a wake-up takes.
+/// a few hundred coefficients runs five vector operations an iteration;
+/// handing each to the rayon pool wakes its workers for a microsecond of
+/// work and puts them back to sleep. Below this length one core does the
+/// work in about the time a wake-up takes.
 pub const PAR_MIN_LEN: usize = 1 << 15;
 
 /// x^T y summed in fixed chunks, partials added in chunk order (the same

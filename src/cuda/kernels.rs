@@ -286,8 +286,8 @@ impl StagedPlan {
     /// The plan for an operator on a device: one wave of resident blocks
     /// (the device's SMs times the blocks an SM holds), so every block
     /// streams rows from start to end with no tail wave. `None` when not
-    /// even two rows per buffer fit the device (the fused kernel serves
-    /// those).
+    /// even two rows per buffer (four single-precision rows) fit the device
+    /// (the fused kernel serves those f64 rows; f32 rows then stay f64).
     pub(crate) fn new(g: &Gpu, a: &RowArgs, rows: StagedRows) -> Result<Option<Self>> {
         let single = rows == StagedRows::Single;
         let preset = match (a.packed, single) {
