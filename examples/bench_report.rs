@@ -199,10 +199,12 @@ fn hvp_time(
     })
 }
 
-/// n (r (r + 1) / 2 + p_m + p_g) doubles: the packed HVP's floor.
-fn packed_hvp_bytes(s: &Shape) -> f64 {
+/// n r (r + 1) / 2 stored values of `value_bytes` each and n (p_m + p_g)
+/// doubles: the floor of the HVP over packed rows, f64 (8) or f32 (4); the
+/// design rows stay f64.
+fn packed_hvp_bytes(s: &Shape, value_bytes: usize) -> f64 {
     let r = 2 + s.p_h + s.p_w;
-    (s.n * (r * (r + 1) / 2 + s.p_m + s.p_g) * 8) as f64
+    (s.n * (r * (r + 1) / 2 * value_bytes + (s.p_m + s.p_g) * 8)) as f64
 }
 
 /// HVP and fixed-iteration PCG over packed upper-triangle storage.
@@ -216,7 +218,14 @@ fn packed_rows(
 ) -> AnyResult<()> {
     let packed = dev.packed()?;
     let hvp = hvp_time(gpu, &packed, be, v)?;
-    ctx.push("gpu", shape, "hvp_packed", hvp, Some(packed_hvp_bytes(&shape.1)), None);
+    ctx.push(
+        "gpu",
+        shape,
+        "hvp_packed",
+        hvp,
+        Some(packed_hvp_bytes(&shape.1, 8)),
+        None,
+    );
     gpu_pcg_rows(ctx, shape, be, &packed, v, "_packed")?;
     let single = packed.with_single_precision_hvp()?;
     if single.hvp_precision() == HvpPrecision::F32 {
@@ -226,19 +235,12 @@ fn packed_rows(
             shape,
             "hvp_packed_f32",
             hvp,
-            Some(single_hvp_bytes(&shape.1)),
+            Some(packed_hvp_bytes(&shape.1, 4)),
             None,
         );
         gpu_pcg_rows(ctx, shape, be, &single, v, "_packed_f32")?;
     }
     Ok(())
-}
-
-/// n r (r + 1) / 2 floats and n (p_m + p_g) doubles: the f32 HVP's floor
-/// (the design rows stay f64).
-fn single_hvp_bytes(s: &Shape) -> f64 {
-    let r = 2 + s.p_h + s.p_w;
-    (s.n * (r * (r + 1) / 2 * 4 + (s.p_m + s.p_g) * 8)) as f64
 }
 
 fn cpu_rows(ctx: &mut Ctx, shape: (&str, Shape), op: &RowHessian, quick: bool) -> AnyResult<()> {
