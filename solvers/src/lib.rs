@@ -38,5 +38,5 @@ pub use penalty::{Penalised, Penalty, PenaltyBlock, PenaltyMatrix};
 pub use precond::{Jacobi, Preconditioner};
 pub use reml::{
     evaluate_laml, fellner_schall_step, reference_rho, reml, LamlEvaluation, OuterStep, RemlFit, RemlIteration,
-    RemlOptions, RemlReport, RemlTermination,
+    RemlOptions, RemlReport, RemlTermination, STALL_STEPS,
 };

@@ -71,6 +71,16 @@ pub struct RemlOptions {
     /// Converged when a full outer Newton step has `||delta rho||_inf <=
     /// step_tol` (default 1e-4).
     pub step_tol: f64,
+    /// Converged when V fell by at most this over the last
+    /// [`STALL_STEPS`] outer Newton steps (default 1e-3; mgcv's score-change
+    /// test, but absolute: V is a log-likelihood, and a change of 1e-3 in it
+    /// is far below its sampling noise, which is of order 1 at every n).
+    /// This is the stop where V is kinked, as it is where many tied rows
+    /// cross a spline knot of the link together: the gradient jumps across
+    /// the kink, so neither it nor the Newton decrement can become small,
+    /// while V has stopped falling.
+    #[serde(default = "default_value_tol")]
+    pub value_tol: f64,
     /// Half-width of the range of every rho around its reference start
     /// `rho_ref` (default 15: lambda within a factor e^15 = 3.3e6 of it).
     pub rho_range: f64,
@@ -100,6 +110,7 @@ impl Default for RemlOptions {
             grad_tol: 1e-4,
             decrement_tol: 1e-3,
             step_tol: 1e-4,
+            value_tol: default_value_tol(),
             rho_range: 15.0,
             max_step: 5.0,
             armijo: 1e-4,
@@ -108,6 +119,15 @@ impl Default for RemlOptions {
         }
     }
 }
+
+fn default_value_tol() -> f64 {
+    1e-3
+}
+
+/// How many consecutive outer Newton steps [`RemlOptions::value_tol`]
+/// looks back over: one step that barely moves V is no stall (a step cut
+/// short by the line search is one), three in a row are.
+pub const STALL_STEPS: usize = 3;
 
 impl RemlOptions {
     /// Check every field's range (the inner options included).
@@ -123,6 +143,7 @@ impl RemlOptions {
         pos("grad_tol", self.grad_tol)?;
         pos("decrement_tol", self.decrement_tol)?;
         pos("step_tol", self.step_tol)?;
+        pos("value_tol", self.value_tol)?;
         pos("rho_range", self.rho_range)?;
         pos("max_step", self.max_step)?;
         pos("fd_step", self.fd_step)?;
@@ -440,8 +461,18 @@ pub enum RemlTermination {
     Decrement,
     /// A full step met `step_tol`.
     Step,
+    /// V fell by at most `value_tol` over the last [`STALL_STEPS`] outer
+    /// Newton steps, with the gradient test unmet (see
+    /// [`RemlOptions::value_tol`]).
+    ValueChange,
     /// `max_iter` outer iterations ran.
     MaxIterations,
+    /// The inner solve from `beta0` found a lower minimum of the penalised
+    /// objective at this rho than the warm-started solves had followed
+    /// ([`OuterStep::ColdStart`]): the penalised likelihood has several
+    /// minima there, and V along the followed branch is not the LAML of the
+    /// fit. The fit ends at the lower minimum, not converged.
+    SeveralMinima,
     /// `max_halvings` halvings found no acceptable rho.
     LineSearchFailed,
     /// The inner Newton solve at the start did not converge.
@@ -453,7 +484,10 @@ impl RemlTermination {
     pub fn converged(self) -> bool {
         matches!(
             self,
-            RemlTermination::Gradient | RemlTermination::Decrement | RemlTermination::Step
+            RemlTermination::Gradient
+                | RemlTermination::Decrement
+                | RemlTermination::Step
+                | RemlTermination::ValueChange
         )
     }
 }
@@ -467,6 +501,10 @@ pub enum OuterStep {
     Probe,
     /// Newton on rho with a line search.
     Newton,
+    /// The inner solve from `beta0` found a lower penalised objective at
+    /// this rho than the warm-started one: the fit ends there
+    /// ([`RemlTermination::SeveralMinima`]).
+    ColdStart,
 }
 
 /// One outer iteration.
@@ -508,6 +546,11 @@ pub struct RemlReport {
     pub termination: RemlTermination,
     /// Whether a convergence test was met.
     pub converged: bool,
+    /// The projected `||dV/drho||_inf` at the final point (edf units; the
+    /// quantity `grad_tol` bounds); `None` where no gradient was computed
+    /// (the first inner solve failed).
+    #[serde(default)]
+    pub projected_gradient: Option<f64>,
     /// The reference start (see [`reference_rho`]).
     pub rho_ref: Vec<f64>,
     /// Lower bounds on rho (`rho_ref - rho_range`).
@@ -519,6 +562,11 @@ pub struct RemlReport {
     pub evaluations: usize,
     /// Newton steps of the first inner solve (from `beta0`).
     pub start_newton_steps: usize,
+    /// Inner solves from `beta0` run to check that the warm-started ones
+    /// found the lowest minimum: where the loop would stop, and after a
+    /// line search of [`POOR_MODEL_HALVINGS`] halvings.
+    #[serde(default)]
+    pub mode_checks: usize,
     /// Wall time in seconds.
     pub seconds: f64,
 }
@@ -890,149 +938,203 @@ pub fn reml<B: PcgKernels>(
     // (cur.beta, or the optimum of a probe that did not improve V).
     let mut at_cur = at_beta;
     let mut start: Start<'_, B> = (cur.beta.clone(), Some(at_cur.clone()));
-    let termination = loop {
+    // V before and after each of the consecutive accepted Newton steps.
+    let mut values: Vec<f64> = Vec::new();
+    // Where the minimum of cur was last checked from beta0, and how often.
+    let (mut checked_at, mut mode_checks) = (None::<Vec<f64>>, 0);
+    let termination = 'fit: loop {
         if !converged_start {
             break RemlTermination::InnerNotConverged;
         }
         let t0 = Instant::now();
-        if let Some(probe) = probe_other_side(backend, objective, penalty, &outer, &cur, &mut probed, &mut start)? {
-            evaluations += probe.evaluations;
-            if let Some((next, next_at_beta)) = probe.better {
+        // `None`: check the mode of cur, then go on; `Some`: stop, unless
+        // the check moves the fit.
+        let stop: Option<RemlTermination> = 'step: {
+            if let Some(probe) = probe_other_side(backend, objective, penalty, &outer, &cur, &mut probed, &mut start)? {
+                evaluations += probe.evaluations;
+                if let Some((next, next_at_beta)) = probe.better {
+                    keep(
+                        objective,
+                        &mut iterations,
+                        RemlIteration {
+                            kind: OuterStep::Probe,
+                            rho: cur.rho.clone(),
+                            value: cur.value,
+                            gradient: cur.gradient.clone(),
+                            decrement: 0.0,
+                            hessian_measured: false,
+                            step_length: 1.0,
+                            halvings: 0,
+                            newton_iterations: probe.newton_iterations,
+                            newton_evaluations: probe.evaluations,
+                            seconds: t0.elapsed().as_secs_f64(),
+                        },
+                    );
+                    correction.iter_mut().for_each(|c| *c = 0.0);
+                    radius = opts.max_step;
+                    values.clear();
+                    start = (next.beta.clone(), Some(next_at_beta.clone()));
+                    at_cur = next_at_beta;
+                    prev = None;
+                    cur = next;
+                    continue 'fit;
+                }
+            }
+            if outer.projected_norm(&cur) <= opts.grad_tol {
+                break 'step Some(RemlTermination::Gradient);
+            }
+            if model_poor && checked_at.as_ref() != Some(&cur.rho) {
+                break 'step None;
+            }
+            if model_poor && measured_at.as_ref() != Some(&cur.rho) {
+                let (hessian, spent) = measured_hessian(backend, objective, penalty, &outer, &cur, &at_cur)?;
+                evaluations += spent;
+                if let Some(h) = hessian {
+                    correction = h.iter().zip(&cur.outer_hessian).map(|(a, b)| a - b).collect();
+                }
+                measured_at = Some(cur.rho.clone());
+            }
+            let measured = measured_at.as_ref() == Some(&cur.rho);
+            let step = outer.direction(&cur, prev.as_ref(), &correction, penalty, radius, measured)?;
+            if step.decrement <= opts.decrement_tol && !step.jump {
+                break 'step Some(RemlTermination::Decrement);
+            }
+            if stalled(&values, opts.value_tol) {
+                break 'step Some(RemlTermination::ValueChange);
+            }
+            if iterations.len() == opts.max_iter {
+                break 'step Some(RemlTermination::MaxIterations);
+            }
+            let from = match std::mem::replace(&mut start, (cur.beta.clone(), None)) {
+                (_, None) => (cur.beta.clone(), Some(at_cur.clone())),
+                kept => kept,
+            };
+            let here = (&cur, &at_cur);
+            let along = |d: &[f64], from, halvings| {
+                outer_line_search(backend, objective, penalty, &outer, here, d, from, halvings)
+            };
+            let (step, search, tried) = if step.tail {
+                // A tail jump is tried whole, once; if V is not lower at the
+                // bound, the step without the tail test is searched as usual.
+                let jump = along(&step.d, from, (0, step.tail_gain))?;
+                if jump.accepted.is_some() {
+                    (step, jump, 0)
+                } else {
+                    let plain = outer.direction(&cur, None, &correction, penalty, radius, measured)?;
+                    let search = along(
+                        &plain.d,
+                        (cur.beta.clone(), Some(at_cur.clone())),
+                        (opts.max_halvings, 0.0),
+                    )?;
+                    (plain, search, jump.evaluations)
+                }
+            } else {
+                let search = along(&step.d, from, (opts.max_halvings, 0.0))?;
+                (step, search, 0)
+            };
+            let step_jumped = (0..m).any(|k| cur.rho[k] + step.d[k] >= outer.upper[k] && step.d[k] > radius);
+            evaluations += tried + search.evaluations;
+            let mut record = RemlIteration {
+                kind: OuterStep::Newton,
+                rho: cur.rho.clone(),
+                value: cur.value,
+                gradient: cur.gradient.clone(),
+                decrement: step.decrement,
+                hessian_measured: measured,
+                step_length: 0.0,
+                halvings: search.halvings,
+                newton_iterations: search.newton_iterations,
+                newton_evaluations: tried + search.evaluations,
+                seconds: 0.0,
+            };
+            model_poor = search.halvings >= POOR_MODEL_HALVINGS;
+            let Some((t, trial)) = search.accepted else {
+                record.seconds = t0.elapsed().as_secs_f64();
+                keep(objective, &mut iterations, record);
+                if measured_at.as_ref() != Some(&cur.rho) {
+                    // Once per point: measure the curvature and search again.
+                    continue 'fit;
+                }
+                break 'step Some(RemlTermination::LineSearchFailed);
+            };
+            evaluations += penalty.n_blocks();
+            let (next, next_at_beta) = with_gradient(objective, penalty, trial, opts)?;
+            let moved = next
+                .rho
+                .iter()
+                .zip(&cur.rho)
+                .fold(0.0f64, |a, (x, y)| a.max((x - y).abs()));
+            let small = t == 1.0 && moved <= opts.step_tol;
+            radius = if t == 1.0 {
+                (2.0 * radius).min(opts.max_step)
+            } else {
+                moved.clamp(opts.step_tol, opts.max_step)
+            };
+            record.step_length = t;
+            record.seconds = t0.elapsed().as_secs_f64();
+            keep(objective, &mut iterations, record);
+            if step_jumped {
+                // A jump to a bound is no Newton step: the secant pair it makes
+                // says nothing of the curvature near the iterates.
+                correction.iter_mut().for_each(|c| *c = 0.0);
+            } else {
+                secant_update(&mut correction, &cur, &next);
+            }
+            if values.is_empty() {
+                values.push(cur.value);
+            }
+            values.push(next.value);
+            start = (next.beta.clone(), Some(next_at_beta.clone()));
+            at_cur = next_at_beta;
+            prev = Some(std::mem::replace(&mut cur, next));
+            if small {
+                break 'step Some(RemlTermination::Step);
+            }
+            continue 'fit;
+        };
+        if checked_at.as_ref() != Some(&cur.rho) {
+            checked_at = Some(cur.rho.clone());
+            mode_checks += 1;
+            let (lower, newton_iterations, spent) = lower_mode(backend, objective, penalty, &outer, &cur, beta0)?;
+            evaluations += spent;
+            if let Some(lower) = lower {
                 keep(
                     objective,
                     &mut iterations,
                     RemlIteration {
-                        kind: OuterStep::Probe,
+                        kind: OuterStep::ColdStart,
                         rho: cur.rho.clone(),
                         value: cur.value,
                         gradient: cur.gradient.clone(),
                         decrement: 0.0,
                         hessian_measured: false,
-                        step_length: 1.0,
+                        step_length: 0.0,
                         halvings: 0,
-                        newton_iterations: probe.newton_iterations,
-                        newton_evaluations: probe.evaluations,
+                        newton_iterations,
+                        newton_evaluations: spent,
                         seconds: t0.elapsed().as_secs_f64(),
                     },
                 );
-                correction.iter_mut().for_each(|c| *c = 0.0);
-                radius = opts.max_step;
-                start = (next.beta.clone(), Some(next_at_beta.clone()));
-                at_cur = next_at_beta;
-                prev = None;
-                cur = next;
-                continue;
+                cur = lower;
+                break RemlTermination::SeveralMinima;
             }
         }
-        if outer.projected_norm(&cur) <= opts.grad_tol {
-            break RemlTermination::Gradient;
-        }
-        if model_poor && measured_at.as_ref() != Some(&cur.rho) {
-            let (hessian, spent) = measured_hessian(backend, objective, penalty, &outer, &cur, &at_cur)?;
-            evaluations += spent;
-            if let Some(h) = hessian {
-                correction = h.iter().zip(&cur.outer_hessian).map(|(a, b)| a - b).collect();
-            }
-            measured_at = Some(cur.rho.clone());
-        }
-        let measured = measured_at.as_ref() == Some(&cur.rho);
-        let step = outer.direction(&cur, prev.as_ref(), &correction, penalty, radius, measured)?;
-        if step.decrement <= opts.decrement_tol && !step.jump {
-            break RemlTermination::Decrement;
-        }
-        if iterations.len() == opts.max_iter {
-            break RemlTermination::MaxIterations;
-        }
-        let from = match std::mem::replace(&mut start, (cur.beta.clone(), None)) {
-            (_, None) => (cur.beta.clone(), Some(at_cur.clone())),
-            kept => kept,
-        };
-        let here = (&cur, &at_cur);
-        let along =
-            |d: &[f64], from, halvings| outer_line_search(backend, objective, penalty, &outer, here, d, from, halvings);
-        let (step, search, tried) = if step.tail {
-            // A tail jump is tried whole, once; if V is not lower at the
-            // bound, the step without the tail test is searched as usual.
-            let jump = along(&step.d, from, (0, step.tail_gain))?;
-            if jump.accepted.is_some() {
-                (step, jump, 0)
-            } else {
-                let plain = outer.direction(&cur, None, &correction, penalty, radius, measured)?;
-                let search = along(
-                    &plain.d,
-                    (cur.beta.clone(), Some(at_cur.clone())),
-                    (opts.max_halvings, 0.0),
-                )?;
-                (plain, search, jump.evaluations)
-            }
-        } else {
-            let search = along(&step.d, from, (opts.max_halvings, 0.0))?;
-            (step, search, 0)
-        };
-        let step_jumped = (0..m).any(|k| cur.rho[k] + step.d[k] >= outer.upper[k] && step.d[k] > radius);
-        evaluations += tried + search.evaluations;
-        let mut record = RemlIteration {
-            kind: OuterStep::Newton,
-            rho: cur.rho.clone(),
-            value: cur.value,
-            gradient: cur.gradient.clone(),
-            decrement: step.decrement,
-            hessian_measured: measured,
-            step_length: 0.0,
-            halvings: search.halvings,
-            newton_iterations: search.newton_iterations,
-            newton_evaluations: tried + search.evaluations,
-            seconds: 0.0,
-        };
-        model_poor = search.halvings >= POOR_MODEL_HALVINGS;
-        let Some((t, trial)) = search.accepted else {
-            record.seconds = t0.elapsed().as_secs_f64();
-            keep(objective, &mut iterations, record);
-            if measured_at.as_ref() != Some(&cur.rho) {
-                // Once per point: measure the curvature and search again.
-                continue;
-            }
-            break RemlTermination::LineSearchFailed;
-        };
-        evaluations += penalty.n_blocks();
-        let (next, next_at_beta) = with_gradient(objective, penalty, trial, opts)?;
-        let moved = next
-            .rho
-            .iter()
-            .zip(&cur.rho)
-            .fold(0.0f64, |a, (x, y)| a.max((x - y).abs()));
-        let small = t == 1.0 && moved <= opts.step_tol;
-        radius = if t == 1.0 {
-            (2.0 * radius).min(opts.max_step)
-        } else {
-            moved.clamp(opts.step_tol, opts.max_step)
-        };
-        record.step_length = t;
-        record.seconds = t0.elapsed().as_secs_f64();
-        keep(objective, &mut iterations, record);
-        if step_jumped {
-            // A jump to a bound is no Newton step: the secant pair it makes
-            // says nothing of the curvature near the iterates.
-            correction.iter_mut().for_each(|c| *c = 0.0);
-        } else {
-            secant_update(&mut correction, &cur, &next);
-        }
-        start = (next.beta.clone(), Some(next_at_beta.clone()));
-        at_cur = next_at_beta;
-        prev = Some(std::mem::replace(&mut cur, next));
-        if small {
-            break RemlTermination::Step;
+        match stop {
+            Some(t) => break t,
+            None => continue,
         }
     };
     let report = RemlReport {
         iterations,
         converged: termination.converged(),
+        projected_gradient: (cur.gradient.len() == cur.rho.len()).then(|| outer.projected_norm(&cur)),
         termination,
         rho_ref,
         rho_lower: outer.lower,
         rho_upper: outer.upper,
         evaluations,
         start_newton_steps,
+        mode_checks,
         seconds: clock.elapsed().as_secs_f64(),
     };
     Ok(RemlFit {
@@ -1040,6 +1142,54 @@ pub fn reml<B: PcgKernels>(
         laml: cur,
         report,
     })
+}
+
+/// Penalised objectives closer than this (beyond the values' resolution)
+/// at one rho are one minimum reached twice: solves to the default inner
+/// tolerance agree to about 1e-10.
+const MODE_TOL: f64 = 1e-4;
+
+/// The inner solve at `cur.rho` from `beta0`, the fit's own start, away
+/// from the path the warm starts followed; returned (with its gradient)
+/// where its penalised objective is lower than cur's, with its Newton
+/// iterations and the evaluations spent. The penalised objective of a
+/// likelihood that is not convex (the BMS one is not) can have several
+/// local minima at one lambda. Warm starts follow one branch of them as rho
+/// moves; where that branch is not the lowest, V there is not the LAML of
+/// the penalised fit, and near where the branch ends (a fold, H + S
+/// singular) V falls without bound while rho barely moves, so the outer
+/// loop chases the fold: on 5,000 messy rows V fell by 3.3 over 10
+/// iterations, at a penalised objective 0.008 above the lower minimum's,
+/// for 860 evaluations. Moving to the lower minimum and going on did not
+/// help there: the warm starts went back to the other branch within three
+/// steps. Checked where the loop would stop and after a line search of
+/// [`POOR_MODEL_HALVINGS`] halvings.
+fn lower_mode<B: PcgKernels>(
+    backend: &B,
+    objective: &dyn Objective<B>,
+    penalty: &Penalty,
+    outer: &Outer<'_>,
+    cur: &LamlEvaluation,
+    beta0: &[f64],
+) -> Result<(Option<LamlEvaluation>, usize, usize)> {
+    let trial = match laml_value(backend, objective, penalty, &cur.rho, beta0, None, outer.opts) {
+        Ok(t) => t,
+        Err(SolverError::NotPositiveDefinite { .. }) => return Ok((None, 0, 0)),
+        Err(e) => return Err(e),
+    };
+    let (steps, spent) = (trial.laml.newton.steps(), trial.laml.newton.evaluations);
+    let tol = MODE_TOL + resolution(cur.objective);
+    if !(trial.laml.newton.converged && trial.laml.objective < cur.objective - tol) {
+        return Ok((None, steps, spent));
+    }
+    let (lower, _) = with_gradient(objective, penalty, trial, outer.opts)?;
+    Ok((Some(lower), steps, spent + penalty.n_blocks()))
+}
+
+/// Whether V fell by at most `tol` over the last [`STALL_STEPS`] steps of
+/// `values` (V before and after consecutive accepted Newton steps).
+fn stalled(values: &[f64], tol: f64) -> bool {
+    values.len() > STALL_STEPS && values[values.len() - 1 - STALL_STEPS] - values[values.len() - 1] <= tol
 }
 
 /// The symmetric rank-one update of the correction C that makes the outer

@@ -216,8 +216,9 @@ impl Objective<CpuBackend> for Recording<'_> {
 
 /// Each outer trial's inner solve starts at the current beta_hat with the
 /// evaluation the accepted solve handed over, so no beta is evaluated twice
-/// in a whole REML fit (each trial used to evaluate beta_hat again), and the
-/// fit is the one the plain objective gives.
+/// in a whole REML fit (each trial used to evaluate beta_hat again) but
+/// beta0, once more for each check of the mode from it, and the fit is the
+/// one the plain objective gives.
 #[test]
 fn reml_evaluates_no_beta_twice() {
     let d = simulate(2000, 0.2, &[f1, zero], 2024);
@@ -229,6 +230,10 @@ fn reml_evaluates_no_beta_twice() {
     let fit = reml(&be, &rec, &pen, None, &vec![0.0; d.p], &RemlOptions::default()).unwrap();
     assert!(fit.report.iterations.len() >= 2, "a fit of several outer steps");
     let mut seen = rec.seen.into_inner();
+    let beta0 = seen.iter().filter(|b| b.iter().all(|&x| x == 0)).count();
+    assert!(fit.report.mode_checks >= 1, "the mode is checked where the fit stops");
+    assert_eq!(beta0, 1 + fit.report.mode_checks);
+    seen.retain(|b| b.iter().any(|&x| x != 0));
     let n = seen.len();
     seen.sort();
     seen.dedup();
