@@ -564,7 +564,8 @@ pub struct RemlReport {
     pub start_newton_steps: usize,
     /// Inner solves from `beta0` run to check that the warm-started ones
     /// found the lowest minimum: where the loop would stop, and after a
-    /// line search of [`POOR_MODEL_HALVINGS`] halvings.
+    /// line search of [`POOR_MODEL_HALVINGS`] halvings that ended on a
+    /// larger gradient.
     #[serde(default)]
     pub mode_checks: usize,
     /// Wall time in seconds.
@@ -933,6 +934,10 @@ pub fn reml<B: PcgKernels>(
     // where the outer Hessian was last measured.
     let mut model_poor = false;
     let mut measured_at: Option<Vec<f64>> = None;
+    // Whether that line search also ended where the gradient is larger: V
+    // fell but steepened, as on a branch of inner minima nearing its end
+    // ([`lower_mode`]), where the minimum is then checked from beta0.
+    let mut suspect = false;
     // The objective's evaluation at cur.beta, shared by every trial that
     // starts there, and where the next line search's first trial starts
     // (cur.beta, or the optimum of a probe that did not improve V).
@@ -983,7 +988,7 @@ pub fn reml<B: PcgKernels>(
             if outer.projected_norm(&cur) <= opts.grad_tol {
                 break 'step Some(RemlTermination::Gradient);
             }
-            if model_poor && checked_at.as_ref() != Some(&cur.rho) {
+            if suspect && checked_at.as_ref() != Some(&cur.rho) {
                 break 'step None;
             }
             if model_poor && measured_at.as_ref() != Some(&cur.rho) {
@@ -1048,6 +1053,7 @@ pub fn reml<B: PcgKernels>(
                 seconds: 0.0,
             };
             model_poor = search.halvings >= POOR_MODEL_HALVINGS;
+            suspect = false;
             let Some((t, trial)) = search.accepted else {
                 record.seconds = t0.elapsed().as_secs_f64();
                 keep(objective, &mut iterations, record);
@@ -1059,6 +1065,7 @@ pub fn reml<B: PcgKernels>(
             };
             evaluations += penalty.n_blocks();
             let (next, next_at_beta) = with_gradient(objective, penalty, trial, opts)?;
+            suspect = model_poor && outer.projected_norm(&next) > outer.projected_norm(&cur);
             let moved = next
                 .rho
                 .iter()
@@ -1149,10 +1156,18 @@ pub fn reml<B: PcgKernels>(
 /// tolerance agree to about 1e-10.
 const MODE_TOL: f64 = 1e-4;
 
+/// Newton steps allowed to the check of [`lower_mode`]. On 20,000 messy
+/// rows the solve from `beta0` at a small lambda found a minimum 31 above
+/// the warm-started one, so degenerate that Newton converged linearly and
+/// ran to its 100-step cap (250 evaluations); a first inner solve from
+/// `beta0` takes 5-9 steps, and the check that found a lower minimum 14.
+const MODE_CHECK_STEPS: usize = 20;
+
 /// The inner solve at `cur.rho` from `beta0`, the fit's own start, away
 /// from the path the warm starts followed; returned (with its gradient)
 /// where its penalised objective is lower than cur's, with its Newton
-/// iterations and the evaluations spent. The penalised objective of a
+/// iterations and the evaluations spent; a solve that does not converge
+/// within [`MODE_CHECK_STEPS`] says nothing. The penalised objective of a
 /// likelihood that is not convex (the BMS one is not) can have several
 /// local minima at one lambda. Warm starts follow one branch of them as rho
 /// moves; where that branch is not the lowest, V there is not the LAML of
@@ -1163,7 +1178,7 @@ const MODE_TOL: f64 = 1e-4;
 /// for 860 evaluations. Moving to the lower minimum and going on did not
 /// help there: the warm starts went back to the other branch within three
 /// steps. Checked where the loop would stop and after a line search of
-/// [`POOR_MODEL_HALVINGS`] halvings.
+/// [`POOR_MODEL_HALVINGS`] halvings that ended on a larger gradient.
 fn lower_mode<B: PcgKernels>(
     backend: &B,
     objective: &dyn Objective<B>,
@@ -1172,7 +1187,9 @@ fn lower_mode<B: PcgKernels>(
     cur: &LamlEvaluation,
     beta0: &[f64],
 ) -> Result<(Option<LamlEvaluation>, usize, usize)> {
-    let trial = match laml_value(backend, objective, penalty, &cur.rho, beta0, None, outer.opts) {
+    let mut capped = outer.opts.clone();
+    capped.newton.max_iter = capped.newton.max_iter.min(MODE_CHECK_STEPS);
+    let trial = match laml_value(backend, objective, penalty, &cur.rho, beta0, None, &capped) {
         Ok(t) => t,
         Err(SolverError::NotPositiveDefinite { .. }) => return Ok((None, 0, 0)),
         Err(e) => return Err(e),
