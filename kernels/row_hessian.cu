@@ -406,6 +406,17 @@ extern "C" __global__ void hvp_fused(
         hvp_fused_body<2>(sh, n, rows_per_block, r, p_m, p_g, p_total, hess, x_m, x_g, primary_to_beta, v, partial);
 }
 
+// Where packed entry e (row e / per, then the k-th upper-triangle entry
+// (s, u), s <= u, in row-major order) lies in full r x r rows.
+__device__ __forceinline__ i64 full_index_of_packed(i64 e, int r, i64 per)
+{
+    const i64 row = e / per;
+    i64 k = e % per;
+    int s = 0;
+    while (k >= r - s) { k -= r - s; ++s; }
+    return row * r * r + (i64)s * r + (s + (int)k);
+}
+
 // Packed copy of full row Hessians: out[row, k] = full[row, s, u] for the
 // k-th upper-triangle entry (s <= u) in row-major order.
 extern "C" __global__ void pack_upper_rows(i64 n, int r, const double* __restrict__ full, double* __restrict__ out)
@@ -413,11 +424,7 @@ extern "C" __global__ void pack_upper_rows(i64 n, int r, const double* __restric
     const i64 per = (i64)r * (r + 1) / 2;
     const i64 e = (i64)blockIdx.x * blockDim.x + threadIdx.x;
     if (e >= n * per) return;
-    const i64 row = e / per;
-    i64 k = e % per;
-    int s = 0;
-    while (k >= r - s) { k -= r - s; ++s; }
-    out[e] = full[row * r * r + (i64)s * r + (s + (int)k)];
+    out[e] = full[full_index_of_packed(e, r, per)];
 }
 
 // ---------------------------------------------------------------------------
@@ -429,23 +436,16 @@ extern "C" __global__ void pack_upper_rows(i64 n, int r, const double* __restric
 // and the bytes in flight per SM no longer depend on occupancy. RING is a
 // template parameter because cp.async.wait_group takes an immediate.
 
-__device__ __forceinline__ void copy_async4(void* dst, const void* src)
+// A 4- or 8-byte asynchronous copy (T float or double; cp.async's .ca
+// form, which takes those sizes).
+template <typename T>
+__device__ __forceinline__ void copy_async_small(void* dst, const void* src)
 {
 #if __CUDA_ARCH__ >= 800
     const unsigned d = (unsigned)__cvta_generic_to_shared(dst);
-    asm volatile("cp.async.ca.shared.global [%0], [%1], 4;\n" ::"r"(d), "l"(src) : "memory");
+    asm volatile("cp.async.ca.shared.global [%0], [%1], %2;\n" ::"r"(d), "l"(src), "n"(sizeof(T)) : "memory");
 #else
-    *(float*)dst = *(const float*)src;
-#endif
-}
-
-__device__ __forceinline__ void copy_async8(void* dst, const void* src)
-{
-#if __CUDA_ARCH__ >= 800
-    const unsigned d = (unsigned)__cvta_generic_to_shared(dst);
-    asm volatile("cp.async.ca.shared.global [%0], [%1], 8;\n" ::"r"(d), "l"(src) : "memory");
-#else
-    *(double*)dst = *(const double*)src;
+    *(T*)dst = *(const T*)src;
 #endif
 }
 
@@ -488,11 +488,11 @@ __device__ __forceinline__ void stage_region(void* dst_, const void* __restrict_
     if ((ends & 15) == 0) {
         const int whole = bytes & ~15;
         for (int k = 16 * threadIdx.x; k < whole; k += 16 * blockDim.x) copy_async16(dst + k, src + k);
-        for (int k = whole + 4 * threadIdx.x; k < bytes; k += 4 * blockDim.x) copy_async4(dst + k, src + k);
+        for (int k = whole + 4 * threadIdx.x; k < bytes; k += 4 * blockDim.x) copy_async_small<float>(dst + k, src + k);
     } else if ((ends & 7) == 0 && (bytes & 7) == 0) {
-        for (int k = 8 * threadIdx.x; k < bytes; k += 8 * blockDim.x) copy_async8(dst + k, src + k);
+        for (int k = 8 * threadIdx.x; k < bytes; k += 8 * blockDim.x) copy_async_small<double>(dst + k, src + k);
     } else {
-        for (int k = 4 * threadIdx.x; k < bytes; k += 4 * blockDim.x) copy_async4(dst + k, src + k);
+        for (int k = 4 * threadIdx.x; k < bytes; k += 4 * blockDim.x) copy_async_small<float>(dst + k, src + k);
     }
 }
 
@@ -760,13 +760,5 @@ extern "C" __global__ void pack_upper_rows_f32(i64 n, int r, int packed, const d
     const i64 per = (i64)r * (r + 1) / 2;
     const i64 e = (i64)blockIdx.x * blockDim.x + threadIdx.x;
     if (e >= n * per) return;
-    if (packed) {
-        out[e] = __double2float_rn(src[e]);
-        return;
-    }
-    const i64 row = e / per;
-    i64 k = e % per;
-    int s = 0;
-    while (k >= r - s) { k -= r - s; ++s; }
-    out[e] = __double2float_rn(src[row * r * r + (i64)s * r + (s + (int)k)]);
+    out[e] = __double2float_rn(src[packed ? e : full_index_of_packed(e, r, per)]);
 }

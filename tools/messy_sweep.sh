@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Fits tools/messy_data.py's data sets, each as is and with x1 times 10^4,
 # and prints one line per fit (benches/RESULTS.md, session 13):
-#   bash tools/messy_sweep.sh FIT_BMS OUTDIR "N ..." "SEED ..." [fit_bms flags]
+#   [STEEP=k] bash tools/messy_sweep.sh FIT_BMS OUTDIR "N ..." "SEED ..." [fit_bms flags]
 # A line: n seed scale exit-status termination REML-iterations evaluations
 # lambda V-minus-log-Jacobian edf seconds. V of the scaled copy is reported
 # minus 2 ln 10^4 (its two rescaled coefficients' log-Jacobian), so the two
@@ -11,7 +11,7 @@ here=$(dirname "$0")
 mkdir -p "$out"
 for n in $ns; do for seed in $seeds; do for scale in 1 10000; do
   csv="$out/m-$n-$seed-$scale.csv"; js="$out/m-$n-$seed-$scale.json"
-  python3 "$here/messy_data.py" "$n" "$seed" "$scale" "$csv"
+  python3 "$here/messy_data.py" "$n" "$seed" "$scale" "$csv" "${STEEP:-1}"
   t0=$(date +%s.%N)
   "$bin" --data "$csv" --marginal x1,x2 --slope x1 --json "$js" "$@" > "$out/m-$n-$seed-$scale.out" 2> "$out/m-$n-$seed-$scale.err"
   rc=$?
