@@ -467,6 +467,13 @@ pub enum RemlTermination {
     ValueChange,
     /// `max_iter` outer iterations ran.
     MaxIterations,
+    /// V fell by more than 1 over the last [`STALL_STEPS`] Newton steps
+    /// while rho moved by at most 0.01: it falls without bound toward a
+    /// point where H + S turns singular (nearly separable labels, or the
+    /// end of a branch of inner minima), where the LAML means nothing.
+    /// Not converged; the check of the inner minimum from `beta0` ran first
+    /// ([`RemlTermination::SeveralMinima`] if it found a lower one).
+    Degenerate,
     /// The inner solve from `beta0` found a lower minimum of the penalised
     /// objective at this rho than the warm-started solves had followed
     /// ([`OuterStep::ColdStart`]): the penalised likelihood has several
@@ -944,7 +951,7 @@ pub fn reml<B: PcgKernels>(
     let mut at_cur = at_beta;
     let mut start: Start<'_, B> = (cur.beta.clone(), Some(at_cur.clone()));
     // V before and after each of the consecutive accepted Newton steps.
-    let mut values: Vec<f64> = Vec::new();
+    let mut values: Vec<(f64, Vec<f64>)> = Vec::new();
     // Where the minimum of cur was last checked from beta0, and how often.
     let (mut checked_at, mut mode_checks) = (None::<Vec<f64>>, 0);
     let termination = 'fit: loop {
@@ -1007,6 +1014,9 @@ pub fn reml<B: PcgKernels>(
             if stalled(&values, opts.value_tol) {
                 break 'step Some(RemlTermination::ValueChange);
             }
+            if falling_in_place(&values) {
+                break 'step Some(RemlTermination::Degenerate);
+            }
             if iterations.len() == opts.max_iter {
                 break 'step Some(RemlTermination::MaxIterations);
             }
@@ -1065,7 +1075,7 @@ pub fn reml<B: PcgKernels>(
             };
             evaluations += penalty.n_blocks();
             let (next, next_at_beta) = with_gradient(objective, penalty, trial, opts)?;
-            suspect = model_poor && outer.projected_norm(&next) > outer.projected_norm(&cur);
+            suspect = model_poor;
             let moved = next
                 .rho
                 .iter()
@@ -1088,9 +1098,9 @@ pub fn reml<B: PcgKernels>(
                 secant_update(&mut correction, &cur, &next);
             }
             if values.is_empty() {
-                values.push(cur.value);
+                values.push((cur.value, cur.rho.clone()));
             }
-            values.push(next.value);
+            values.push((next.value, next.rho.clone()));
             start = (next.beta.clone(), Some(next_at_beta.clone()));
             at_cur = next_at_beta;
             prev = Some(std::mem::replace(&mut cur, next));
@@ -1205,8 +1215,31 @@ fn lower_mode<B: PcgKernels>(
 
 /// Whether V fell by at most `tol` over the last [`STALL_STEPS`] steps of
 /// `values` (V before and after consecutive accepted Newton steps).
-fn stalled(values: &[f64], tol: f64) -> bool {
-    values.len() > STALL_STEPS && values[values.len() - 1 - STALL_STEPS] - values[values.len() - 1] <= tol
+fn stalled(values: &[(f64, Vec<f64>)], tol: f64) -> bool {
+    let n = values.len();
+    n > STALL_STEPS && values[n - 1 - STALL_STEPS].0 - values[n - 1].0 <= tol
+}
+
+/// V's least fall, and rho's largest move, over [`STALL_STEPS`] Newton
+/// steps that mark V as falling without bound in place
+/// ([`RemlTermination::Degenerate`]): a slope of 100 or more in edf units,
+/// which no regular point gives over steps that short (early steps, where
+/// V is steep, move rho by units).
+const DEGENERATE_FALL: f64 = 1.0;
+const DEGENERATE_MOVE: f64 = 1e-2;
+
+/// Whether V fell by more than [`DEGENERATE_FALL`] over the last
+/// [`STALL_STEPS`] steps of `values` (V and rho before and after
+/// consecutive accepted Newton steps) while rho moved by at most
+/// [`DEGENERATE_MOVE`] in every component.
+fn falling_in_place(values: &[(f64, Vec<f64>)]) -> bool {
+    let n = values.len();
+    if n <= STALL_STEPS {
+        return false;
+    }
+    let ((v0, r0), (v1, r1)) = (&values[n - 1 - STALL_STEPS], &values[n - 1]);
+    let moved = r0.iter().zip(r1).fold(0.0f64, |m, (a, b)| m.max((a - b).abs()));
+    v0 - v1 > DEGENERATE_FALL && moved <= DEGENERATE_MOVE
 }
 
 /// The symmetric rank-one update of the correction C that makes the outer
@@ -1611,6 +1644,55 @@ mod tests {
                 seconds: 0.0,
             },
         }
+    }
+
+    /// V stalls when it fell by at most the tolerance over the last
+    /// STALL_STEPS steps: not before that many steps, not when one of them
+    /// fell by more, and an earlier large fall does not count.
+    #[test]
+    fn a_stall_needs_three_steps_of_small_falls() {
+        let tol = 1e-3;
+        let at = |v: &[f64]| -> Vec<(f64, Vec<f64>)> { v.iter().map(|&v| (v, vec![0.0])).collect() };
+        assert!(!stalled(&at(&[]), tol));
+        assert!(!stalled(&at(&[5.0, 5.0, 5.0]), tol), "two steps are no stall");
+        assert!(stalled(&at(&[5.0, 4.9999, 4.9996, 4.9991]), tol));
+        assert!(
+            !stalled(&at(&[5.0, 4.9999, 4.9996, 4.9989]), tol),
+            "1.1e-3 over three steps"
+        );
+        assert!(
+            stalled(&at(&[9.0, 5.0, 4.9999, 4.9996, 4.9991]), tol),
+            "only the last three steps count"
+        );
+        assert!(
+            !stalled(&at(&[5.0, 5.0005, 4.9, 4.9]), tol),
+            "a large fall within the window"
+        );
+    }
+
+    /// The near-separable trace of `tools/messy_data.py 5000 1 1 x 8`
+    /// (CPU, REML iterations 13-16: V and ln lambda) falls in place; the
+    /// same falls over a real move, or a small fall in place, do not.
+    #[test]
+    fn falling_in_place_needs_a_large_fall_over_a_tiny_move() {
+        let trace = |rho: [f64; 4]| -> Vec<(f64, Vec<f64>)> {
+            [1009.906744, 1009.545043, 1009.068220, 1008.744668]
+                .iter()
+                .zip(rho)
+                .map(|(&v, r)| (v, vec![r, -0.305]))
+                .collect()
+        };
+        let (l0, l1, l2, l3) = (
+            7.6542e-3f64.ln(),
+            7.6652e-3f64.ln(),
+            7.6680e-3f64.ln(),
+            7.6683e-3f64.ln(),
+        );
+        assert!(falling_in_place(&trace([l0, l1, l2, l3])));
+        assert!(!falling_in_place(&trace([l0, l1, l2, l3 + 0.02])), "rho moved 0.02");
+        assert!(!falling_in_place(&trace([l0, l1, l2, l3])[1..]), "two steps");
+        let small: Vec<(f64, Vec<f64>)> = (0..4).map(|i| (10.0 - 0.3 * i as f64, vec![0.0])).collect();
+        assert!(!falling_in_place(&small), "0.9 over three steps");
     }
 
     #[test]

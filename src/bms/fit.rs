@@ -318,6 +318,15 @@ fn selected<B: PcgKernels>(
                 .into(),
         );
     }
+    if r.termination == RemlTermination::Degenerate {
+        warnings.push(
+            "REML did not converge: V fell by more than 1 over three steps while lambda barely moved, toward a \
+             point where H + S turns singular (nearly separable labels, or a degenerate minimum of the penalised \
+             likelihood), where the Laplace approximation means nothing; the check from the start found no lower \
+             minimum. Simplify the model or check the data for separation"
+                .into(),
+        );
+    }
     if let (RemlTermination::ValueChange, Some(g)) = (r.termination, r.projected_gradient) {
         warnings.push(format!(
             "REML stopped where V stopped falling (by <= {} over {STALL_STEPS} steps) with a projected gradient of \
