@@ -29,7 +29,7 @@ pub use error::{Result, SolverError};
 pub use logdet::{DenseFactor, PenalisedFactor};
 pub use newton::{
     fd_hessian_derivative, newton, newton_from, resolution, CostEstimate, Evaluation, FitEvent, Forcing, NewtonFit,
-    NewtonIteration, NewtonOptions, NewtonReport, Objective, StepSolver, Termination,
+    NewtonIteration, NewtonOptions, NewtonReport, Objective, StepSolver, Termination, RESOLVED_DECREMENT,
 };
 pub use operator::{DenseOperator, LinearOperator};
 pub use pcg::{cg, BreakdownQuantity, Pcg, PcgInfo, PcgOptions, PcgSolution, StopReason};
