@@ -483,6 +483,21 @@ fn progress_is_plain_text_off_a_terminal_and_quiet_is_silent() {
     );
 }
 
+/// The fit of `tools/messy_data.py`'s columns on the CPU: x1 and x2
+/// marginal, x1 in the slope.
+fn messy_fit_args(data: &str) -> [&str; 8] {
+    [
+        "--data",
+        data,
+        "--marginal",
+        "x1,x2",
+        "--slope",
+        "x1",
+        "--backend",
+        "cpu",
+    ]
+}
+
 /// `tools/messy_data.py 5000 2 1` (data the model did not generate: a sine
 /// score effect, an x1-by-score interaction, a score tied to halves): near
 /// lambda = (0.047, 1.36) the penalised likelihood has two minima, and the
@@ -498,16 +513,7 @@ fn progress_is_plain_text_off_a_terminal_and_quiet_is_silent() {
 fn several_inner_minima_are_named_and_not_chased() {
     let data = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/data/messy_5000_seed2.csv");
     let out = tmp("messy.json");
-    let base = [
-        "--data",
-        data,
-        "--marginal",
-        "x1,x2",
-        "--slope",
-        "x1",
-        "--backend",
-        "cpu",
-    ];
+    let base = messy_fit_args(data);
     let o = run(&[&base[..], &["--json", out.to_str().unwrap()]].concat());
     let (stdout, stderr) = (String::from_utf8_lossy(&o.stdout), String::from_utf8_lossy(&o.stderr));
     assert_eq!(o.status.code(), Some(3), "{stdout}\n{stderr}");
@@ -568,18 +574,7 @@ fn a_resolved_inner_solve_ends_and_the_fit_is_scale_invariant() {
         .enumerate()
         .map(|(i, data)| {
             let out = tmp(&format!("separable{i}.json"));
-            let o = run(&[
-                "--data",
-                data,
-                "--marginal",
-                "x1,x2",
-                "--slope",
-                "x1",
-                "--backend",
-                "cpu",
-                "--json",
-                out.to_str().unwrap(),
-            ]);
+            let o = run(&[&messy_fit_args(data)[..], &["--json", out.to_str().unwrap()]].concat());
             assert_eq!(o.status.code(), Some(0), "{}", String::from_utf8_lossy(&o.stdout));
             json(&out)
         })
