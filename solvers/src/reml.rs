@@ -570,9 +570,8 @@ pub struct RemlReport {
     /// Newton steps of the first inner solve (from `beta0`).
     pub start_newton_steps: usize,
     /// Inner solves from `beta0` run to check that the warm-started ones
-    /// found the lowest minimum: where the loop would stop, and after a
-    /// line search of [`POOR_MODEL_HALVINGS`] halvings that ended on a
-    /// larger gradient.
+    /// found the lowest minimum: where the loop would stop, and after an
+    /// accepted line search of [`POOR_MODEL_HALVINGS`] halvings.
     #[serde(default)]
     pub mode_checks: usize,
     /// Wall time in seconds.
@@ -941,9 +940,10 @@ pub fn reml<B: PcgKernels>(
     // where the outer Hessian was last measured.
     let mut model_poor = false;
     let mut measured_at: Option<Vec<f64>> = None;
-    // Whether that line search also ended where the gradient is larger: V
-    // fell but steepened, as on a branch of inner minima nearing its end
-    // ([`lower_mode`]), where the minimum is then checked from beta0.
+    // Whether the last accepted step's line search needed that many
+    // halvings: the minimum is then checked from beta0, since a branch of
+    // inner minima nearing its end is one way the model fails
+    // ([`lower_mode`]).
     let mut suspect = false;
     // The objective's evaluation at cur.beta, shared by every trial that
     // starts there, and where the next line search's first trial starts
@@ -959,8 +959,8 @@ pub fn reml<B: PcgKernels>(
             break RemlTermination::InnerNotConverged;
         }
         let t0 = Instant::now();
-        // `None`: check the mode of cur, then go on; `Some`: stop, unless
-        // the check moves the fit.
+        // `None`: check the minimum of cur, then go on; `Some`: stop, as
+        // SeveralMinima where that check finds a lower minimum.
         let stop: Option<RemlTermination> = 'step: {
             if let Some(probe) = probe_other_side(backend, objective, penalty, &outer, &cur, &mut probed, &mut start)? {
                 evaluations += probe.evaluations;
@@ -1187,8 +1187,10 @@ const MODE_CHECK_STEPS: usize = 20;
 /// iterations, at a penalised objective 0.008 above the lower minimum's,
 /// for 860 evaluations. Moving to the lower minimum and going on did not
 /// help there: the warm starts went back to the other branch within three
-/// steps. Checked where the loop would stop and after a line search of
-/// [`POOR_MODEL_HALVINGS`] halvings that ended on a larger gradient.
+/// steps; nor did solving every later trial from `beta0` as well and
+/// keeping the lower (one step took 221 evaluations). Checked where the loop would stop and after an accepted line
+/// search of [`POOR_MODEL_HALVINGS`] halvings (requiring the gradient to
+/// grow as well missed a nearly separable chase).
 fn lower_mode<B: PcgKernels>(
     backend: &B,
     objective: &dyn Objective<B>,
