@@ -52,6 +52,17 @@ fn json(path: &PathBuf) -> serde_json::Value {
     serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap()
 }
 
+/// `field` of every entry of the report's array `list` ("coefficients",
+/// "smooths").
+fn column(report: &serde_json::Value, list: &str, field: &str) -> Vec<f64> {
+    report[list]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| e[field].as_f64().unwrap())
+        .collect()
+}
+
 /// Every parametric coefficient within `k` standard errors of `truth`, and
 /// printed in the table with the JSON's value.
 fn check_recovery(report: &serde_json::Value, truth: &[f64], stdout: &str, k: f64) {
@@ -148,11 +159,8 @@ fn simulated_reml_fit_recovers_the_truth() {
     assert_eq!(report["method"], "REML (LAML)");
     assert!(report["converged"].as_bool().unwrap());
     assert!(report["reml_score"].as_f64().unwrap().is_finite());
-    let truth: Vec<f64> = report["coefficients"].as_array().unwrap()[..5]
-        .iter()
-        .map(|c| c["truth"].as_f64().unwrap())
-        .collect();
-    check_recovery(&report, &truth, &stdout, 3.5);
+    let truth = &column(&report, "coefficients", "truth")[..5];
+    check_recovery(&report, truth, &stdout, 3.5);
     for s in report["smooths"].as_array().unwrap() {
         let (edf, dim) = (s["edf"].as_f64().unwrap(), s["dim"].as_f64().unwrap());
         assert!(edf > 0.0 && edf <= dim, "edf {edf} of a {dim}-dimensional smooth");
@@ -334,12 +342,7 @@ fn a_saved_fit_loads_with_the_reported_estimates() {
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
     let (saved, model) = matfree::bms::saved::SavedFit::load(&save).unwrap();
     let report = json(&out);
-    let estimates: Vec<f64> = report["coefficients"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|c| c["estimate"].as_f64().unwrap())
-        .collect();
+    let estimates = column(&report, "coefficients", "estimate");
     assert_eq!(estimates, saved.fit.beta[..estimates.len()].to_vec());
     assert_eq!(model.layout().p_total(), saved.fit.beta.len());
     assert_eq!(saved.marginal_names[0], "(Intercept)");
@@ -528,12 +531,7 @@ fn several_inner_minima_are_named_and_not_chased() {
     let trace = &report["reml_trace"];
     let last = trace["iterations"].as_array().unwrap().last().unwrap().clone();
     assert_eq!(last["kind"], "ColdStart");
-    let lambda: Vec<f64> = report["smooths"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|s| s["lambda"].as_f64().unwrap())
-        .collect();
+    let lambda = column(&report, "smooths", "lambda");
     for (r, l) in last["rho"].as_array().unwrap().iter().zip(&lambda) {
         assert!((r.as_f64().unwrap() - l.ln()).abs() < 1e-12);
     }
@@ -598,13 +596,12 @@ fn a_resolved_inner_solve_ends_and_the_fit_is_scale_invariant() {
         v(&fits[0]),
         v(&fits[1])
     );
-    for k in 0..2 {
-        let l = |f: &serde_json::Value| f["smooths"][k]["lambda"].as_f64().unwrap();
-        assert!(
-            (l(&fits[0]) / l(&fits[1]) - 1.0).abs() < 0.01,
-            "lambda {k}: {} vs {}",
-            l(&fits[0]),
-            l(&fits[1])
-        );
+    let (scaled, plain) = (
+        column(&fits[0], "smooths", "lambda"),
+        column(&fits[1], "smooths", "lambda"),
+    );
+    assert_eq!((scaled.len(), plain.len()), (2, 2));
+    for (k, (a, b)) in scaled.iter().zip(&plain).enumerate() {
+        assert!((a / b - 1.0).abs() < 0.01, "lambda {k}: {a} vs {b}");
     }
 }

@@ -1063,7 +1063,7 @@ pub fn reml<B: PcgKernels>(
                 seconds: 0.0,
             };
             model_poor = search.halvings >= POOR_MODEL_HALVINGS;
-            suspect = false;
+            suspect = model_poor && search.accepted.is_some();
             let Some((t, trial)) = search.accepted else {
                 record.seconds = t0.elapsed().as_secs_f64();
                 keep(objective, &mut iterations, record);
@@ -1075,7 +1075,6 @@ pub fn reml<B: PcgKernels>(
             };
             evaluations += penalty.n_blocks();
             let (next, next_at_beta) = with_gradient(objective, penalty, trial, opts)?;
-            suspect = model_poor;
             let moved = next
                 .rho
                 .iter()
