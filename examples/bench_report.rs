@@ -15,6 +15,7 @@ use std::time::Instant;
 use matfree::bms::generator::{generate, GeneratorConfig};
 use matfree::cuda::{
     select_device, CudaBackend, Device, DeviceCholesky, DeviceRowHessian, DeviceStage1, Gpu, GpuPolicy, HvpPrecision,
+    SingleKernel,
 };
 use matfree::fixture::{random_row_problem, Rng, Shape};
 use matfree::solvers::{cg, Backend, Cholesky, CpuBackend, Jacobi, LinearOperator, Pcg, PcgKernels, PcgOptions};
@@ -175,7 +176,7 @@ fn gpu_rows(ctx: &mut Ctx, gpu: &std::sync::Arc<Gpu>, shape: (&str, Shape), op: 
         Ok(t.elapsed().as_secs_f64())
     })?;
     ctx.push("gpu", shape, "dense_cholesky_logdet", dense, None, None);
-    packed_rows(ctx, gpu, shape, dev, &be, &v)
+    packed_rows(ctx, gpu, shape, op, dev, &be, &v)
 }
 
 /// Seconds per HVP: median of 5 batches of 50 back-to-back products, one
@@ -212,6 +213,7 @@ fn packed_rows(
     ctx: &mut Ctx,
     gpu: &std::sync::Arc<Gpu>,
     shape: (&str, Shape),
+    op: &RowHessian,
     dev: DeviceRowHessian,
     be: &CudaBackend,
     v: &<CudaBackend as Backend>::Vector,
@@ -227,18 +229,23 @@ fn packed_rows(
         None,
     );
     gpu_pcg_rows(ctx, shape, be, &packed, v, "_packed")?;
-    let single = packed.with_single_precision_hvp()?;
-    if single.hvp_precision() == HvpPrecision::F32 {
+    // "_packed_f32" is the staged kernel (its name since session 12),
+    // "_packed_f32_tiled" the tiled one (the default where the shape allows).
+    let staged = DeviceRowHessian::from_cpu(gpu.clone(), op)?
+        .packed()?
+        .with_single_precision_hvp_kernel(SingleKernel::Staged)?;
+    let tiled = packed.with_single_precision_hvp_kernel(SingleKernel::Tiled)?;
+    for (single, suffix) in [(staged, "_packed_f32"), (tiled, "_packed_f32_tiled")] {
+        if single.hvp_precision() != HvpPrecision::F32 || (suffix.ends_with("tiled") && single.hvp_path() != "tiled") {
+            continue;
+        }
+        if let Some(detail) = single.hvp_kernel_detail() {
+            eprintln!("{} ({}): {detail}", shape.0, shape.1.n);
+        }
         let hvp = hvp_time(gpu, &single, be, v)?;
-        ctx.push(
-            "gpu",
-            shape,
-            "hvp_packed_f32",
-            hvp,
-            Some(packed_hvp_bytes(&shape.1, 4)),
-            None,
-        );
-        gpu_pcg_rows(ctx, shape, be, &single, v, "_packed_f32")?;
+        let name = format!("hvp{suffix}");
+        ctx.push("gpu", shape, &name, hvp, Some(packed_hvp_bytes(&shape.1, 4)), None);
+        gpu_pcg_rows(ctx, shape, be, &single, v, suffix)?;
     }
     Ok(())
 }

@@ -4,7 +4,7 @@
 
 mod common;
 
-use matfree::cuda::{gpu_for_test, select_device, Device, DeviceRowHessian, GpuPolicy, HvpPrecision};
+use matfree::cuda::{gpu_for_test, select_device, Device, DeviceRowHessian, GpuPolicy, HvpPrecision, SingleKernel};
 use matfree::fixture::{random_row_problem, Rng, Shape};
 use matfree::solvers::LinearOperator;
 use matfree::Error;
@@ -89,16 +89,22 @@ fn device_operations_match_cpu_operator() {
 /// an independent oracle of the kernel), within 1e-6 of the f64 product
 /// (norm-wise), bitwise repeatable, and nothing else changes: multi-vector
 /// products, the diagonal and the dense matrix stay the f64 operator's,
-/// bit for bit. From full and from packed f64 rows; rows too wide for the
-/// staged kernel keep f64 products and say so.
+/// bit for bit. From full and from packed f64 rows, read by both kernels
+/// (tiled where the shape allows, r = 4, 20 and 33 here, with row counts
+/// that leave a partial last tile; staged); rows too wide for the staged
+/// kernel keep f64 products and say so.
 #[test]
 #[ignore = "needs a GPU: runs on the device with --include-ignored (tools/gpu-tests.sh)"]
 fn single_precision_hvp_matches_rounded_rows_and_leaves_the_rest_f64() {
     let Some(gpu) = gpu_for_test("single_precision_hvp_matches_rounded_rows_and_leaves_the_rest_f64") else {
         return;
     };
-    let mut precisions = std::collections::BTreeSet::new();
-    for (s, shape) in shapes().into_iter().enumerate() {
+    let (mut precisions, mut paths) = (std::collections::BTreeSet::new(), std::collections::BTreeSet::new());
+    let runs = shapes()
+        .into_iter()
+        .enumerate()
+        .flat_map(|s| [(s, SingleKernel::Tiled), (s, SingleKernel::Staged)]);
+    for ((s, shape), kernel) in runs {
         let op = random_row_problem(shape, 1.0, 300 + s as u64).unwrap();
         let rounded: Vec<f64> = op.hess().iter().map(|h| *h as f32 as f64).collect();
         let oracle = matfree::RowHessian::new(op.layout().clone(), op.designs().clone(), rounded).unwrap();
@@ -109,8 +115,8 @@ fn single_precision_hvp_matches_rounded_rows_and_leaves_the_rest_f64() {
             let mut rng = Rng::new(11 + s as u64);
             let v = rng.normals(p * k);
             let f64_results = common::device_operator_results(&dev, &v, k);
-            let single = dev.with_single_precision_hvp().unwrap();
-            let label = format!("r = {r}, p = {p}, packed {packed}");
+            let single = dev.with_single_precision_hvp_kernel(kernel).unwrap();
+            let label = format!("r = {r}, p = {p}, packed {packed}, {kernel:?} asked");
             precisions.insert(format!("{:?}", single.hvp_precision()));
             let got = common::device_operator_results(&single, &v, k);
             for (what, (g, w)) in ["hvp_multi", "diagonal", "dense"]
@@ -133,8 +139,10 @@ fn single_precision_hvp_matches_rounded_rows_and_leaves_the_rest_f64() {
             assert!(rel > 0.0, "{label}: the f32 rows were not read");
             assert_eq!(single.hvp_host(&v[..p]).unwrap(), got[0], "{label}: repeat");
             println!("{label}: f32 hvp within {rel:.2e} of f64, {} path", single.hvp_path());
+            paths.insert(single.hvp_path());
         }
     }
+    assert_eq!(paths, ["staged", "tiled"].into(), "both f32 kernels ran");
     assert!(
         precisions.contains("F32"),
         "some shape ran the f32 kernel: {precisions:?}"

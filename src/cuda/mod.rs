@@ -19,6 +19,7 @@ mod multi;
 mod row_hessian;
 mod runtime;
 mod sharded;
+mod tiled;
 
 pub use backend::CudaBackend;
 pub use bms::{evaluate_device, evaluate_rows_device, BmsDeviceObjective, DeviceRowEvaluation, BMS_KERNELS};
@@ -28,7 +29,7 @@ pub use dense::{DeviceCholesky, DeviceDenseFactor, DEVICE_DENSE_MIN_P};
 #[cfg(feature = "testing")]
 pub use devices::{gpus_for_test, setup_for_test};
 pub use multi::{GpuGroup, MultiGpuBackend, Replicated};
-pub use row_hessian::{DeviceDesigns, DeviceRowHessian, HvpPrecision};
+pub use row_hessian::{DeviceDesigns, DeviceRowHessian, HvpPrecision, SingleKernel};
 #[cfg(feature = "testing")]
 pub use runtime::gpu_for_test;
 pub use runtime::{select_device, Device, Gpu, GpuPolicy, KernelModule, LoadedKernels};

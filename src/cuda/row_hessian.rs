@@ -11,6 +11,7 @@ use matfree_solvers::{LinearOperator, Result as SolverResult, SolverError};
 use super::backend::CudaBackend;
 use super::kernels::{self, PullSource, RowArgs};
 use super::runtime::{cuda_err, Gpu};
+use super::tiled::{self, TiledRows};
 use crate::designs::{check_matrix, Designs};
 use crate::layout::{Layout, Via};
 use crate::row_hessian::{check_layout_designs, JointGradient, RowHessian, ROW_CHUNK};
@@ -51,8 +52,39 @@ fn fused_rows_per_block(n: usize, r: usize, p_total: usize) -> Option<usize> {
 enum SingleHvp<'a> {
     Staged(&'a kernels::StagedPlan),
     StagedSingle(&'a CudaSlice<f32>, &'a kernels::StagedPlan),
+    Tiled(&'a TiledRows),
     Fused(usize),
     TwoPhase,
+}
+
+/// The single-precision copy of the rows a single-vector HVP reads.
+enum Single {
+    /// Packed f32 rows streamed by the staged kernel, with its plan.
+    Staged(CudaSlice<f32>, kernels::StagedPlan),
+    /// Rows and designs in tiles of 32 rows (`tiled`).
+    Tiled(TiledRows),
+}
+
+/// Which kernel reads a single-precision copy of the rows (see
+/// [`DeviceRowHessian::with_single_precision_hvp`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum SingleKernel {
+    /// Tiles of 32 rows, a lane a row, the product in registers; shapes up
+    /// to r = 40 and 48 design columns (wider ones take the staged kernel).
+    Tiled,
+    /// Packed rows streamed through shared memory.
+    Staged,
+}
+
+impl SingleKernel {
+    /// `MATFREE_F32_HVP=tiled|staged` (default tiled), for comparing the two.
+    pub fn from_env() -> Result<Self> {
+        match std::env::var("MATFREE_F32_HVP").as_deref() {
+            Err(_) | Ok("tiled") => Ok(Self::Tiled),
+            Ok("staged") => Ok(Self::Staged),
+            Ok(other) => Err(Error::invalid("MATFREE_F32_HVP", other, "must be tiled or staged")),
+        }
+    }
 }
 
 /// The two designs on the device, uploaded once and shared by every row
@@ -122,10 +154,9 @@ pub struct DeviceRowHessian {
     scratch: Mutex<Scratch>,
     /// How the staged HVP cuts the rows (`None`: rows too wide for it).
     staged: Option<kernels::StagedPlan>,
-    /// A single-precision packed copy of the rows and its staged plan, read
-    /// by the single-vector HVP when present (see
-    /// [`DeviceRowHessian::with_single_precision_hvp`]).
-    single: Option<(CudaSlice<f32>, kernels::StagedPlan)>,
+    /// A single-precision copy of the rows, read by the single-vector HVP
+    /// when present (see [`DeviceRowHessian::with_single_precision_hvp`]).
+    single: Option<Single>,
 }
 
 /// The precision of the rows a single-vector HVP reads. Products and sums
@@ -243,14 +274,17 @@ impl DeviceRowHessian {
     /// partials scratch to its block count.
     fn plan_staged(&mut self) -> Result<()> {
         self.staged = kernels::StagedPlan::new(&self.gpu, &self.args(), kernels::StagedRows::Double)?;
-        let plans = [self.staged, self.single.as_ref().map(|s| s.1)];
-        self.grow_partials(plans.iter().flatten())
+        let single = match &self.single {
+            Some(Single::Staged(_, plan)) => plan.blocks(self.n),
+            Some(Single::Tiled(t)) => t.blocks(),
+            None => 0,
+        };
+        self.grow_partials(self.staged.map_or(0, |plan| plan.blocks(self.n)).max(single))
     }
 
-    /// Grow the partials scratch to the most blocks any of `plans` takes.
-    fn grow_partials<'p>(&self, plans: impl Iterator<Item = &'p kernels::StagedPlan>) -> Result<()> {
-        let p = self.layout.p_total();
-        let want = plans.map(|plan| plan.blocks(self.n) * p).max().unwrap_or(0);
+    /// Grow the partials scratch to hold `blocks` partials.
+    fn grow_partials(&self, blocks: usize) -> Result<()> {
+        let want = blocks * self.layout.p_total();
         let mut s = self.lock()?;
         if s.partial.len() < want {
             s.partial = self.gpu.zeros(want)?;
@@ -313,15 +347,27 @@ impl DeviceRowHessian {
     pub fn hvp_path(&self) -> &'static str {
         match self.single_hvp() {
             SingleHvp::Staged(_) | SingleHvp::StagedSingle(..) => "staged",
+            SingleHvp::Tiled(_) => "tiled",
             SingleHvp::Fused(_) => "fused",
             SingleHvp::TwoPhase => "two-phase",
         }
     }
 
+    /// What the single-vector HVP's kernel uses, where it is the tiled one
+    /// (registers, spills, occupancy, blocks); `None` otherwise.
+    pub fn hvp_kernel_detail(&self) -> Option<String> {
+        match &self.single {
+            Some(Single::Tiled(t)) => Some(t.describe()),
+            _ => None,
+        }
+    }
+
     /// The single-vector HVP's path, in order of preference.
     fn single_hvp(&self) -> SingleHvp<'_> {
-        if let Some((h, plan)) = &self.single {
-            return SingleHvp::StagedSingle(h, plan);
+        match &self.single {
+            Some(Single::Staged(h, plan)) => return SingleHvp::StagedSingle(h, plan),
+            Some(Single::Tiled(t)) => return SingleHvp::Tiled(t),
+            None => {}
         }
         match (
             &self.staged,
@@ -349,6 +395,10 @@ impl DeviceRowHessian {
             SingleHvp::StagedSingle(h, plan) => {
                 kernels::hvp_staged(&self.gpu, &self.args(), plan, Some(h), v, partial)?;
                 return kernels::reduce_partials(&self.gpu, plan.blocks(n), p, partial, out);
+            }
+            SingleHvp::Tiled(t) => {
+                t.hvp(&self.gpu, &self.args(), v, partial)?;
+                return kernels::reduce_partials(&self.gpu, t.blocks(), p, partial, out);
             }
             SingleHvp::Fused(rows) => {
                 kernels::hvp_fused(&self.gpu, &self.args(), rows, v, partial)?;
@@ -544,11 +594,27 @@ impl DeviceRowHessian {
     /// its f64 value, with every product and sum still in f64. The f64 rows
     /// stay and serve everything else (the diagonal, the dense matrix and so
     /// the log-determinant, multi-vector products), so only the HVP is
-    /// inexact. Where even four single-precision rows a stage do not fit the
-    /// staged kernel's shared memory the operator is returned unchanged
-    /// (`hvp_precision` says F64).
-    pub fn with_single_precision_hvp(mut self) -> Result<Self> {
+    /// inexact. The kernel is [`SingleKernel::from_env`]'s (tiled unless
+    /// `MATFREE_F32_HVP=staged`); see
+    /// [`DeviceRowHessian::with_single_precision_hvp_kernel`].
+    pub fn with_single_precision_hvp(self) -> Result<Self> {
+        self.with_single_precision_hvp_kernel(SingleKernel::from_env()?)
+    }
+
+    /// [`DeviceRowHessian::with_single_precision_hvp`] read by `kernel`.
+    /// Tiled serves shapes up to r = 40 and 48 design columns (the tiles
+    /// take as many bytes as packed f32 rows, plus a tiled copy of the
+    /// designs); wider ones take the staged kernel. Where even four
+    /// single-precision rows a stage do not fit the staged kernel's shared
+    /// memory the operator is returned unchanged (`hvp_precision` says F64).
+    pub fn with_single_precision_hvp_kernel(mut self, kernel: SingleKernel) -> Result<Self> {
         if self.single.is_some() {
+            return Ok(self);
+        }
+        if kernel == SingleKernel::Tiled && tiled::supported(&self.args()) {
+            let rows = TiledRows::new(&self.gpu, &self.args())?;
+            self.grow_partials(rows.blocks())?;
+            self.single = Some(Single::Tiled(rows));
             return Ok(self);
         }
         let Some(plan) = kernels::StagedPlan::new(&self.gpu, &self.args(), kernels::StagedRows::Single)? else {
@@ -557,8 +623,8 @@ impl DeviceRowHessian {
         let r = self.layout.r();
         let mut rows = self.gpu.zeros::<f32>(self.n * r * (r + 1) / 2)?;
         kernels::pack_upper_rows_f32(&self.gpu, self.n, r, self.packed, &self.hess, &mut rows)?;
-        self.grow_partials(std::iter::once(&plan))?;
-        self.single = Some((rows, plan));
+        self.grow_partials(plan.blocks(self.n))?;
+        self.single = Some(Single::Staged(rows, plan));
         Ok(self)
     }
 

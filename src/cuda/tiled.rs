@@ -1,0 +1,229 @@
+//! The tiled single-precision HVP (`kernels/hvp_tiled.cu`): row Hessians
+//! rounded to f32 and laid out in tiles of 32 rows, entry-major within a
+//! tile, with the designs tiled alike, so that a warp reads each entry of
+//! its 32 rows in one 128-byte load and a lane holds its row's product in
+//! registers. The kernel is compiled for the operator's shape (r, p_m,
+//! p_g) the first time that shape asks for it, then cached per device.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, OnceLock};
+
+use cudarc::driver::{CudaSlice, LaunchConfig, PushKernelArg};
+
+use super::kernels::RowArgs;
+use super::runtime::{cuda_err, Gpu, KernelModule, LoadedKernels};
+use crate::{Error, Result};
+
+/// Rows a tile holds (a warp's lanes).
+const TILE: usize = 32;
+
+/// Warps a block runs and blocks an SM its registers must allow (the
+/// kernel's TILED_WARPS and TILED_MIN_BLOCKS).
+const BLOCK: TiledBlock = TiledBlock {
+    warps: 4,
+    min_blocks: 1,
+};
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+struct TiledBlock {
+    warps: usize,
+    min_blocks: usize,
+}
+
+/// `MATFREE_TILED_SHAPE=warps,min_blocks` replaces [`BLOCK`] for tuning
+/// sweeps; unset, the preset holds.
+fn block() -> Result<TiledBlock> {
+    let Ok(text) = std::env::var("MATFREE_TILED_SHAPE") else {
+        return Ok(BLOCK);
+    };
+    let v: Vec<usize> = text.split(',').filter_map(|t| t.trim().parse().ok()).collect();
+    match v[..] {
+        [warps @ 1..=32, min_blocks @ 1..=32] => Ok(TiledBlock { warps, min_blocks }),
+        _ => Err(Error::invalid(
+            "MATFREE_TILED_SHAPE",
+            text,
+            "must be warps (1-32),min blocks (1-32)",
+        )),
+    }
+}
+
+/// Widest shape compiled: t (r doubles a lane) must stay in registers, and
+/// the lanes' sums (p_total doubles each) fit shared memory. Wider
+/// operators keep the staged kernel.
+const MAX_R: usize = 40;
+const MAX_DESIGN: usize = 48;
+
+/// Whether the tiled kernel serves an operator of this shape.
+pub(crate) fn supported(a: &RowArgs) -> bool {
+    a.r >= 2 && a.r <= MAX_R && a.p_m + a.p_g <= MAX_DESIGN && a.p_total == a.p_m + a.p_g + a.r - 2
+}
+
+/// The module for one shape: its defines ahead of the shared source. Each
+/// shape's module is made once a process (a fit has one shape; a test run a
+/// handful), and lives as long as the process, as the cache keyed by its
+/// name does.
+fn module(r: usize, p_m: usize, p_g: usize, b: TiledBlock) -> Result<&'static KernelModule> {
+    type Key = (usize, usize, usize, TiledBlock);
+    static MODULES: OnceLock<Mutex<HashMap<Key, &'static KernelModule>>> = OnceLock::new();
+    let mut modules = MODULES
+        .get_or_init(Default::default)
+        .lock()
+        .map_err(|_| Error::Cuda("tiled kernel modules poisoned".into()))?;
+    let made = modules.entry((r, p_m, p_g, b)).or_insert_with(|| {
+        let (w, m) = (b.warps, b.min_blocks);
+        let defines = format!(
+            "#define TILED_R {r}\n#define TILED_PM {p_m}\n#define TILED_PG {p_g}\n\
+             #define TILED_WARPS {w}\n#define TILED_MIN_BLOCKS {m}\n"
+        );
+        Box::leak(Box::new(KernelModule {
+            name: Box::leak(
+                format!("hvp_tiled.cu (r {r}, p_m {p_m}, p_g {p_g}, {w} warps, {m} blocks)").into_boxed_str(),
+            ),
+            source: Box::leak((defines + include_str!("../../kernels/hvp_tiled.cu")).into_boxed_str()),
+            kernels: &["hvp_tiled", "tile_rows_f32", "tile_rows_f64"],
+            staging: &["hvp_tiled"],
+        }))
+    });
+    Ok(made)
+}
+
+/// An operator's rows and designs in tiles, and the kernel for its shape.
+pub(crate) struct TiledRows {
+    kernels: Arc<LoadedKernels>,
+    h: CudaSlice<f32>,
+    x_m: CudaSlice<f64>,
+    x_g: CudaSlice<f64>,
+    tiles: usize,
+    tiles_per_block: usize,
+    warps: usize,
+    shared_bytes: usize,
+    /// Blocks an SM holds, and the kernel's registers and spilled bytes
+    /// a thread ([`TiledRows::describe`]).
+    per_sm: usize,
+    regs: i32,
+    local_bytes: i32,
+}
+
+fn launch_1d(len: usize) -> LaunchConfig {
+    LaunchConfig {
+        grid_dim: (len.div_ceil(256).max(1) as u32, 1, 1),
+        block_dim: (256, 1, 1),
+        shared_mem_bytes: 0,
+    }
+}
+
+impl TiledRows {
+    /// Tile the operator's rows (rounded to f32) and designs; the caller
+    /// has checked [`supported`].
+    pub(crate) fn new(g: &Gpu, a: &RowArgs) -> Result<Self> {
+        let shape = block()?;
+        let kernels = g.kernels(module(a.r, a.p_m, a.p_g, shape)?)?;
+        let tiles = a.n.div_ceil(TILE);
+        let per = a.r * (a.r + 1) / 2;
+        let mut h = g.zeros::<f32>(tiles * TILE * per)?;
+        let cfg = launch_1d(h.len());
+        let (n, packed) = (a.n as i64, a.packed as i32);
+        let mut b = g.stream.launch_builder(kernels.get("tile_rows_f32")?);
+        b.arg(&n).arg(&packed).arg(a.hess).arg(&mut h);
+        // SAFETY: `a.hess` holds n rows of the operator's storage (checked
+        // at its construction); `h` holds every tile; one thread a value.
+        unsafe { b.launch(cfg) }.map_err(|e| cuda_err("tile_rows_f32", e))?;
+        let x_m = tile_design(g, &kernels, a.n, a.p_m, a.x_m)?;
+        let x_g = tile_design(g, &kernels, a.n, a.p_g, a.x_g)?;
+        // One wave of resident blocks, each warp taking many tiles (one
+        // tile a warp left every warp a single latency-bound pass): as the
+        // staged kernel, the count follows the device.
+        let k = kernels.get("hvp_tiled")?;
+        let threads = (shape.warps * TILE) as u32;
+        let shared_bytes = shared_bytes(a, shape.warps);
+        if shared_bytes > g.shared_optin {
+            let rule = format!("must be <= the device's {} bytes", g.shared_optin);
+            return Err(Error::invalid("hvp_tiled shared bytes", shared_bytes, rule));
+        }
+        let per_sm = k
+            .occupancy_max_active_blocks_per_multiprocessor(threads, shared_bytes, None)
+            .map_err(|e| cuda_err("hvp_tiled occupancy", e))?
+            .max(1) as usize;
+        let blocks = (g.sm_count * per_sm).min(tiles.div_ceil(shape.warps)).max(1);
+        let attr = |what, v: std::result::Result<i32, _>| v.map_err(|e| cuda_err(what, e));
+        Ok(Self {
+            regs: attr("hvp_tiled registers", k.num_regs())?,
+            local_bytes: attr("hvp_tiled local bytes", k.local_size_bytes())?,
+            per_sm,
+            warps: shape.warps,
+            shared_bytes,
+            kernels,
+            h,
+            x_m,
+            x_g,
+            tiles,
+            tiles_per_block: tiles.div_ceil(blocks).max(1),
+        })
+    }
+
+    /// The kernel's resources: registers and spilled bytes a thread, blocks
+    /// an SM, blocks and tiles a block.
+    pub(crate) fn describe(&self) -> String {
+        format!(
+            "tiled: {} warps a block, {} registers, {} local bytes a thread; {} blocks an SM; {} blocks of {} tiles",
+            self.warps,
+            self.regs,
+            self.local_bytes,
+            self.per_sm,
+            self.blocks(),
+            self.tiles_per_block
+        )
+    }
+
+    /// Blocks, and so partials, a product writes.
+    pub(crate) fn blocks(&self) -> usize {
+        self.tiles.div_ceil(self.tiles_per_block).max(1)
+    }
+
+    /// partial[block, :] = the block's tiles' sum of P_i^T H_i P_i v.
+    pub(crate) fn hvp(&self, g: &Gpu, a: &RowArgs, v: &CudaSlice<f64>, partial: &mut CudaSlice<f64>) -> Result<()> {
+        let blocks = self.blocks();
+        for (field, got, want) in [
+            ("v", v.len(), a.p_total),
+            ("partial", partial.len(), blocks * a.p_total),
+        ] {
+            if got < want {
+                let rule = format!("device buffer must hold at least {want} values");
+                return Err(Error::invalid(field, got, rule));
+            }
+        }
+        let cfg = LaunchConfig {
+            grid_dim: (blocks as u32, 1, 1),
+            block_dim: ((self.warps * TILE) as u32, 1, 1),
+            shared_mem_bytes: self.shared_bytes as u32,
+        };
+        let (tiles, per_block) = (self.tiles as i64, self.tiles_per_block as i64);
+        let mut b = g.stream.launch_builder(self.kernels.get("hvp_tiled")?);
+        b.arg(&tiles).arg(&per_block).arg(&self.h).arg(&self.x_m).arg(&self.x_g);
+        b.arg(a.primary_to_beta).arg(v).arg(partial);
+        // SAFETY: the tiles were made for this operator's shape, which the
+        // module was compiled for; v and partial checked above.
+        unsafe { b.launch(cfg) }.map_err(|e| cuda_err("hvp_tiled", e))?;
+        Ok(())
+    }
+}
+
+/// The kernel's dynamic shared memory: each lane's sums of every
+/// coordinate, then v's design part and dc.
+fn shared_bytes(a: &RowArgs, warps: usize) -> usize {
+    (warps * a.p_total * TILE + a.p_m + a.p_g + a.r) * 8
+}
+
+/// A row-major n x width design in tiles of 32 rows (zero padded).
+fn tile_design(g: &Gpu, k: &LoadedKernels, n: usize, width: usize, x: &CudaSlice<f64>) -> Result<CudaSlice<f64>> {
+    let mut out = g.zeros::<f64>((n.div_ceil(TILE) * TILE * width).max(1))?;
+    if width == 0 {
+        return Ok(out);
+    }
+    let (n64, w32, cfg) = (n as i64, width as i32, launch_1d(out.len()));
+    let mut b = g.stream.launch_builder(k.get("tile_rows_f64")?);
+    b.arg(&n64).arg(&w32).arg(x).arg(&mut out);
+    // SAFETY: x holds n rows of `width` (the operator's design); out every tile.
+    unsafe { b.launch(cfg) }.map_err(|e| cuda_err("tile_rows_f64", e))?;
+    Ok(out)
+}
