@@ -584,6 +584,49 @@ impl RemlReport {
     pub fn at_upper_bound(&self, rho: &[f64]) -> Vec<usize> {
         (0..rho.len()).filter(|&k| rho[k] >= self.rho_upper[k]).collect()
     }
+
+    /// A sentence for the fit's user on how the loop ended, where the
+    /// termination needs one (a stop that is not the gradient, decrement or
+    /// step test); the thresholds quoted are the ones the loop used.
+    pub fn termination_note(&self, opts: &RemlOptions) -> Option<String> {
+        let steps = STALL_STEPS;
+        let gradient = self
+            .projected_gradient
+            .map_or(String::new(), |g| format!(" (the projected gradient is {g:.3} edf)"));
+        Some(match self.termination {
+            RemlTermination::Gradient | RemlTermination::Decrement | RemlTermination::Step => return None,
+            RemlTermination::ValueChange => format!(
+                "REML stopped where V stopped falling (by <= {} over {steps} steps) with the gradient test \
+                 unmet{gradient}, above grad_tol {}: V is kinked or flat near its minimum (as where tied rows \
+                 cross a spline knot together)",
+                opts.value_tol, opts.grad_tol
+            ),
+            RemlTermination::Degenerate => format!(
+                "REML did not converge: V fell by more than {DEGENERATE_FALL} over {steps} steps while rho moved \
+                 by at most {DEGENERATE_MOVE}, toward a point where H + S turns singular (nearly separable labels, \
+                 or a degenerate minimum of the penalised likelihood), where the Laplace approximation means \
+                 nothing; the check from the start found no lower minimum. Simplify the model or check the data \
+                 for separation"
+            ),
+            RemlTermination::SeveralMinima => "REML did not converge: the penalised likelihood has several local \
+                 minima at this lambda (the inner solve from the start found a lower one than the warm-started \
+                 solves had followed), so V is not well defined along the path; the fit reported is the lower \
+                 minimum at the last lambda"
+                .into(),
+            RemlTermination::MaxIterations => format!(
+                "REML did not converge within max_iter = {} outer iterations; the fit reported is the last one",
+                opts.max_iter
+            ),
+            RemlTermination::LineSearchFailed => format!(
+                "REML did not converge: {} halvings of the last step found no rho that lowers V{gradient}; the \
+                 fit reported is the best one found",
+                opts.max_halvings
+            ),
+            RemlTermination::InnerNotConverged => {
+                "REML did not start: the inner Newton solve at the starting lambda did not converge".into()
+            }
+        })
+    }
 }
 
 /// The result of [`reml`].
@@ -1644,6 +1687,54 @@ mod tests {
                 evaluations: 0,
                 seconds: 0.0,
             },
+        }
+    }
+
+    /// Every stop other than the three convergence tests gets a note, and
+    /// the note quotes the options the loop ran with, not fixed numbers.
+    #[test]
+    fn termination_notes_quote_the_thresholds_used() {
+        use RemlTermination as T;
+        let report = |termination, projected_gradient| RemlReport {
+            iterations: Vec::new(),
+            termination,
+            converged: termination.converged(),
+            projected_gradient,
+            rho_ref: vec![0.0],
+            rho_lower: vec![-1.0],
+            rho_upper: vec![1.0],
+            evaluations: 0,
+            start_newton_steps: 0,
+            mode_checks: 0,
+            seconds: 0.0,
+        };
+        let opts = RemlOptions {
+            value_tol: 2.5e-3,
+            grad_tol: 0.125,
+            max_iter: 17,
+            max_halvings: 9,
+            ..RemlOptions::default()
+        };
+        for t in [T::Gradient, T::Decrement, T::Step] {
+            assert_eq!(report(t, Some(0.01)).termination_note(&opts), None, "{t:?}");
+        }
+        let note = |t, g| report(t, g).termination_note(&opts).unwrap_or_default();
+        let value = note(T::ValueChange, Some(0.3));
+        for part in ["0.0025", "0.125", "0.300 edf", "3 steps"] {
+            assert!(value.contains(part), "{value}");
+        }
+        assert!(note(T::MaxIterations, None).contains("max_iter = 17"));
+        let search = note(T::LineSearchFailed, Some(29.3));
+        assert!(
+            search.contains("9 halvings") && search.contains("29.300 edf"),
+            "{search}"
+        );
+        assert!(
+            !note(T::LineSearchFailed, None).contains("edf"),
+            "no gradient, no figure"
+        );
+        for t in [T::Degenerate, T::SeveralMinima, T::InnerNotConverged] {
+            assert!(note(t, None).contains("did not"), "{t:?}");
         }
     }
 

@@ -7,7 +7,7 @@
 use std::time::Instant;
 
 use matfree_solvers::newton::{newton, NewtonOptions, Objective};
-use matfree_solvers::reml::{reml, RemlOptions, RemlReport, RemlTermination, STALL_STEPS};
+use matfree_solvers::reml::{reml, RemlOptions, RemlReport};
 use matfree_solvers::{clip_eigenvalues, Backend, CpuBackend, PcgKernels, PenalisedFactor, Penalty};
 use serde::{Deserialize, Serialize};
 
@@ -310,31 +310,7 @@ fn selected<B: PcgKernels>(
             f.laml.newton.termination
         ));
     }
-    if r.termination == RemlTermination::SeveralMinima {
-        warnings.push(
-            "REML did not converge: the penalised likelihood has several local minima at this lambda (the inner \
-             solve from the start found a lower one than the warm-started solves had followed), so V is not \
-             well defined along the path; the fit reported is the lower minimum at the last lambda"
-                .into(),
-        );
-    }
-    if r.termination == RemlTermination::Degenerate {
-        warnings.push(
-            "REML did not converge: V fell by more than 1 over three steps while lambda barely moved, toward a \
-             point where H + S turns singular (nearly separable labels, or a degenerate minimum of the penalised \
-             likelihood), where the Laplace approximation means nothing; the check from the start found no lower \
-             minimum. Simplify the model or check the data for separation"
-                .into(),
-        );
-    }
-    if let (RemlTermination::ValueChange, Some(g)) = (r.termination, r.projected_gradient) {
-        warnings.push(format!(
-            "REML stopped where V stopped falling (by <= {} over {STALL_STEPS} steps) with a projected gradient of \
-             {g:.3} edf, above grad_tol {}: V is kinked or flat near its minimum (as where tied rows cross a \
-             spline knot together)",
-            opts.reml.value_tol, opts.reml.grad_tol
-        ));
-    }
+    warnings.extend(r.termination_note(&opts.reml));
     Ok(BmsFit {
         converged: r.converged && f.laml.newton.converged,
         termination: format!("REML: {:?}", r.termination),

@@ -17,10 +17,12 @@ use crate::{Error, Result};
 /// Rows a tile holds (a warp's lanes).
 const TILE: usize = 32;
 
-/// Warps a block runs and blocks an SM its registers must allow (the
-/// kernel's TILED_WARPS and TILED_MIN_BLOCKS).
+/// The tiled kernel's block (its TILED_WARPS and TILED_MIN_BLOCKS): 2
+/// warps, as many blocks as the 254 registers allow (4 an SM on an H200),
+/// the fastest of the shapes swept at every size (`benches/RESULTS.md`,
+/// session 14).
 const BLOCK: TiledBlock = TiledBlock {
-    warps: 4,
+    warps: 2,
     min_blocks: 1,
 };
 
@@ -117,6 +119,11 @@ impl TiledRows {
     /// has checked [`supported`].
     pub(crate) fn new(g: &Gpu, a: &RowArgs) -> Result<Self> {
         let shape = block()?;
+        let shared_bytes = shared_bytes(a, shape.warps);
+        if shared_bytes > g.shared_optin {
+            let rule = format!("must be <= the device's {} bytes", g.shared_optin);
+            return Err(Error::invalid("hvp_tiled shared bytes", shared_bytes, rule));
+        }
         let kernels = g.kernels(module(a.r, a.p_m, a.p_g, shape)?)?;
         let tiles = a.n.div_ceil(TILE);
         let per = a.r * (a.r + 1) / 2;
@@ -135,11 +142,6 @@ impl TiledRows {
         // staged kernel, the count follows the device.
         let k = kernels.get("hvp_tiled")?;
         let threads = (shape.warps * TILE) as u32;
-        let shared_bytes = shared_bytes(a, shape.warps);
-        if shared_bytes > g.shared_optin {
-            let rule = format!("must be <= the device's {} bytes", g.shared_optin);
-            return Err(Error::invalid("hvp_tiled shared bytes", shared_bytes, rule));
-        }
         let per_sm = k
             .occupancy_max_active_blocks_per_multiprocessor(threads, shared_bytes, None)
             .map_err(|e| cuda_err("hvp_tiled occupancy", e))?
