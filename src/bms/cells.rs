@@ -39,16 +39,35 @@ impl Bases {
     /// The cell edges in z: the score knots and the link knots mapped back
     /// through t = a + b z (none when b = 0: the link part is then constant
     /// in z), sorted, without duplicates or non-finite values.
+    ///
+    /// Both lists come sorted (the knots increase, and z = (t - a) / b is
+    /// monotone in t, rounding included), so they are merged, not sorted:
+    /// the same values in the same order as sorting by `total_cmp` and
+    /// dropping repeats, without the sort.
     pub fn breakpoints(&self, b: f64, a: f64) -> Vec<f64> {
-        let mut z: Vec<f64> = self.score.iter().flat_map(|s| s.knots().to_vec()).collect();
-        if b != 0.0 {
-            if let Some(link) = &self.link {
-                z.extend(link.knots().iter().map(|t| (t - a) / b));
+        let score = self.score.as_ref().map_or(&[][..], |s| s.knots());
+        let link = match &self.link {
+            Some(l) if b != 0.0 => l.knots(),
+            _ => &[][..],
+        };
+        let mapped = |k: usize| {
+            let t = if b > 0.0 { link[k] } else { link[link.len() - 1 - k] };
+            (t - a) / b
+        };
+        let mut z = Vec::with_capacity(score.len() + link.len());
+        let (mut i, mut j) = (0, 0);
+        while i < score.len() || j < link.len() {
+            let from_score = j == link.len() || (i < score.len() && score[i].total_cmp(&mapped(j)).is_le());
+            let v = if from_score { score[i] } else { mapped(j) };
+            if from_score {
+                i += 1;
+            } else {
+                j += 1;
+            }
+            if v.is_finite() && z.last() != Some(&v) {
+                z.push(v);
             }
         }
-        z.retain(|v| v.is_finite());
-        z.sort_by(f64::total_cmp);
-        z.dedup();
         z
     }
 
@@ -511,6 +530,47 @@ pub fn affine_moments(alpha: f64, beta: f64, lo: f64, hi: f64) -> Option<[f64; M
 mod tests {
     use super::*;
     use crate::bms::basis::poly_eval;
+
+    /// The merged breakpoints equal the collected, sorted (by `total_cmp`)
+    /// and deduplicated list, bit for bit: slopes of both signs, slopes so
+    /// small that mapped knots overflow, intercepts that put a mapped knot
+    /// on a score knot or on zero (-0.0 and 0.0).
+    #[test]
+    fn merged_breakpoints_equal_the_sorted_list() {
+        let bases = Bases::new(
+            Some(CubicBasis::uniform(-3.5, 3.5, 6).unwrap()),
+            Some(CubicBasis::uniform(-4.0, 4.0, 5).unwrap()),
+            0.9,
+        )
+        .unwrap();
+        let sorted = |b: f64, a: f64| {
+            let mut z: Vec<f64> = bases.score.iter().flat_map(|s| s.knots().to_vec()).collect();
+            if b != 0.0 {
+                z.extend(bases.link.iter().flat_map(|l| l.knots().iter().map(|t| (t - a) / b)));
+            }
+            z.retain(|v| v.is_finite());
+            z.sort_by(f64::total_cmp);
+            z.dedup();
+            z
+        };
+        let link_knot = bases.link.as_ref().unwrap().knots()[2];
+        let score_knot = bases.score.as_ref().unwrap().knots()[3];
+        let mut rng = crate::rng::Rng::new(5);
+        let mut cases = vec![
+            (0.0, 0.3),
+            (1e-310, 0.1),
+            (-1e-310, 0.1),
+            (1.0, link_knot),
+            (-1.0, link_knot),
+        ];
+        cases.push((1.0, link_knot - score_knot));
+        cases.push((-2.0, link_knot + 2.0 * score_knot));
+        cases.extend((0..200).map(|_| (rng.normal() * 2.0, rng.normal() * 3.0)));
+        for (b, a) in cases {
+            let bits = |v: Vec<f64>| v.into_iter().map(f64::to_bits).collect::<Vec<_>>();
+            assert_eq!(bits(bases.breakpoints(b, a)), bits(sorted(b, a)), "b = {b}, a = {a}");
+        }
+    }
 
     /// Published Kronrod nodes and weights, kept at their printed precision.
     #[allow(clippy::excessive_precision)]
