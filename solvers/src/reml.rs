@@ -961,12 +961,12 @@ pub fn reml<B: PcgKernels>(
     let (mut walk, termination) = if trial.laml.newton.converged {
         let fs = fellner_schall_phase(backend, objective, penalty, &ctx.outer, trial)?;
         let (cur, at_beta) = with_gradient(objective, penalty, fs.trial, opts)?;
-        let mut walk = Walk::new(cur, at_beta, fs.iterations);
+        let mut walk = Walk::new(cur, at_beta, fs.iterations, opts.max_step);
         walk.evaluations += 1 + tries + fs.evaluations + penalty.n_blocks();
         let termination = walk.run(&ctx)?;
         (walk, termination)
     } else {
-        let mut walk = Walk::new(trial.laml, trial.at_beta, Vec::new());
+        let mut walk = Walk::new(trial.laml, trial.at_beta, Vec::new(), opts.max_step);
         walk.evaluations += 1 + tries;
         (walk, RemlTermination::InnerNotConverged)
     };
@@ -1047,7 +1047,7 @@ enum Next {
 }
 
 impl<'o, B: PcgKernels> Walk<'o, B> {
-    fn new(cur: LamlEvaluation, at_cur: Evaluation<'o, B>, iterations: Vec<RemlIteration>) -> Self {
+    fn new(cur: LamlEvaluation, at_cur: Evaluation<'o, B>, iterations: Vec<RemlIteration>, radius: f64) -> Self {
         let m = cur.rho.len();
         Self {
             start: (cur.beta.clone(), Some(at_cur.clone())),
@@ -1055,7 +1055,7 @@ impl<'o, B: PcgKernels> Walk<'o, B> {
             at_cur,
             prev: None,
             correction: vec![0.0; m * m],
-            radius: f64::NAN,
+            radius,
             probed: vec![false; m],
             model_poor: false,
             measured_at: None,
@@ -1070,7 +1070,6 @@ impl<'o, B: PcgKernels> Walk<'o, B> {
 
     /// Outer iterations until a stop.
     fn run(&mut self, ctx: &Ctx<'o, '_, B>) -> Result<RemlTermination> {
-        self.radius = ctx.outer.opts.max_step;
         loop {
             let t0 = Instant::now();
             if self.probe(ctx, t0)? {
