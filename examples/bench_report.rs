@@ -201,11 +201,12 @@ fn hvp_time(
 }
 
 /// n r (r + 1) / 2 stored values of `value_bytes` each and n (p_m + p_g)
-/// doubles: the floor of the HVP over packed rows, f64 (8) or f32 (4); the
-/// design rows stay f64.
-fn packed_hvp_bytes(s: &Shape, value_bytes: usize) -> f64 {
+/// design values of `design_bytes`: the floor of the HVP over packed rows,
+/// f64 (8) or f32 (4); the staged f32 kernel reads f64 designs, the tiled
+/// one f32 designs.
+fn packed_hvp_bytes(s: &Shape, value_bytes: usize, design_bytes: usize) -> f64 {
     let r = 2 + s.p_h + s.p_w;
-    (s.n * (r * (r + 1) / 2 * value_bytes + (s.p_m + s.p_g) * 8)) as f64
+    (s.n * (r * (r + 1) / 2 * value_bytes + (s.p_m + s.p_g) * design_bytes)) as f64
 }
 
 /// HVP and fixed-iteration PCG over packed upper-triangle storage.
@@ -225,7 +226,7 @@ fn packed_rows(
         shape,
         "hvp_packed",
         hvp,
-        Some(packed_hvp_bytes(&shape.1, 8)),
+        Some(packed_hvp_bytes(&shape.1, 8, 8)),
         None,
     );
     gpu_pcg_rows(ctx, shape, be, &packed, v, "_packed")?;
@@ -244,7 +245,15 @@ fn packed_rows(
         }
         let hvp = hvp_time(gpu, &single, be, v)?;
         let name = format!("hvp{suffix}");
-        ctx.push("gpu", shape, &name, hvp, Some(packed_hvp_bytes(&shape.1, 4)), None);
+        let design_bytes = if suffix.ends_with("tiled") { 4 } else { 8 };
+        ctx.push(
+            "gpu",
+            shape,
+            &name,
+            hvp,
+            Some(packed_hvp_bytes(&shape.1, 4, design_bytes)),
+            None,
+        );
         gpu_pcg_rows(ctx, shape, be, &single, v, suffix)?;
     }
     Ok(())

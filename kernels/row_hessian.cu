@@ -755,10 +755,14 @@ extern "C" __global__ void hvp_staged_f32(
 // Single-precision packed rows from double rows, full (packed = 0) or
 // packed: out[row, k] = the k-th upper-triangle entry, rounded to nearest.
 extern "C" __global__ void pack_upper_rows_f32(i64 n, int r, int packed, const double* __restrict__ src,
-                                               float* __restrict__ out)
+                                               float* __restrict__ out, double* __restrict__ flag)
 {
     const i64 per = (i64)r * (r + 1) / 2;
     const i64 e = (i64)blockIdx.x * blockDim.x + threadIdx.x;
     if (e >= n * per) return;
-    out[e] = __double2float_rn(src[packed ? e : full_index_of_packed(e, r, per)]);
+    const float f = __double2float_rn(src[packed ? e : full_index_of_packed(e, r, per)]);
+    // A value beyond the float range: flag it (a plain store, the same
+    // value from every writer) so the host keeps the f64 rows.
+    if (isinf(f)) flag[0] = 1.0;
+    out[e] = f;
 }

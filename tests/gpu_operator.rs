@@ -7,7 +7,7 @@ mod common;
 use matfree::cuda::{gpu_for_test, select_device, Device, DeviceRowHessian, GpuPolicy, HvpPrecision, SingleKernel};
 use matfree::fixture::{random_row_problem, Rng, Shape};
 use matfree::solvers::LinearOperator;
-use matfree::Error;
+use matfree::{Designs, Error};
 
 /// (r, p_total) = (4, 44), (20, 44), (33, 44), (64, 300), (20, 300), (33, 300), (6, 700),
 /// (82, 89), whose rows are too big for the staged dense kernel, and r = 130
@@ -85,8 +85,9 @@ fn device_operations_match_cpu_operator() {
 }
 
 /// The single-precision HVP (packed f32 copies of the rows, products in
-/// f64): equal to the CPU operator over the same rows rounded to f32 (1e-12,
-/// an independent oracle of the kernel), within 1e-6 of the f64 product
+/// f64): equal to the CPU operator over the same rows rounded to f32 (and
+/// the designs too, for the tiled kernel) (1e-12, an independent oracle of
+/// the kernel), within 1e-6 of the f64 product
 /// (norm-wise), bitwise repeatable, and nothing else changes: multi-vector
 /// products, the diagonal and the dense matrix stay the f64 operator's,
 /// bit for bit. From full and from packed f64 rows, read by both kernels
@@ -100,14 +101,35 @@ fn single_precision_hvp_matches_rounded_rows_and_leaves_the_rest_f64() {
         return;
     };
     let (mut precisions, mut paths) = (std::collections::BTreeSet::new(), std::collections::BTreeSet::new());
+    // Many tiles (1,251 at r = 20): every resident block of the tiled
+    // kernel works, and the last of hundreds adds their partials.
+    let many_tiles = Shape {
+        n: 40_003,
+        p_m: 14,
+        p_g: 12,
+        p_h: 10,
+        p_w: 8,
+    };
     let runs = shapes()
         .into_iter()
+        .chain([many_tiles])
         .enumerate()
         .flat_map(|s| [(s, SingleKernel::Tiled), (s, SingleKernel::Staged)]);
     for ((s, shape), kernel) in runs {
         let op = random_row_problem(shape, 1.0, 300 + s as u64).unwrap();
-        let rounded: Vec<f64> = op.hess().iter().map(|h| *h as f32 as f64).collect();
-        let oracle = matfree::RowHessian::new(op.layout().clone(), op.designs().clone(), rounded).unwrap();
+        // The staged kernel reads f32 rows and f64 designs, the tiled one
+        // f32 rows and f32 designs.
+        let oracle = |designs_too: bool| {
+            let round = |x: &[f64]| x.iter().map(|v| *v as f32 as f64).collect::<Vec<_>>();
+            let d = op.designs();
+            let designs = match designs_too {
+                true => {
+                    std::sync::Arc::new(Designs::new(d.n(), d.p_m(), d.p_g(), round(d.x_m()), round(d.x_g())).unwrap())
+                }
+                false => d.clone(),
+            };
+            matfree::RowHessian::new(op.layout().clone(), designs, round(op.hess())).unwrap()
+        };
         let (p, r, k) = (op.dim(), op.layout().r(), 2);
         for packed in [false, true] {
             let dev = DeviceRowHessian::from_cpu(gpu.clone(), &op).unwrap();
@@ -130,7 +152,7 @@ fn single_precision_hvp_matches_rounded_rows_and_leaves_the_rest_f64() {
                 println!("{label}: rows too wide for the f32 staged HVP, f64 kept");
                 continue;
             }
-            let want = common::cpu_operator_results(&oracle, &v, k).swap_remove(0);
+            let want = common::cpu_operator_results(&oracle(single.hvp_path() == "tiled"), &v, k).swap_remove(0);
             common::assert_close(&format!("{label}: f32 hvp vs rounded rows"), &got[0], &want, 1e-12);
             let norm = |x: &[f64]| x.iter().map(|v| v * v).sum::<f64>().sqrt();
             let diff: Vec<f64> = got[0].iter().zip(&f64_results[0]).map(|(a, b)| a - b).collect();
@@ -138,7 +160,11 @@ fn single_precision_hvp_matches_rounded_rows_and_leaves_the_rest_f64() {
             assert!(rel <= 1e-6, "{label}: f32 hvp off the f64 one by {rel:e}");
             assert!(rel > 0.0, "{label}: the f32 rows were not read");
             assert_eq!(single.hvp_host(&v[..p]).unwrap(), got[0], "{label}: repeat");
-            println!("{label}: f32 hvp within {rel:.2e} of f64, {} path", single.hvp_path());
+            let detail = single.hvp_kernel_detail().unwrap_or_default();
+            println!(
+                "{label}: f32 hvp within {rel:.2e} of f64, {} path ({detail})",
+                single.hvp_path()
+            );
             paths.insert(single.hvp_path());
         }
     }
@@ -147,6 +173,68 @@ fn single_precision_hvp_matches_rounded_rows_and_leaves_the_rest_f64() {
         precisions.contains("F32"),
         "some shape ran the f32 kernel: {precisions:?}"
     );
+}
+
+/// Values a float cannot hold are never read as one: a design value beyond
+/// the float range, or a non-zero one below its normal range, sends the
+/// tiled request to the staged kernel (f64 designs, equal to the CPU
+/// operator over f32 rows); a row value beyond it keeps the f64 product.
+#[test]
+#[ignore = "needs a GPU: runs on the device with --include-ignored (tools/gpu-tests.sh)"]
+fn values_beyond_single_precision_keep_double_reads() {
+    let Some(gpu) = gpu_for_test("values_beyond_single_precision_keep_double_reads") else {
+        return;
+    };
+    let shape = Shape {
+        n: 300,
+        p_m: 5,
+        p_g: 4,
+        p_h: 3,
+        p_w: 2,
+    };
+    let op = random_row_problem(shape, 1.0, 41).unwrap();
+    let d = op.designs();
+    let with_design = |x: f64| {
+        let mut x_m = d.x_m().to_vec();
+        x_m[7 * d.p_m() + 2] = x;
+        let designs = Designs::new(d.n(), d.p_m(), d.p_g(), x_m, d.x_g().to_vec()).unwrap();
+        matfree::RowHessian::new(op.layout().clone(), std::sync::Arc::new(designs), op.hess().to_vec()).unwrap()
+    };
+    let mut big_row = op.hess().to_vec();
+    big_row[5 * op.layout().r() * op.layout().r()] = 1e39;
+    let big_row = matfree::RowHessian::new(op.layout().clone(), d.clone(), big_row).unwrap();
+    let v = Rng::new(3).normals(op.dim());
+    for (label, cpu, want_path) in [
+        ("design 1e39", with_design(1e39), "staged"),
+        ("design 1e-39", with_design(-1e-39), "staged"),
+        ("row 1e39", big_row, "f64"),
+        ("plain", op.clone(), "tiled"),
+    ] {
+        let dev = DeviceRowHessian::from_cpu(gpu.clone(), &cpu).unwrap().packed().unwrap();
+        let single = dev.with_single_precision_hvp_kernel(SingleKernel::Tiled).unwrap();
+        let path = match single.hvp_precision() {
+            HvpPrecision::F64 => "f64",
+            HvpPrecision::F32 => single.hvp_path(),
+        };
+        assert_eq!(path, want_path, "{label}");
+        let got = single.hvp_host(&v).unwrap();
+        assert!(got.iter().all(|x| x.is_finite()), "{label}: finite product");
+        let round = |x: &[f64]| x.iter().map(|v| *v as f32 as f64).collect::<Vec<_>>();
+        let oracle = match path {
+            "f64" => cpu.clone(),
+            "staged" => {
+                matfree::RowHessian::new(cpu.layout().clone(), cpu.designs().clone(), round(cpu.hess())).unwrap()
+            }
+            _ => {
+                let c = cpu.designs();
+                let designs = Designs::new(c.n(), c.p_m(), c.p_g(), round(c.x_m()), round(c.x_g())).unwrap();
+                matfree::RowHessian::new(cpu.layout().clone(), std::sync::Arc::new(designs), round(cpu.hess())).unwrap()
+            }
+        };
+        let want = common::cpu_operator_results(&oracle, &v, 1).swap_remove(0);
+        common::assert_close(&format!("{label}: {path} hvp vs its oracle"), &got, &want, 1e-12);
+        println!("{label}: {path} path");
+    }
 }
 
 #[test]

@@ -82,7 +82,8 @@ pub(crate) fn pack_upper_rows(
 }
 
 /// Single-precision packed rows from double rows (`packed`: `src` holds
-/// packed rows, else full ones), each value rounded to nearest.
+/// packed rows, else full ones), each value rounded to nearest;
+/// `overflow[0]` is set to 1 where a value is beyond the float range.
 pub(crate) fn pack_upper_rows_f32(
     g: &Gpu,
     n: usize,
@@ -90,10 +91,12 @@ pub(crate) fn pack_upper_rows_f32(
     packed: bool,
     src: &CudaSlice<f64>,
     out: &mut CudaSlice<f32>,
+    overflow: &mut CudaSlice<f64>,
 ) -> Result<()> {
     let per = r * (r + 1) / 2;
     need("rows", src.len(), n * if packed { per } else { r * r })?;
     need("single-precision rows", out.len(), n * per)?;
+    need("overflow flag", overflow.len(), 1)?;
     let (n64, r32, packed32) = (n as i64, r as i32, packed as i32);
     let cfg = LaunchConfig {
         grid_dim: ((n * per).div_ceil(THREADS as usize) as u32, 1, 1),
@@ -101,8 +104,8 @@ pub(crate) fn pack_upper_rows_f32(
         shared_mem_bytes: 0,
     };
     let mut b = g.stream.launch_builder(&g.f.pack_upper_rows_f32);
-    b.arg(&n64).arg(&r32).arg(&packed32).arg(src).arg(out);
-    // SAFETY: both lengths checked above; one thread per packed value.
+    b.arg(&n64).arg(&r32).arg(&packed32).arg(src).arg(out).arg(overflow);
+    // SAFETY: the three lengths checked above; one thread per packed value.
     unsafe { b.launch(cfg) }.map_err(|e| cuda_err("pack_upper_rows_f32", e))?;
     Ok(())
 }

@@ -11,7 +11,7 @@ use matfree_solvers::{LinearOperator, Result as SolverResult, SolverError};
 use super::backend::CudaBackend;
 use super::kernels::{self, PullSource, RowArgs};
 use super::runtime::{cuda_err, Gpu};
-use super::tiled::{self, TiledRows};
+use super::tiled::{self, NotSingle, TiledRows};
 use crate::designs::{check_matrix, Designs};
 use crate::layout::{Layout, Via};
 use crate::row_hessian::{check_layout_designs, JointGradient, RowHessian, ROW_CHUNK};
@@ -603,26 +603,40 @@ impl DeviceRowHessian {
 
     /// [`DeviceRowHessian::with_single_precision_hvp`] read by `kernel`.
     /// Tiled serves shapes up to r = 40 and 48 design columns (the tiles
-    /// take as many bytes as packed f32 rows, plus a tiled copy of the
-    /// designs); wider ones take the staged kernel. Where even four
-    /// single-precision rows a stage do not fit the staged kernel's shared
-    /// memory the operator is returned unchanged (`hvp_precision` says F64).
+    /// take as many bytes as packed f32 rows, plus an f32 tiled copy of the
+    /// designs, so its products also carry the designs' rounding, 2^-24
+    /// relative); wider ones take the staged kernel, which reads the f64
+    /// designs, as do designs with a value beyond the float range or a
+    /// non-zero below its normal range. Where even four single-precision
+    /// rows a stage do not fit the staged kernel's shared memory, or a row
+    /// value is beyond the float range, the operator is returned unchanged
+    /// (`hvp_precision` says F64). The values are checked on the device and
+    /// the verdict read back once.
     pub fn with_single_precision_hvp_kernel(mut self, kernel: SingleKernel) -> Result<Self> {
         if self.single.is_some() {
             return Ok(self);
         }
         if kernel == SingleKernel::Tiled && tiled::supported(&self.args()) {
-            let rows = TiledRows::new(&self.gpu, &self.args())?;
-            self.grow_partials(rows.blocks())?;
-            self.single = Some(Single::Tiled(rows));
-            return Ok(self);
+            match TiledRows::new(&self.gpu, &self.args())? {
+                Ok(rows) => {
+                    self.grow_partials(rows.blocks())?;
+                    self.single = Some(Single::Tiled(rows));
+                    return Ok(self);
+                }
+                Err(NotSingle::Rows) => return Ok(self),
+                Err(NotSingle::Designs) => {}
+            }
         }
         let Some(plan) = kernels::StagedPlan::new(&self.gpu, &self.args(), kernels::StagedRows::Single)? else {
             return Ok(self);
         };
         let r = self.layout.r();
         let mut rows = self.gpu.zeros::<f32>(self.n * r * (r + 1) / 2)?;
-        kernels::pack_upper_rows_f32(&self.gpu, self.n, r, self.packed, &self.hess, &mut rows)?;
+        let mut overflow = self.gpu.zeros::<f64>(1)?;
+        kernels::pack_upper_rows_f32(&self.gpu, self.n, r, self.packed, &self.hess, &mut rows, &mut overflow)?;
+        if self.gpu.download(&overflow)?[0] != 0.0 {
+            return Ok(self);
+        }
         self.grow_partials(plan.blocks(self.n))?;
         self.single = Some(Single::Staged(rows, plan));
         Ok(self)

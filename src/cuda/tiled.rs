@@ -1,6 +1,6 @@
 //! The tiled single-precision HVP (`kernels/hvp_tiled.cu`): row Hessians
-//! rounded to f32 and laid out in tiles of 32 rows, entry-major within a
-//! tile, with the designs tiled alike, so that a warp reads each entry of
+//! and designs rounded to f32 and laid out in tiles of 32 rows, entry-major
+//! within a tile, so that a warp reads each entry of
 //! its 32 rows in one 128-byte load and a lane holds its row's product in
 //! registers. The kernel is compiled for the operator's shape (r, p_m,
 //! p_g) the first time that shape asks for it, then cached per device.
@@ -8,7 +8,7 @@
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, OnceLock};
 
-use cudarc::driver::{CudaSlice, LaunchConfig, PushKernelArg};
+use cudarc::driver::{CudaSlice, CudaViewMut, LaunchConfig, PushKernelArg};
 
 use super::kernels::RowArgs;
 use super::runtime::{cuda_err, Gpu, KernelModule, LoadedKernels};
@@ -82,19 +82,29 @@ fn module(r: usize, p_m: usize, p_g: usize, b: TiledBlock) -> Result<&'static Ke
                 format!("hvp_tiled.cu (r {r}, p_m {p_m}, p_g {p_g}, {w} warps, {m} blocks)").into_boxed_str(),
             ),
             source: Box::leak((defines + include_str!("../../kernels/hvp_tiled.cu")).into_boxed_str()),
-            kernels: &["hvp_tiled", "tile_rows_f32", "tile_rows_f64"],
+            kernels: &["hvp_tiled", "tile_rows_f32", "tile_design_f32"],
             staging: &["hvp_tiled"],
         }))
     });
     Ok(made)
 }
 
+/// Why an operator's values cannot be tiled in single precision.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum NotSingle {
+    /// A row Hessian value is beyond the float range.
+    Rows,
+    /// A design value is beyond the float range, or a non-zero below its
+    /// normal range (the f64 designs of the staged kernel serve it).
+    Designs,
+}
+
 /// An operator's rows and designs in tiles, and the kernel for its shape.
 pub(crate) struct TiledRows {
     kernels: Arc<LoadedKernels>,
     h: CudaSlice<f32>,
-    x_m: CudaSlice<f64>,
-    x_g: CudaSlice<f64>,
+    x_m: CudaSlice<f32>,
+    x_g: CudaSlice<f32>,
     tiles: usize,
     tiles_per_block: usize,
     warps: usize,
@@ -115,9 +125,10 @@ fn launch_1d(len: usize) -> LaunchConfig {
 }
 
 impl TiledRows {
-    /// Tile the operator's rows (rounded to f32) and designs; the caller
-    /// has checked [`supported`].
-    pub(crate) fn new(g: &Gpu, a: &RowArgs) -> Result<Self> {
+    /// Tile the operator's rows and designs, both rounded to f32; the
+    /// caller has checked [`supported`]. Values that do not fit a float
+    /// (read back once, one synchronisation) give [`NotSingle`].
+    pub(crate) fn new(g: &Gpu, a: &RowArgs) -> Result<std::result::Result<Self, NotSingle>> {
         let shape = block()?;
         let shared_bytes = shared_bytes(a, shape.warps);
         if shared_bytes > g.shared_optin {
@@ -130,13 +141,21 @@ impl TiledRows {
         let mut h = g.zeros::<f32>(tiles * TILE * per)?;
         let cfg = launch_1d(h.len());
         let (n, packed) = (a.n as i64, a.packed as i32);
+        // flags[0]: a row value overflowed; flags[1]: a design value did
+        // not fit.
+        let mut flags = g.zeros::<f64>(2)?;
         let mut b = g.stream.launch_builder(kernels.get("tile_rows_f32")?);
-        b.arg(&n).arg(&packed).arg(a.hess).arg(&mut h);
+        b.arg(&n).arg(&packed).arg(a.hess).arg(&mut h).arg(&mut flags);
         // SAFETY: `a.hess` holds n rows of the operator's storage (checked
         // at its construction); `h` holds every tile; one thread a value.
         unsafe { b.launch(cfg) }.map_err(|e| cuda_err("tile_rows_f32", e))?;
-        let x_m = tile_design(g, &kernels, a.n, a.p_m, a.x_m)?;
-        let x_g = tile_design(g, &kernels, a.n, a.p_g, a.x_g)?;
+        let x_m = tile_design(g, &kernels, a.n, a.p_m, a.x_m, &mut flags.slice_mut(1..2))?;
+        let x_g = tile_design(g, &kernels, a.n, a.p_g, a.x_g, &mut flags.slice_mut(1..2))?;
+        match g.download(&flags)?[..] {
+            [rows, _] if rows != 0.0 => return Ok(Err(NotSingle::Rows)),
+            [_, designs] if designs != 0.0 => return Ok(Err(NotSingle::Designs)),
+            _ => {}
+        }
         // One wave of resident blocks, each warp taking many tiles (one
         // tile a warp left every warp a single latency-bound pass): as the
         // staged kernel, the count follows the device.
@@ -148,7 +167,7 @@ impl TiledRows {
             .max(1) as usize;
         let blocks = (g.sm_count * per_sm).min(tiles.div_ceil(shape.warps)).max(1);
         let attr = |what, v: std::result::Result<i32, _>| v.map_err(|e| cuda_err(what, e));
-        Ok(Self {
+        Ok(Ok(Self {
             regs: attr("hvp_tiled registers", k.num_regs())?,
             local_bytes: attr("hvp_tiled local bytes", k.local_size_bytes())?,
             per_sm,
@@ -160,7 +179,7 @@ impl TiledRows {
             x_g,
             tiles,
             tiles_per_block: tiles.div_ceil(blocks).max(1),
-        })
+        }))
     }
 
     /// The kernel's resources: registers and spilled bytes a thread, blocks
@@ -216,16 +235,25 @@ fn shared_bytes(a: &RowArgs, warps: usize) -> usize {
     (warps * a.p_total * TILE + a.p_m + a.p_g + a.r) * 8
 }
 
-/// A row-major n x width design in tiles of 32 rows (zero padded).
-fn tile_design(g: &Gpu, k: &LoadedKernels, n: usize, width: usize, x: &CudaSlice<f64>) -> Result<CudaSlice<f64>> {
-    let mut out = g.zeros::<f64>((n.div_ceil(TILE) * TILE * width).max(1))?;
+/// A row-major n x width design in float tiles of 32 rows (zero padded);
+/// `flag[0]` is set where a value does not fit a float.
+fn tile_design(
+    g: &Gpu,
+    k: &LoadedKernels,
+    n: usize,
+    width: usize,
+    x: &CudaSlice<f64>,
+    flag: &mut CudaViewMut<'_, f64>,
+) -> Result<CudaSlice<f32>> {
+    let mut out = g.zeros::<f32>((n.div_ceil(TILE) * TILE * width).max(1))?;
     if width == 0 {
         return Ok(out);
     }
     let (n64, w32, cfg) = (n as i64, width as i32, launch_1d(out.len()));
-    let mut b = g.stream.launch_builder(k.get("tile_rows_f64")?);
-    b.arg(&n64).arg(&w32).arg(x).arg(&mut out);
-    // SAFETY: x holds n rows of `width` (the operator's design); out every tile.
-    unsafe { b.launch(cfg) }.map_err(|e| cuda_err("tile_rows_f64", e))?;
+    let mut b = g.stream.launch_builder(k.get("tile_design_f32")?);
+    b.arg(&n64).arg(&w32).arg(x).arg(&mut out).arg(flag);
+    // SAFETY: x holds n rows of `width` (the operator's design); out every
+    // tile; flag one value.
+    unsafe { b.launch(cfg) }.map_err(|e| cuda_err("tile_design_f32", e))?;
     Ok(out)
 }
