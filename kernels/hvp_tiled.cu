@@ -143,8 +143,9 @@ __device__ __forceinline__ float to_float_checked(double x, int tiny, double* fl
 }
 
 // Tiled single-precision rows from double rows, full (packed = 0) or
-// packed: entry e of row `row` (packed row-major upper triangle); zero past
-// n. flag[0] = 1 where some value overflows a float.
+// packed: entry e of row `row` (packed row-major upper triangle;
+// full_index_of_packed from kernels/packed_index.cuh, prepended by the
+// host); zero past n. flag[0] = 1 where some value overflows a float.
 extern "C" __global__ void tile_rows_f32(
     i64 n, int packed, const double* __restrict__ src, float* __restrict__ out, double* __restrict__ flag)
 {
@@ -158,12 +159,7 @@ extern "C" __global__ void tile_rows_f32(
         out[idx] = 0.0f;
         return;
     }
-    int s = 0, k = e;
-    while (k >= R - s) {
-        k -= R - s;
-        ++s;
-    }
-    const i64 at = packed ? row * HS + e : row * R * R + (i64)s * R + s + k;
+    const i64 at = packed ? row * HS + e : full_index_of_packed(row * HS + e, R, HS);
     out[idx] = to_float_checked(src[at], 0, flag);
 }
 

@@ -406,16 +406,7 @@ extern "C" __global__ void hvp_fused(
         hvp_fused_body<2>(sh, n, rows_per_block, r, p_m, p_g, p_total, hess, x_m, x_g, primary_to_beta, v, partial);
 }
 
-// Where packed entry e (row e / per, then the k-th upper-triangle entry
-// (s, u), s <= u, in row-major order) lies in full r x r rows.
-__device__ __forceinline__ i64 full_index_of_packed(i64 e, int r, i64 per)
-{
-    const i64 row = e / per;
-    i64 k = e % per;
-    int s = 0;
-    while (k >= r - s) { k -= r - s; ++s; }
-    return row * r * r + (i64)s * r + (s + (int)k);
-}
+// full_index_of_packed: kernels/packed_index.cuh, prepended by the host.
 
 // Packed copy of full row Hessians: out[row, k] = full[row, s, u] for the
 // k-th upper-triangle entry (s <= u) in row-major order.

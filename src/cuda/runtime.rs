@@ -158,7 +158,13 @@ pub(crate) const PINNED_SLOTS: usize = 64;
 
 /// The kernel sources, embedded at build time.
 const SOURCES: [(&str, &str); 3] = [
-    ("row_hessian.cu", include_str!("../../kernels/row_hessian.cu")),
+    (
+        "row_hessian.cu",
+        concat!(
+            include_str!("../../kernels/packed_index.cuh"),
+            include_str!("../../kernels/row_hessian.cu")
+        ),
+    ),
     ("pcg.cu", include_str!("../../kernels/pcg.cu")),
     ("dense.cu", include_str!("../../kernels/dense.cu")),
 ];

@@ -60,6 +60,13 @@ pub(crate) fn supported(a: &RowArgs) -> bool {
     a.r >= 2 && a.r <= MAX_R && a.p_m + a.p_g <= MAX_DESIGN && a.p_total == a.p_m + a.p_g + a.r - 2
 }
 
+/// The tiled kernels' source, with the packed-index helper it shares with
+/// `row_hessian.cu` ahead of it.
+const TILED_SOURCE: &str = concat!(
+    include_str!("../../kernels/packed_index.cuh"),
+    include_str!("../../kernels/hvp_tiled.cu")
+);
+
 /// The module for one shape: its defines ahead of the shared source. Each
 /// shape's module is made once a process (a fit has one shape; a test run a
 /// handful), and lives as long as the process, as the cache keyed by its
@@ -81,7 +88,7 @@ fn module(r: usize, p_m: usize, p_g: usize, b: TiledBlock) -> Result<&'static Ke
             name: Box::leak(
                 format!("hvp_tiled.cu (r {r}, p_m {p_m}, p_g {p_g}, {w} warps, {m} blocks)").into_boxed_str(),
             ),
-            source: Box::leak((defines + include_str!("../../kernels/hvp_tiled.cu")).into_boxed_str()),
+            source: Box::leak((defines + TILED_SOURCE).into_boxed_str()),
             kernels: &["hvp_tiled", "tile_rows_f32", "tile_design_f32"],
             staging: &["hvp_tiled"],
         }))
