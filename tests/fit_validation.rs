@@ -399,6 +399,25 @@ fn data_checks_name_the_problem() {
         e.contains("marginal 'marginal column 1', row 0") && e.contains("rescale"),
         "{e}"
     );
+    // A column scaled far down is named as such (its squares would
+    // underflow), not as constant; the score too.
+    let tiny = data(&[x.iter().map(|v| v * 1e-200).collect()], &[], z.clone(), y.clone());
+    let e = check_data(&model(2, 1), &tiny, None).unwrap_err().to_string();
+    assert!(
+        e.contains("marginal 'marginal column 1'") && e.contains("at least 1e-100") && !e.contains("constant"),
+        "{e}"
+    );
+    let tiny_score = data(
+        std::slice::from_ref(&x),
+        &[],
+        z.iter().map(|v| v * 1e-120).collect(),
+        y.clone(),
+    );
+    let e = check_data(&model(2, 1), &tiny_score, None).unwrap_err().to_string();
+    assert!(e.contains("score 'z'") && e.contains("rescale"), "{e}");
+    // A column of zeros is constant, not tiny.
+    let zeros = data(&[x.clone(), vec![0.0; n]], &[], z.clone(), y.clone());
+    assert!(err(&m3, &zeros).contains("'dose'") && err(&m3, &zeros).contains("constant 0"));
     let tied = data(
         std::slice::from_ref(&x),
         &[],

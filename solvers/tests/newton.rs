@@ -196,6 +196,90 @@ fn indefinite_hessian_is_damped_and_reported() {
     }
 }
 
+/// The logistic objective with coefficient 0 (the unpenalised intercept)
+/// in units `s` times larger: beta'_0 = beta_0 / s, so g'_0 = s g_0, row and
+/// column 0 of H scale by s, and its coefficient scale is s.
+struct Rescaled<'d> {
+    inner: Logistic<'d>,
+    s: f64,
+}
+
+impl Objective<CpuBackend> for Rescaled<'_> {
+    fn dim(&self) -> usize {
+        self.inner.dim()
+    }
+    fn evaluate(&self, beta: &[f64]) -> Result<Option<Evaluation<'_, CpuBackend>>> {
+        let mut b = beta.to_vec();
+        b[0] *= self.s;
+        let p = self.dim();
+        let (mut gradient, mut h) = self.inner.derivatives(&b);
+        gradient[0] *= self.s;
+        for j in 0..p {
+            h[j] *= self.s;
+            h[j * p] *= self.s;
+        }
+        Ok(Some(Evaluation {
+            value: self.inner.neglog(&b),
+            gradient,
+            hessian: std::rc::Rc::new(matfree_solvers::DenseOperator::new(p, h)?),
+        }))
+    }
+    fn coefficient_scales(&self) -> Option<Vec<f64>> {
+        let mut scales = vec![1.0; self.dim()];
+        scales[0] = self.s;
+        Some(scales)
+    }
+}
+
+/// Damped steps mean the same in any units: with the intercept in units
+/// 1e60 times larger (its Hessian entry 1e120 times larger), Newton from
+/// the same point takes the same steps on an indefinite start, dampings
+/// and objective values equal, to the same optimum. (Floored at 1e-12 of
+/// the largest raw diagonal entry, the damping froze every other
+/// coefficient there: a covariate times 1e60 stalled BMS fits.)
+#[test]
+fn damping_means_the_same_in_any_coefficient_units() {
+    let d = data();
+    let pen = penalty(&d);
+    let be = CpuBackend::new();
+    let beta0: Vec<f64> = (0..d.p).map(|j| 0.01 * (j as f64 - 9.0)).collect();
+    let well = |d| {
+        let s = pen.dense(&LAMBDA).unwrap();
+        let (_, h) = Logistic::new(d).derivatives(&beta0);
+        let hs: Vec<f64> = h.iter().zip(&s).map(|(h, s)| h + s).collect();
+        2.0 * eigenvalues(d.p, &hs)[0]
+    };
+    let fits: Vec<_> = [1.0, 1e60]
+        .into_iter()
+        .map(|s| {
+            let obj = Rescaled {
+                inner: Logistic {
+                    double_well: well(&d),
+                    ..Logistic::new(&d)
+                },
+                s,
+            };
+            let mut b0 = beta0.clone();
+            b0[0] /= s;
+            let mut fit = newton(&be, &obj, &pen, &LAMBDA, &b0, &opts(StepSolver::Dense)).unwrap();
+            fit.beta[0] *= s;
+            (fit.beta, fit.report)
+        })
+        .collect();
+    let ((beta, plain), (beta_s, scaled)) = (&fits[0], &fits[1]);
+    assert!(plain.iterations[0].damping > 0.0, "{:?}", plain.iterations[0]);
+    check_converged(scaled, 1e-16);
+    assert_eq!(plain.iterations.len(), scaled.iterations.len());
+    for (a, b) in plain.iterations.iter().zip(&scaled.iterations) {
+        assert!((a.damping - b.damping).abs() <= 1e-9 * a.damping, "{a:?} vs {b:?}");
+        assert!(
+            (a.objective - b.objective).abs() <= 1e-9 * a.objective.abs(),
+            "{a:?} vs {b:?}"
+        );
+    }
+    assert!(max_rel_diff(beta_s, beta) < 1e-8);
+}
+
 /// Delegates to the logistic objective but reports its own costs.
 struct Costed<'d>(Logistic<'d>, CostEstimate);
 

@@ -22,7 +22,8 @@ pub const SCORE_MEAN_TOL: f64 = 0.25;
 pub const SCORE_SD_FACTOR: f64 = 1.5;
 
 /// Check `data` for `model`: an error for labels of one class, fewer rows
-/// than coefficients, a constant covariate, or covariates that are
+/// than coefficients, a value beyond [`MAX_MAGNITUDE`], a non-zero column
+/// below [`MIN_MAGNITUDE`], a constant covariate, or covariates that are
 /// collinear (a rank-revealing eigen decomposition of each design's
 /// correlation matrix, naming the columns involved); warnings for a score
 /// that is not standardised and for a score with fewer distinct values
@@ -73,21 +74,40 @@ pub fn check_data(model: &BmsModel, data: &BmsData, names: Option<ColumnNames<'_
 /// the linear predictor, cubic cell polynomials) before any fit.
 pub const MAX_MAGNITUDE: f64 = 1e100;
 
-/// A value too large for the model's arithmetic, named by column and row.
+/// A column whose largest |value| is below this (and not zero) underflows
+/// the model's products: the Hessian and the column's scale hold squares of
+/// its values (times row curvatures that can be far below 1), which leave
+/// the normal doubles below about 1e-154. Fits are the same, scaled, for a
+/// covariate multiplied by anything from 1e-90 to 1e90
+/// (`tests/fit_bms_cli.rs`).
+pub const MIN_MAGNITUDE: f64 = 1e-100;
+
+/// A value too large for the model's arithmetic, named by column and row,
+/// or a column too small for it, named.
 fn check_magnitude(what: &str, x: &[f64], p: usize, names: &[String]) -> Result<()> {
-    match x.iter().position(|v| v.abs() > MAX_MAGNITUDE) {
-        Some(k) => {
-            let name = names.get(k % p.max(1)).cloned().unwrap_or_default();
-            Err(Error::invalid(
-                format!("{what} '{name}', row {}", k / p.max(1)),
-                format!("{:e}", x[k]),
-                format!(
-                    "|value| must be at most {MAX_MAGNITUDE:e} (the model squares and cubes it); rescale the column"
-                ),
-            ))
-        }
-        None => Ok(()),
+    let p = p.max(1);
+    let name = |j: usize| names.get(j).cloned().unwrap_or_default();
+    if let Some(k) = x.iter().position(|v| v.abs() > MAX_MAGNITUDE) {
+        return Err(Error::invalid(
+            format!("{what} '{}', row {}", name(k % p), k / p),
+            format!("{:e}", x[k]),
+            format!("|value| must be at most {MAX_MAGNITUDE:e} (the model squares and cubes it); rescale the column"),
+        ));
     }
+    for j in 0..p {
+        let largest = x.iter().skip(j).step_by(p).fold(0.0f64, |m, v| m.max(v.abs()));
+        if largest > 0.0 && largest < MIN_MAGNITUDE {
+            return Err(Error::invalid(
+                format!("{what} '{}'", name(j)),
+                format!("largest |value| {largest:e}"),
+                format!(
+                    "must be at least {MIN_MAGNITUDE:e} (the model's Hessian holds its square, which would \
+                     underflow); rescale the column"
+                ),
+            ));
+        }
+    }
+    Ok(())
 }
 
 /// Complete separation by one covariate (a label copied into a covariate,

@@ -3,7 +3,7 @@
 //! `D = |diag(H + S)|` (floored), so the damping means the same whatever the
 //! coefficients' units.
 
-use super::{dot, inf_norm, Point, Problem, StepSolver};
+use super::{dot, Point, Problem, StepSolver};
 use crate::operator::LinearOperator;
 use crate::pcg::{cg, BreakdownQuantity, PcgOptions, StopReason};
 use crate::pcg_kernels::PcgKernels;
@@ -90,8 +90,12 @@ pub(super) fn confirm<B: PcgKernels>(
     }
 }
 
-/// `|diag(H + S)|` floored at 1e-12 of its largest entry, read back once a
-/// step; a non-finite entry is an error naming it.
+/// `|diag(H + S)|` floored at 1e-12 of its largest entry, both measured in
+/// the objective's coefficient scales (entry j over scales_j^2), so that the
+/// floor means the same whatever a coefficient's units: measured raw, a
+/// covariate multiplied by 1e60 made the floor 1e108 for every other
+/// coefficient, and damping then froze them. Read back once a step; a
+/// non-finite entry is an error naming it.
 fn damping_scale<B: PcgKernels>(prob: &Problem<'_, '_, B>, cur: &Point<'_, B>) -> Result<Vec<f64>> {
     let op = Penalised::new(prob.backend, cur.hessian.as_ref(), &prob.s, 0.0)?;
     let mut d = prob.backend.zeros(op.dim())?;
@@ -104,9 +108,13 @@ fn damping_scale<B: PcgKernels>(prob: &Problem<'_, '_, B>, cur: &Point<'_, B>) -
             "must be finite (the objective's Hessian overflowed at this beta)",
         ));
     }
-    let top = inf_norm(&d);
+    let unit = |j: usize| prob.scales[j] * prob.scales[j];
+    let top = d.iter().enumerate().fold(0.0f64, |m, (j, v)| m.max(v.abs() / unit(j)));
     let floor = if top > 0.0 { 1e-12 * top } else { 1.0 };
-    Ok(d.iter().map(|v| v.abs().max(floor)).collect())
+    Ok(d.iter()
+        .enumerate()
+        .map(|(j, v)| v.abs().max(floor * unit(j)))
+        .collect())
 }
 
 /// One solve of `(H + S + mu D) delta = -g`.
