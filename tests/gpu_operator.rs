@@ -84,6 +84,19 @@ fn device_operations_match_cpu_operator() {
     assert_eq!(paths, want, "every HVP path exercised");
 }
 
+/// The CPU operator over `op`'s rows rounded to f32, and its designs too
+/// where `designs_too` (what the tiled f32 kernel reads; the staged one
+/// reads f64 designs).
+fn rounded(op: &matfree::RowHessian, designs_too: bool) -> matfree::RowHessian {
+    let round = |x: &[f64]| x.iter().map(|v| *v as f32 as f64).collect::<Vec<_>>();
+    let d = op.designs();
+    let designs = match designs_too {
+        true => std::sync::Arc::new(Designs::new(d.n(), d.p_m(), d.p_g(), round(d.x_m()), round(d.x_g())).unwrap()),
+        false => d.clone(),
+    };
+    matfree::RowHessian::new(op.layout().clone(), designs, round(op.hess())).unwrap()
+}
+
 /// The single-precision HVP (packed f32 copies of the rows, products in
 /// f64): equal to the CPU operator over the same rows rounded to f32 (and
 /// the designs too, for the tiled kernel) (1e-12, an independent oracle of
@@ -119,17 +132,7 @@ fn single_precision_hvp_matches_rounded_rows_and_leaves_the_rest_f64() {
         let op = random_row_problem(shape, 1.0, 300 + s as u64).unwrap();
         // The staged kernel reads f32 rows and f64 designs, the tiled one
         // f32 rows and f32 designs.
-        let oracle = |designs_too: bool| {
-            let round = |x: &[f64]| x.iter().map(|v| *v as f32 as f64).collect::<Vec<_>>();
-            let d = op.designs();
-            let designs = match designs_too {
-                true => {
-                    std::sync::Arc::new(Designs::new(d.n(), d.p_m(), d.p_g(), round(d.x_m()), round(d.x_g())).unwrap())
-                }
-                false => d.clone(),
-            };
-            matfree::RowHessian::new(op.layout().clone(), designs, round(op.hess())).unwrap()
-        };
+        let oracle = |designs_too: bool| rounded(&op, designs_too);
         let (p, r, k) = (op.dim(), op.layout().r(), 2);
         for packed in [false, true] {
             let dev = DeviceRowHessian::from_cpu(gpu.clone(), &op).unwrap();
@@ -219,17 +222,10 @@ fn values_beyond_single_precision_keep_double_reads() {
         assert_eq!(path, want_path, "{label}");
         let got = single.hvp_host(&v).unwrap();
         assert!(got.iter().all(|x| x.is_finite()), "{label}: finite product");
-        let round = |x: &[f64]| x.iter().map(|v| *v as f32 as f64).collect::<Vec<_>>();
         let oracle = match path {
             "f64" => cpu.clone(),
-            "staged" => {
-                matfree::RowHessian::new(cpu.layout().clone(), cpu.designs().clone(), round(cpu.hess())).unwrap()
-            }
-            _ => {
-                let c = cpu.designs();
-                let designs = Designs::new(c.n(), c.p_m(), c.p_g(), round(c.x_m()), round(c.x_g())).unwrap();
-                matfree::RowHessian::new(cpu.layout().clone(), std::sync::Arc::new(designs), round(cpu.hess())).unwrap()
-            }
+            "staged" => rounded(&cpu, false),
+            _ => rounded(&cpu, true),
         };
         let want = common::cpu_operator_results(&oracle, &v, 1).swap_remove(0);
         common::assert_close(&format!("{label}: {path} hvp vs its oracle"), &got, &want, 1e-12);

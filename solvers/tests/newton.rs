@@ -5,7 +5,7 @@ mod common;
 
 use common::*;
 use matfree_solvers::{
-    newton, CostEstimate, CpuBackend, Evaluation, NewtonOptions, NewtonReport, Objective, Result, StepSolver,
+    newton, CostEstimate, CpuBackend, Evaluation, NewtonOptions, NewtonReport, Objective, Penalty, Result, StepSolver,
     Termination,
 };
 
@@ -166,24 +166,33 @@ fn non_finite_trial_objective_halves_the_step() {
     }
 }
 
+/// H + S of `obj` at beta (dense, row-major).
+fn penalised_hessian(obj: &Logistic<'_>, pen: &Penalty, beta: &[f64]) -> Vec<f64> {
+    let s = pen.dense(&LAMBDA).unwrap();
+    let (_, h) = obj.derivatives(beta);
+    h.iter().zip(&s).map(|(h, s)| h + s).collect()
+}
+
+/// An indefinite start: near beta = 0 the double well contributes
+/// -gamma I, and gamma twice the smallest curvature of H + S at beta0 makes
+/// a few directions negative. The start beta0 and the objective.
+fn double_well_start<'d>(d: &'d Data, pen: &Penalty) -> (Vec<f64>, Logistic<'d>) {
+    let beta0: Vec<f64> = (0..d.p).map(|j| 0.01 * (j as f64 - 9.0)).collect();
+    let convex = eigenvalues(d.p, &penalised_hessian(&Logistic::new(d), pen, &beta0));
+    let obj = Logistic {
+        double_well: 2.0 * convex[0],
+        ..Logistic::new(d)
+    };
+    (beta0, obj)
+}
+
 #[test]
 fn indefinite_hessian_is_damped_and_reported() {
     let d = data();
     let pen = penalty(&d);
     let be = CpuBackend::new();
-    // Near beta = 0 the double well contributes -gamma I; gamma just above
-    // the smallest curvature of H + S makes a few directions negative.
-    let beta0: Vec<f64> = (0..d.p).map(|j| 0.01 * (j as f64 - 9.0)).collect();
-    let s = pen.dense(&LAMBDA).unwrap();
-    let penalised_h = |obj: &Logistic<'_>, beta: &[f64]| {
-        let (_, h) = obj.derivatives(beta);
-        h.iter().zip(&s).map(|(h, s)| h + s).collect::<Vec<f64>>()
-    };
-    let convex = eigenvalues(d.p, &penalised_h(&Logistic::new(&d), &beta0));
-    let obj = Logistic {
-        double_well: 2.0 * convex[0],
-        ..Logistic::new(&d)
-    };
+    let (beta0, obj) = double_well_start(&d, &pen);
+    let penalised_h = |obj: &Logistic<'_>, beta: &[f64]| penalised_hessian(obj, &pen, beta);
     assert!(eigenvalues(d.p, &penalised_h(&obj, &beta0))[0] < 0.0);
     for solver in [StepSolver::Dense, StepSolver::Pcg] {
         let fit = newton(&be, &obj, &pen, &LAMBDA, &beta0, &opts(solver)).unwrap();
@@ -242,24 +251,12 @@ fn damping_means_the_same_in_any_coefficient_units() {
     let d = data();
     let pen = penalty(&d);
     let be = CpuBackend::new();
-    let beta0: Vec<f64> = (0..d.p).map(|j| 0.01 * (j as f64 - 9.0)).collect();
-    let well = |d| {
-        let s = pen.dense(&LAMBDA).unwrap();
-        let (_, h) = Logistic::new(d).derivatives(&beta0);
-        let hs: Vec<f64> = h.iter().zip(&s).map(|(h, s)| h + s).collect();
-        2.0 * eigenvalues(d.p, &hs)[0]
-    };
     let fits: Vec<_> = [1.0, 1e60]
         .into_iter()
         .map(|s| {
-            let obj = Rescaled {
-                inner: Logistic {
-                    double_well: well(&d),
-                    ..Logistic::new(&d)
-                },
-                s,
-            };
-            let mut b0 = beta0.clone();
+            let (beta0, inner) = double_well_start(&d, &pen);
+            let obj = Rescaled { inner, s };
+            let mut b0 = beta0;
             b0[0] /= s;
             let mut fit = newton(&be, &obj, &pen, &LAMBDA, &b0, &opts(StepSolver::Dense)).unwrap();
             fit.beta[0] *= s;
