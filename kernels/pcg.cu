@@ -13,6 +13,8 @@
 #define ITERS 8
 #define THRESH2 9
 #define CULPRIT 10
+#define BB 11
+#define RR0 12
 
 #define RUNNING 0.0
 #define CONVERGED 1.0
@@ -72,6 +74,21 @@ __device__ void beta_step(double* s)
     s[BETA] = beta;
 }
 
+// The start: threshold, rr0, no iterations, and the status before the first
+// iteration (pcg_start_slots in solvers/src/cpu.rs).
+extern "C" __global__ void pcg_start(double* s, double rtol, double atol)
+{
+    const double threshold = fmax(rtol * sqrt(s[BB]), atol);
+    const double rr = s[RR], rz = s[RZ];
+    s[THRESH2] = threshold * threshold;
+    s[RR0] = rr;
+    s[ITERS] = 0.0;
+    s[CULPRIT] = rz;
+    if (sqrt(rr) <= threshold) s[STATUS] = CONVERGED;
+    else if (!(rz > 0.0 && isfinite(rz))) s[STATUS] = BAD_PRECONDITIONER;
+    else s[STATUS] = RUNNING;
+}
+
 extern "C" __global__ void pcg_alpha(double* s) { alpha_step(s); }
 extern "C" __global__ void pcg_beta(double* s) { beta_step(s); }
 
@@ -102,12 +119,17 @@ extern "C" __global__ void pcg_step_small(i64 n, const double* __restrict__ d, d
     double acc = 0.0;
     for (i64 i = threadIdx.x; i < n; i += 256) acc += p[i] * q[i];
     const double pap = block_sum_256(acc, buf);
+    __shared__ int stopped;
     if (threadIdx.x == 0) {
         s[PAP] = pap;
         alpha_step(s);
         coef = s[ALPHA];
+        stopped = s[STATUS] != RUNNING;
     }
     __syncthreads();
+    // A stopped solve's vectors stay as they are (x finite even where the
+    // direction is not).
+    if (stopped) return;
     const double alpha = coef;
     double rz = 0.0, rr = 0.0;
     for (i64 i = threadIdx.x; i < n; i += 256) {
@@ -130,13 +152,23 @@ extern "C" __global__ void pcg_step_small(i64 n, const double* __restrict__ d, d
     for (i64 i = threadIdx.x; i < n; i += 256) p[i] = z[i] + beta * p[i];
 }
 
-// y = x + s[slot] * y
+// y = x + s[slot] * y; y = x when the slot is zero (whatever y held)
 extern "C" __global__ void xpay(i64 n, const double* __restrict__ x, const double* __restrict__ s, int slot,
                                 double* __restrict__ y)
 {
     const double beta = s[slot];
     for (i64 i = (i64)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (i64)gridDim.x * blockDim.x)
-        y[i] = x[i] + beta * y[i];
+        y[i] = beta == 0.0 ? x[i] : x[i] + beta * y[i];
+}
+
+// y += s[slot] * x; nothing when the slot is zero (a stopped PCG)
+extern "C" __global__ void axpy(i64 n, const double* __restrict__ s, int slot, const double* __restrict__ x,
+                                double* __restrict__ y)
+{
+    const double a = s[slot];
+    if (a == 0.0) return;
+    for (i64 i = (i64)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (i64)gridDim.x * blockDim.x)
+        y[i] += a * x[i];
 }
 
 // r = b - r

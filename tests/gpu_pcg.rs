@@ -27,6 +27,12 @@ fn fixture() -> RowHessian {
     .unwrap()
 }
 
+/// ||x - want|| / ||want||.
+fn relative_difference(x: &[f64], want: &[f64]) -> f64 {
+    let norm = |v: &mut dyn Iterator<Item = f64>| v.map(|e| e * e).sum::<f64>().sqrt();
+    norm(&mut x.iter().zip(want).map(|(u, v)| u - v)) / norm(&mut want.iter().copied())
+}
+
 fn device_jacobi<'b>(be: &'b CudaBackend, dev: &DeviceRowHessian) -> Jacobi<'b, CudaBackend> {
     let mut diag = be.zeros(dev.dim()).unwrap();
     dev.diagonal(&mut diag).unwrap();
@@ -72,10 +78,11 @@ fn device_pcg_matches_cpu_pcg_within_sync_budget() {
     let got = cg(&be, &dev, &gj, &bd, None, &opts).unwrap();
     let syncs = gpu.syncs() - before;
     let graphs = gpu.graph_launches() - graphs_before;
-    assert_eq!(
-        graphs,
-        got.info.residual_history.len() - 1,
-        "every block replays a recorded graph"
+    assert_eq!(graphs, got.info.blocks_queued, "every block replays a recorded graph");
+    assert!(
+        got.info.blocks_queued <= got.info.residual_history.len(),
+        "at most one block queued beyond the reads: {:?}",
+        got.info
     );
     let k = got.info.iterations;
     println!(
@@ -94,14 +101,8 @@ fn device_pcg_matches_cpu_pcg_within_sync_budget() {
         "{syncs} syncs for {k} iterations"
     );
     let x = be.download(&got.x).unwrap();
-    let xn = want.x.iter().map(|v| v * v).sum::<f64>().sqrt();
-    let diff = x
-        .iter()
-        .zip(&want.x)
-        .map(|(u, v)| (u - v) * (u - v))
-        .sum::<f64>()
-        .sqrt();
-    assert!(diff <= 1e-10 * xn, "solution relative difference {}", diff / xn);
+    let rel = relative_difference(&x, &want.x);
+    assert!(rel <= 1e-10, "solution relative difference {rel}");
     // Bitwise repeatable.
     let again = cg(&be, &dev, &gj, &bd, None, &opts).unwrap();
     assert_eq!(be.download(&again.x).unwrap(), x);
@@ -109,14 +110,8 @@ fn device_pcg_matches_cpu_pcg_within_sync_budget() {
     // The unfused path (cuBLAS dot/axpy with device scalars) agrees too.
     let unfused = cg(&be, &dev, &NotDiagonal(&gj), &bd, None, &opts).unwrap();
     assert!(unfused.info.iterations.abs_diff(want.info.iterations) <= 1);
-    let xu = be.download(&unfused.x).unwrap();
-    let diff = xu
-        .iter()
-        .zip(&want.x)
-        .map(|(u, v)| (u - v) * (u - v))
-        .sum::<f64>()
-        .sqrt();
-    assert!(diff <= 1e-10 * xn, "unfused solution relative difference {}", diff / xn);
+    let rel = relative_difference(&be.download(&unfused.x).unwrap(), &want.x);
+    assert!(rel <= 1e-10, "unfused solution relative difference {rel}");
 }
 
 /// Hides a Jacobi's diagonal, so PCG takes the unfused sequence.
@@ -355,6 +350,91 @@ fn a_reused_solver_matches_fresh_solves_on_device() {
     }
 }
 
+/// Fresh solvers update the executables that earlier ones left (same
+/// graph shape, new vectors and operator buffers) or instantiate anew
+/// (another block length, the unfused sequence): every solve must match
+/// the CPU's and repeat the first solve of its system bit for bit, and x
+/// must not depend on the block length or on blocks queued ahead.
+#[test]
+#[ignore = "needs a GPU: runs on the device with --include-ignored (tools/gpu-tests.sh)"]
+fn fresh_solvers_reuse_recorded_blocks_and_block_length_leaves_x_alone_on_device() {
+    let Some(gpu) = gpu_for_test("fresh_solvers_reuse_recorded_blocks_and_block_length_leaves_x_alone_on_device")
+    else {
+        return;
+    };
+    let be = CudaBackend::new(gpu.clone()).unwrap();
+    let cpu = CpuBackend::new();
+    let shape = Shape {
+        n: 20_000,
+        p_m: 14,
+        p_g: 12,
+        p_h: 10,
+        p_w: 8,
+    };
+    let ops: Vec<RowHessian> = [41, 42]
+        .iter()
+        .map(|&seed| random_row_problem(shape, 3.0, seed).unwrap())
+        .collect();
+    let devs: Vec<DeviceRowHessian> = ops
+        .iter()
+        .map(|op| DeviceRowHessian::from_cpu(gpu.clone(), op).unwrap())
+        .collect();
+    let jacs: Vec<_> = devs.iter().map(|d| device_jacobi(&be, d)).collect();
+    let p = ops[0].dim();
+    let bs: Vec<Vec<f64>> = (0..2).map(|k| Rng::new(30 + k).normals(p)).collect();
+    let opts = |check_every| PcgOptions {
+        rtol: 1e-10,
+        check_every,
+        refresh_every: 0,
+        ..Default::default()
+    };
+    let mut first: Vec<Option<Vec<f64>>> = vec![None; 2];
+    for (k, ce, fused) in [
+        (0, 8, true),
+        (1, 8, true),
+        (0, 8, true),
+        (1, 5, true),
+        (0, 8, false),
+        (1, 8, true),
+    ] {
+        let bd = be.upload(&bs[k]).unwrap();
+        let got = if fused {
+            cg(&be, &devs[k], &jacs[k], &bd, None, &opts(ce)).unwrap()
+        } else {
+            cg(&be, &devs[k], &NotDiagonal(&jacs[k]), &bd, None, &opts(ce)).unwrap()
+        };
+        let mut cdiag = vec![0.0; p];
+        ops[k].diagonal(&mut cdiag).unwrap();
+        let cj = Jacobi::new(&cpu, &cdiag, None, 0.0).unwrap();
+        let want = cg(&cpu, &ops[k], &cj, &bs[k], None, &opts(ce)).unwrap();
+        let x = be.download(&got.x).unwrap();
+        let label = format!("system {k}, check_every {ce}, fused {fused}");
+        assert!(got.info.converged, "{label}: {:?}", got.info);
+        assert!(got.info.iterations.abs_diff(want.info.iterations) <= 1, "{label}");
+        let rel = relative_difference(&x, &want.x);
+        assert!(rel <= 1e-9, "{label}: relative difference {rel}");
+        if fused {
+            match &first[k] {
+                Some(x1) => assert_eq!(&x, x1, "{label}: not the first solve's x"),
+                None => first[k] = Some(x),
+            }
+        }
+    }
+    // Fixed iterations: one read a block plus the start, the true residual
+    // on the last block's read, one graph launch a block.
+    let bd = be.upload(&bs[0]).unwrap();
+    let graphs = gpu.graph_launches();
+    let fixed = cg(&be, &devs[0], &jacs[0], &bd, None, &PcgOptions::fixed_iterations(40)).unwrap();
+    assert_eq!(fixed.info.iterations, 40);
+    assert_eq!(
+        (fixed.info.blocks_queued, fixed.info.host_reads),
+        (4, 5),
+        "{:?}",
+        fixed.info
+    );
+    assert_eq!(gpu.graph_launches() - graphs, 4);
+}
+
 /// One change to a scalar bank.
 type Trap = fn(&mut [f64]);
 
@@ -375,12 +455,13 @@ fn bank() -> Vec<f64> {
 /// PCG's scalar kernels on the device against the CPU's slot functions
 /// (the reference), on traps: pAp = 0, negative or NaN, alpha overflowing,
 /// rz_new negative or NaN, r^T r NaN or below the threshold, rz = 0, and a
-/// status that has already stopped. Every slot must agree bitwise (NaN with
+/// status that has already stopped; and the start's threshold and status
+/// on them too (b^T b infinite, rz < 0). Every slot must agree bitwise (NaN with
 /// NaN), as Ginkgo's kernel tests compare executors.
 #[test]
 #[ignore = "needs a GPU: runs on the device with --include-ignored (tools/gpu-tests.sh)"]
 fn pcg_scalar_kernels_match_the_cpu_slot_functions_on_traps() {
-    use matfree::solvers::cpu::{pcg_alpha_slots, pcg_beta_slots};
+    use matfree::solvers::cpu::{pcg_alpha_slots, pcg_beta_slots, pcg_start_slots};
     use matfree::solvers::pcg::status;
     use matfree::solvers::pcg_kernels::slot;
     use matfree::solvers::{Backend, PcgKernels};
@@ -388,7 +469,7 @@ fn pcg_scalar_kernels_match_the_cpu_slot_functions_on_traps() {
         return;
     };
     let be = CudaBackend::new(gpu).unwrap();
-    let traps: [(&str, Trap); 13] = [
+    let traps: [(&str, Trap); 15] = [
         ("ordinary", |_| {}),
         ("pAp = 0", |s| s[slot::PAP] = 0.0),
         ("pAp < 0", |s| s[slot::PAP] = -1.0),
@@ -402,27 +483,40 @@ fn pcg_scalar_kernels_match_the_cpu_slot_functions_on_traps() {
         ("rz = 0", |s| s[slot::RZ] = 0.0),
         ("already converged", |s| s[slot::STATUS] = status::CONVERGED),
         ("already broken down", |s| s[slot::STATUS] = status::BREAKDOWN_PAP),
+        ("b^T b infinite", |s| s[slot::BB] = f64::INFINITY),
+        ("rz < 0 at the start", |s| s[slot::RZ] = -2.0),
     ];
     let same = |a: f64, b: f64| a.to_bits() == b.to_bits() || (a.is_nan() && b.is_nan());
     for (name, trap) in &traps {
-        for beta in [false, true] {
+        // alpha, beta, and the start under three (rtol, atol) rules.
+        for step in 0..5 {
             let mut want = bank();
             trap(want.as_mut_slice());
             let mut dev = be.scalars(slot::COUNT).unwrap();
             be.write_scalars(&mut dev, 0, &want).unwrap();
-            if beta {
-                pcg_beta_slots(&mut want);
-                be.pcg_beta(&mut dev).unwrap();
-            } else {
-                pcg_alpha_slots(&mut want);
-                be.pcg_alpha(&mut dev).unwrap();
-            }
+            let label = match step {
+                0 => {
+                    pcg_alpha_slots(&mut want);
+                    be.pcg_alpha(&mut dev).unwrap();
+                    "alpha".to_string()
+                }
+                1 => {
+                    pcg_beta_slots(&mut want);
+                    be.pcg_beta(&mut dev).unwrap();
+                    "beta".to_string()
+                }
+                k => {
+                    let (rtol, atol) = [(1e-8, 0.0), (0.0, 0.0), (0.5, 1e-3)][k - 2];
+                    pcg_start_slots(&mut want, rtol, atol);
+                    be.pcg_start(&mut dev, rtol, atol).unwrap();
+                    format!("start (rtol {rtol}, atol {atol})")
+                }
+            };
             let got = be.read_scalars(&dev).unwrap();
             for k in 0..slot::COUNT {
                 assert!(
                     same(got[k], want[k]),
-                    "{name}, {}: slot {k}: device {} vs cpu {}",
-                    if beta { "beta" } else { "alpha" },
+                    "{name}, {label}: slot {k}: device {} vs cpu {}",
                     got[k],
                     want[k]
                 );

@@ -5,8 +5,10 @@
 //! read their coefficient from a slot, and the fused scalar kernels
 //! (PCG's, declared in [`crate::pcg_kernels::PcgKernels`]) update slots in place, so an
 //! iteration is a queue of launches with no host round trip. The only call
-//! that synchronises is [`Backend::read_scalars`]; solvers call it at their
-//! convergence checks and nowhere else.
+//! that waits is [`Backend::read_scalars`] (or its split form,
+//! [`Backend::request_scalars`] then [`Backend::wait_scalars`], which lets
+//! work queued in between run while the host waits); solvers call them at
+//! their convergence checks and nowhere else.
 
 use crate::Result;
 
@@ -37,14 +39,25 @@ pub trait Backend {
     fn write_scalars(&self, s: &mut Self::Scalars, start: Slot, values: &[f64]) -> Result<()>;
     /// Read every slot back to the host. This is the one synchronising call.
     fn read_scalars(&self, s: &Self::Scalars) -> Result<Vec<f64>>;
+    /// A copy of a scalar bank on its way to the host.
+    type ScalarRead;
+    /// Queue a copy of every slot to the host and return without waiting.
+    /// Work queued afterwards runs while the host waits in
+    /// [`Backend::wait_scalars`] and does not change what the copy holds.
+    /// Dropping the read without waiting is allowed.
+    fn request_scalars(&self, s: &Self::Scalars) -> Result<Self::ScalarRead>;
+    /// Wait for a requested copy and return the slots as they were when it
+    /// was requested (counted as a read, as [`Backend::read_scalars`] is).
+    fn wait_scalars(&self, read: Self::ScalarRead) -> Result<Vec<f64>>;
 
     /// dst = src.
     fn copy(&self, src: &Self::Vector, dst: &mut Self::Vector) -> Result<()>;
     /// `s[out] = x^T y`, summed in a fixed order.
     fn dot(&self, x: &Self::Vector, y: &Self::Vector, s: &mut Self::Scalars, out: Slot) -> Result<()>;
-    /// `y += s[alpha] * x`.
+    /// `y += s[alpha] * x`; y is left as it is when `s[alpha]` is zero (a
+    /// stopped PCG's iterate stays finite even where x is not).
     fn axpy(&self, s: &Self::Scalars, alpha: Slot, x: &Self::Vector, y: &mut Self::Vector) -> Result<()>;
-    /// `y = x + s[beta] * y`.
+    /// `y = x + s[beta] * y`; `y = x` when `s[beta]` is zero.
     fn xpay(&self, x: &Self::Vector, s: &Self::Scalars, beta: Slot, y: &mut Self::Vector) -> Result<()>;
     /// r = b - r (turns A x stored in r into the residual).
     fn sub_from(&self, b: &Self::Vector, r: &mut Self::Vector) -> Result<()>;

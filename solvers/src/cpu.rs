@@ -102,6 +102,15 @@ impl Backend for CpuBackend {
         self.reads.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         Ok(s.clone())
     }
+    type ScalarRead = Vec<f64>;
+    /// Work runs as it is queued here, so the copy is taken at once.
+    fn request_scalars(&self, s: &Vec<f64>) -> Result<Vec<f64>> {
+        Ok(s.clone())
+    }
+    fn wait_scalars(&self, read: Vec<f64>) -> Result<Vec<f64>> {
+        self.reads.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        Ok(read)
+    }
     fn copy(&self, src: &Vec<f64>, dst: &mut Vec<f64>) -> Result<()> {
         check_len("copy destination", dst.len(), src.len())?;
         dst.copy_from_slice(src);
@@ -115,12 +124,19 @@ impl Backend for CpuBackend {
     fn axpy(&self, s: &Vec<f64>, alpha: Slot, x: &Vec<f64>, y: &mut Vec<f64>) -> Result<()> {
         check_len("axpy operand", y.len(), x.len())?;
         let a = s[alpha];
+        if a == 0.0 {
+            return Ok(()); // a stopped solve's x stays finite whatever x holds
+        }
         update(y, x, |yi, xi| *yi += a * xi);
         Ok(())
     }
     fn xpay(&self, x: &Vec<f64>, s: &Vec<f64>, beta: Slot, y: &mut Vec<f64>) -> Result<()> {
         check_len("xpay operand", y.len(), x.len())?;
         let b = s[beta];
+        if b == 0.0 {
+            y.copy_from_slice(x); // whatever y held (a direction gone non-finite)
+            return Ok(());
+        }
         update(y, x, |yi, xi| *yi = xi + b * *yi);
         Ok(())
     }
@@ -199,6 +215,10 @@ impl Backend for CpuBackend {
 }
 
 impl PcgKernels for CpuBackend {
+    fn pcg_start(&self, s: &mut Vec<f64>, rtol: f64, atol: f64) -> Result<()> {
+        pcg_start_slots(s, rtol, atol);
+        Ok(())
+    }
     fn pcg_alpha(&self, s: &mut Vec<f64>) -> Result<()> {
         pcg_alpha_slots(s);
         Ok(())
@@ -207,6 +227,24 @@ impl PcgKernels for CpuBackend {
         pcg_beta_slots(s);
         Ok(())
     }
+}
+
+/// PCG's start on a slot bank (the specification of every backend's
+/// `pcg_start`; `kernels/pcg.cu` implements the same lines).
+pub fn pcg_start_slots(s: &mut [f64], rtol: f64, atol: f64) {
+    let threshold = (rtol * s[slot::BB].sqrt()).max(atol);
+    let (rr, rz) = (s[slot::RR], s[slot::RZ]);
+    s[slot::THRESH2] = threshold * threshold;
+    s[slot::RR0] = rr;
+    s[slot::ITERS] = 0.0;
+    s[slot::CULPRIT] = rz;
+    s[slot::STATUS] = if rr.sqrt() <= threshold {
+        status::CONVERGED
+    } else if !(rz > 0.0 && rz.is_finite()) {
+        status::BAD_PRECONDITIONER
+    } else {
+        status::RUNNING
+    };
 }
 
 /// PCG scalar step 1 on a slot bank (the specification of every backend's

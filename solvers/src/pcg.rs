@@ -17,10 +17,20 @@
 //! Memory movement per iteration: one operator and one preconditioner apply,
 //! three dots and three vector updates of length n. Once the slots record a
 //! stop (convergence or breakdown), alpha and beta are zero, so the remaining
-//! iterations of a block leave x untouched. The host reads the slots every
-//! `check_every` iterations: a solve of k iterations makes
-//! `ceil(k / check_every) + 2` reads (one before the loop, one per block, one
-//! for the final true residual).
+//! iterations of a block leave x untouched.
+//!
+//! The start (threshold, initial status) is computed on the slots too, and
+//! the host reads them after every block of `check_every` iterations: a
+//! solve of k iterations waits for at most `ceil(k / check_every) + 2` reads
+//! (the start, one per block, the final true residual, which rides on the
+//! last block's read when that block ends at `max_iter`). While the host
+//! waits for one block's read, the next block is already queued whenever
+//! the residual's trend says the solve will not stop within the block being
+//! read (always, for a zero threshold), so the device does not idle at the
+//! checks; a block queued after a stop costs its time and leaves x as it
+//! was.
+
+use std::collections::VecDeque;
 
 use serde::{Deserialize, Serialize};
 
@@ -158,8 +168,12 @@ pub struct PcgInfo {
     pub converged: bool,
     /// Why the solve stopped.
     pub stop_reason: StopReason,
-    /// Host reads of device scalars made by the solve.
+    /// Host reads of device scalars the solve waited for.
     pub host_reads: usize,
+    /// Blocks of `check_every` iterations (or fewer, the last) queued: at
+    /// most one more than the reads after the start show, a block queued
+    /// before the read that showed the stop (it leaves x as it was).
+    pub blocks_queued: usize,
 }
 
 /// The solution and the info record.
@@ -347,64 +361,172 @@ impl<'a, B: PcgKernels> Pcg<'a, B> {
         let (backend, a, m) = (*backend, *a, *m);
         restart_direction(backend, m, w, s)?;
         backend.dot(b, b, s, slot::BB)?;
-        let first = backend.read_scalars(s)?;
-        let mut reads = 1;
-        let b_norm = first[slot::BB].sqrt();
-        let threshold = (opts.rtol * b_norm).max(opts.atol);
-        let r0 = first[slot::RR].sqrt();
-        let mut info = PcgInfo {
-            iterations: 0,
-            b_norm,
-            threshold,
-            initial_residual_norm: r0,
-            final_residual_norm: r0,
-            true_residual_norm: r0,
-            residual_history: vec![(0, r0)],
-            converged: false,
-            stop_reason: StopReason::MaxIter,
-            host_reads: 0,
-        };
-        let mut state = first.clone();
-        state[slot::THRESH2] = threshold * threshold;
-        state[slot::STATUS] = initial_status(&first, threshold);
-        state[slot::ITERS] = 0.0;
-        state[slot::CULPRIT] = state[slot::RZ];
-        backend.write_scalars(s, slot::STATUS, &state[slot::STATUS..=slot::CULPRIT])?;
-        if state[slot::STATUS] == status::RUNNING {
-            let mut next_refresh = opts.refresh_every;
-            while (state[slot::ITERS] as usize) < opts.max_iter {
-                let block = opts.check_every.min(opts.max_iter - state[slot::ITERS] as usize);
-                backend.repeat(block, recording, &mut || iteration(backend, a, m, w, s))?;
-                let done = state[slot::ITERS] as usize + block;
-                if opts.refresh_every > 0 && done >= next_refresh {
-                    // Residual replacement keeps the search direction p.
-                    residual(backend, a, b, &w.x, &mut w.r)?;
-                    m.apply(&w.r, &mut w.z)?;
-                    backend.dot(&w.r, &w.z, s, slot::RZ)?;
-                    backend.dot(&w.r, &w.r, s, slot::RR)?;
-                    next_refresh = done + opts.refresh_every;
-                }
-                state = backend.read_scalars(s)?;
-                reads += 1;
-                info.residual_history
-                    .push((state[slot::ITERS] as usize, state[slot::RR].sqrt()));
-                if state[slot::STATUS] != status::RUNNING {
-                    break;
-                }
+        backend.pcg_start(s, opts.rtol, opts.atol)?;
+        let mut blocks = Blocks::new(opts);
+        let mut pending = VecDeque::from([(backend.request_scalars(s)?, false)]);
+        let (mut info, mut state, mut true_rr) = (None::<PcgInfo>, Vec::new(), None);
+        let mut reads = 0;
+        loop {
+            let stopped = info.is_some() && state[slot::STATUS] != status::RUNNING;
+            while !stopped && blocks.left() && (pending.is_empty() || pending.len() < 2 && blocks.ahead(info.as_ref()))
+            {
+                let last = blocks.queue(backend, a, m, b, w, s, recording)?;
+                pending.push_back((backend.request_scalars(s)?, last));
             }
-            info.final_residual_norm = state[slot::RR].sqrt();
-            residual(backend, a, b, &w.x, &mut w.r)?;
-            backend.dot(&w.r, &w.r, s, slot::RR)?;
-            let last = backend.read_scalars(s)?;
+            let Some((read, carries_true)) = pending.pop_front() else {
+                break;
+            };
+            state = backend.wait_scalars(read)?;
             reads += 1;
-            info.true_residual_norm = last[slot::RR].sqrt();
+            let rr = state[slot::RR].sqrt();
+            match &mut info {
+                None => info = Some(start_info(&state, opts)),
+                Some(info) => info.residual_history.push((state[slot::ITERS] as usize, rr)),
+            }
+            if carries_true {
+                true_rr = Some(state[slot::TRUE_RR]);
+            }
+            if state[slot::STATUS] != status::RUNNING {
+                break;
+            }
+        }
+        let mut info = info.expect("the start is always read");
+        if blocks.queued_blocks > 0 {
+            info.final_residual_norm = state[slot::RR].sqrt();
+            // A block queued ahead of the stop may carry the true residual:
+            // x has not moved since the stop, so it is the one wanted.
+            if let Some(i) = pending.iter().position(|(_, t)| *t).filter(|_| true_rr.is_none()) {
+                let (read, _) = pending.remove(i).expect("found above");
+                true_rr = Some(backend.wait_scalars(read)?[slot::TRUE_RR]);
+                reads += 1;
+            }
+            let rr = match true_rr {
+                Some(v) => v,
+                None => {
+                    true_residual(backend, a, b, w, s)?;
+                    reads += 1;
+                    backend.read_scalars(s)?[slot::TRUE_RR]
+                }
+            };
+            info.true_residual_norm = rr.sqrt();
         }
         info.iterations = state[slot::ITERS] as usize;
         info.stop_reason = stop_reason(&state);
         info.converged = info.stop_reason == StopReason::Converged;
         info.host_reads = reads;
+        info.blocks_queued = blocks.queued_blocks;
         Ok(info)
     }
+}
+
+/// The blocks of iterations one solve queues, and when to queue the next one
+/// before the host has read how the last one ended.
+struct Blocks<'o> {
+    opts: &'o PcgOptions,
+    queued: usize,
+    queued_blocks: usize,
+    next_refresh: usize,
+}
+
+impl<'o> Blocks<'o> {
+    fn new(opts: &'o PcgOptions) -> Self {
+        Self {
+            opts,
+            queued: 0,
+            queued_blocks: 0,
+            next_refresh: opts.refresh_every,
+        }
+    }
+
+    /// Whether iterations remain under `max_iter`.
+    fn left(&self) -> bool {
+        self.queued < self.opts.max_iter
+    }
+
+    /// Whether to queue a block while the one before it is still unread:
+    /// only when the solve is not expected to stop within the unread block
+    /// (a block queued after a stop leaves x as it is, but costs its time).
+    /// Before anything is read that is known only for a zero threshold; after,
+    /// from the residual's last drop per block, which must leave the
+    /// residual above the threshold for two more blocks.
+    fn ahead(&self, info: Option<&PcgInfo>) -> bool {
+        let Some(info) = info else {
+            return self.opts.rtol == 0.0 && self.opts.atol == 0.0;
+        };
+        if info.threshold == 0.0 {
+            return true; // only an exact zero or a breakdown stops it
+        }
+        let [.., (_, before), (_, last)] = info.residual_history[..] else {
+            return false;
+        };
+        let drop = if before > 0.0 { (last / before).min(1.0) } else { 0.0 };
+        last * drop * drop > info.threshold
+    }
+
+    /// Queue the next block (and a residual replacement when one is due; and
+    /// the true residual after the last block by count). Returns whether the
+    /// true residual was queued.
+    #[allow(clippy::too_many_arguments)]
+    fn queue<B: PcgKernels>(
+        &mut self,
+        backend: &B,
+        a: &dyn LinearOperator<B>,
+        m: &dyn Preconditioner<B>,
+        b: &B::Vector,
+        w: &mut Work<B::Vector>,
+        s: &mut B::Scalars,
+        recording: &mut Option<(usize, B::Recording)>,
+    ) -> Result<bool> {
+        let opts = self.opts;
+        let block = opts.check_every.min(opts.max_iter - self.queued);
+        backend.repeat(block, recording, &mut || iteration(backend, a, m, w, s))?;
+        self.queued += block;
+        self.queued_blocks += 1;
+        if opts.refresh_every > 0 && self.queued >= self.next_refresh {
+            // Residual replacement keeps the search direction p.
+            residual(backend, a, b, &w.x, &mut w.r)?;
+            m.apply(&w.r, &mut w.z)?;
+            backend.dot(&w.r, &w.z, s, slot::RZ)?;
+            backend.dot(&w.r, &w.r, s, slot::RR)?;
+            self.next_refresh = self.queued + opts.refresh_every;
+        }
+        let last = !self.left();
+        if last {
+            true_residual(backend, a, b, w, s)?;
+        }
+        Ok(last)
+    }
+}
+
+/// The info record as the start's slots give it.
+fn start_info(state: &[f64], opts: &PcgOptions) -> PcgInfo {
+    let b_norm = state[slot::BB].sqrt();
+    let r0 = state[slot::RR0].sqrt();
+    PcgInfo {
+        iterations: 0,
+        b_norm,
+        threshold: (opts.rtol * b_norm).max(opts.atol),
+        initial_residual_norm: r0,
+        final_residual_norm: r0,
+        true_residual_norm: r0,
+        residual_history: vec![(0, r0)],
+        converged: false,
+        stop_reason: StopReason::MaxIter,
+        host_reads: 0,
+        blocks_queued: 0,
+    }
+}
+
+/// r = b - A x and its squared norm in the TRUE_RR slot.
+fn true_residual<B: PcgKernels>(
+    backend: &B,
+    a: &dyn LinearOperator<B>,
+    b: &B::Vector,
+    w: &mut Work<B::Vector>,
+    s: &mut B::Scalars,
+) -> Result<()> {
+    residual(backend, a, b, &w.x, &mut w.r)?;
+    backend.dot(&w.r, &w.r, s, slot::TRUE_RR)
 }
 
 /// r = b - A x.
@@ -464,24 +586,11 @@ fn iteration<B: PcgKernels>(
     backend.xpay(&w.z, s, slot::BETA, &mut w.p)
 }
 
-/// Status before the first iteration: converged at once, a preconditioner
-/// that is not positive, or running.
 /// The first non-finite entry of a host vector, as an error naming it.
 fn finite_entries(field: &str, v: &[f64]) -> Result<()> {
     match v.iter().position(|x| !x.is_finite()) {
         Some(i) => Err(SolverError::invalid(format!("{field}[{i}]"), v[i], "must be finite")),
         None => Ok(()),
-    }
-}
-
-fn initial_status(s: &[f64], threshold: f64) -> f64 {
-    let (rr, rz) = (s[slot::RR], s[slot::RZ]);
-    if rr.sqrt() <= threshold {
-        status::CONVERGED
-    } else if !(rz > 0.0 && rz.is_finite()) {
-        status::BAD_PRECONDITIONER
-    } else {
-        status::RUNNING
     }
 }
 

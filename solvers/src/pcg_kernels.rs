@@ -36,8 +36,12 @@ pub mod slot {
     pub const CULPRIT: Slot = 10;
     /// b^T b.
     pub const BB: Slot = 11;
+    /// r^T r at the start (kept while RR moves on).
+    pub const RR0: Slot = 12;
+    /// ||b - A x||^2 of the final x, recomputed at the end.
+    pub const TRUE_RR: Slot = 13;
     /// Number of slots in a PCG bank.
-    pub const COUNT: usize = 12;
+    pub const COUNT: usize = 14;
 }
 
 /// The vectors one PCG iteration updates once q = A p is known.
@@ -56,6 +60,13 @@ pub struct PcgVectors<'a, V> {
 
 /// PCG's kernels on a backend.
 pub trait PcgKernels: Backend {
+    /// PCG's start, on the slots, once RZ, RR and BB hold r^T z, r^T r and
+    /// b^T b: THRESH2 = max(rtol sqrt(BB), atol)^2, RR0 = RR, ITERS = 0,
+    /// CULPRIT = RZ, and STATUS converged (sqrt(RR) <= the threshold), a
+    /// preconditioner that is not positive (RZ <= 0 or not finite) or
+    /// running. On the device, so the first iterations can be queued before
+    /// the host has read anything.
+    fn pcg_start(&self, s: &mut Self::Scalars, rtol: f64, atol: f64) -> Result<()>;
     /// PCG step 1, on the slots: if running, alpha = rz / pAp, with breakdown
     /// when pAp <= 0 or alpha is not finite; once stopped, alpha = 0.
     fn pcg_alpha(&self, s: &mut Self::Scalars) -> Result<()>;

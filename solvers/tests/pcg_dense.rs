@@ -288,3 +288,129 @@ fn cholesky_rejects_asymmetric_matrices() {
     let e = Cholesky::factor(3, &b).err().unwrap().to_string();
     assert!(e.contains("a[2,1]") && e.contains("symmetric"), "{e}");
 }
+
+#[test]
+fn block_length_and_blocks_queued_ahead_do_not_change_the_answer() {
+    // The stop is found on the slots at the iteration it happens, and the
+    // iterations queued after it (the rest of a block, and a block queued
+    // before the read that shows the stop) leave x alone: x, the iteration
+    // count and the true residual must not depend on check_every.
+    let n = 60;
+    let eig: Vec<f64> = (0..n).map(|i| 10f64.powf(-5.0 * i as f64 / (n - 1) as f64)).collect();
+    let a = DenseOperator::new(n, spd_with_eigenvalues(&eig)).unwrap();
+    let be = CpuBackend::new();
+    let b: Vec<f64> = (0..n).map(|i| (i as f64 * 0.7).sin() + 0.2).collect();
+    let m = Jacobi::identity(&be, n).unwrap();
+    let solve = |check_every| {
+        let opts = PcgOptions {
+            rtol: 1e-9,
+            max_iter: 5000,
+            check_every,
+            refresh_every: 0,
+            ..Default::default()
+        };
+        cg(&be, &a, &m, &b, None, &opts).unwrap()
+    };
+    let one = solve(1);
+    assert!(one.info.converged, "{:?}", one.info);
+    for ce in [2, 3, 7, 10, 64, 10_000] {
+        let got = solve(ce);
+        assert_eq!(got.x, one.x, "check_every {ce}");
+        assert_eq!(got.info.iterations, one.info.iterations, "check_every {ce}");
+        assert_eq!(
+            got.info.true_residual_norm, one.info.true_residual_norm,
+            "check_every {ce}"
+        );
+        // At most one block beyond those whose reads were taken.
+        let read = got.info.residual_history.len() - 1;
+        assert!(got.info.blocks_queued <= read + 1, "check_every {ce}: {:?}", got.info);
+        // The start, each block read, the true residual (on the last block's
+        // read when that block ends at max_iter).
+        let reads = got.info.host_reads;
+        assert!(
+            reads == read + 2 || reads == read + 1,
+            "check_every {ce}: {reads} reads"
+        );
+    }
+}
+
+#[test]
+fn a_fixed_iteration_solve_reads_once_a_block_and_carries_the_true_residual() {
+    let n = 50;
+    let eig: Vec<f64> = (0..n).map(|i| 1.0 + i as f64).collect();
+    let a = DenseOperator::new(n, spd_with_eigenvalues(&eig)).unwrap();
+    let be = CpuBackend::new();
+    let b = vec![1.0; n];
+    let m = Jacobi::identity(&be, n).unwrap();
+    for (its, blocks) in [(40, 4), (35, 4), (10, 1)] {
+        let sol = cg(&be, &a, &m, &b, None, &PcgOptions::fixed_iterations(its)).unwrap();
+        assert_eq!(sol.info.iterations, its);
+        assert_eq!(sol.info.stop_reason, StopReason::MaxIter);
+        assert_eq!(sol.info.blocks_queued, blocks);
+        // The start and one read a block; the last block's read carries
+        // the true residual.
+        assert_eq!(sol.info.host_reads, blocks + 1);
+        assert!((sol.info.true_residual_norm - residual_norm(&a, &sol.x, &b)).abs() <= 1e-12);
+    }
+}
+
+/// z = r until the `finite_applies`-th apply, then z = r with z[0] = inf: a
+/// preconditioner that breaks down mid-solve.
+struct InfAfter {
+    finite_applies: usize,
+    applies: std::sync::atomic::AtomicUsize,
+}
+impl Preconditioner<CpuBackend> for InfAfter {
+    fn apply(&self, r: &Vec<f64>, z: &mut Vec<f64>) -> matfree_solvers::Result<()> {
+        z.copy_from_slice(r);
+        if self.applies.fetch_add(1, std::sync::atomic::Ordering::Relaxed) >= self.finite_applies {
+            z[0] = f64::INFINITY;
+        }
+        Ok(())
+    }
+}
+
+#[test]
+fn a_stop_on_a_non_finite_direction_leaves_x_as_it_was() {
+    // After r^T z = inf the direction p = z is infinite; the iterations
+    // left in the block (and any block queued ahead) must not touch x.
+    let n = 30;
+    let eig: Vec<f64> = (0..n).map(|i| 1.0 + 3.0 * i as f64).collect();
+    let a = DenseOperator::new(n, spd_with_eigenvalues(&eig)).unwrap();
+    let be = CpuBackend::new();
+    let b: Vec<f64> = (0..n).map(|i| 1.0 + (i % 3) as f64).collect();
+    let solve = |finite_applies, opts: &PcgOptions| {
+        let m = InfAfter {
+            finite_applies,
+            applies: 0.into(),
+        };
+        cg(&be, &a, &m, &b, None, opts).unwrap()
+    };
+    let opts = PcgOptions {
+        check_every: 10,
+        ..PcgOptions::fixed_iterations(30)
+    };
+    // At the start (the block queued ahead of the first read runs on a
+    // stopped solve): x stays zero.
+    let start = solve(0, &opts);
+    assert!(matches!(start.info.stop_reason, StopReason::BadPreconditioner { value } if value.is_infinite()));
+    assert_eq!(start.info.iterations, 0);
+    assert_eq!(start.x, vec![0.0; n]);
+    // Mid-block: x is the iterate of the stopping iteration, as with blocks of one.
+    let mid = solve(4, &opts);
+    let single = solve(
+        4,
+        &PcgOptions {
+            check_every: 1,
+            ..opts.clone()
+        },
+    );
+    assert!(
+        matches!(mid.info.stop_reason, StopReason::BadPreconditioner { .. }),
+        "{:?}",
+        mid.info
+    );
+    assert_eq!(mid.info.iterations, 4);
+    assert!(mid.x.iter().all(|v| v.is_finite()));
+    assert_eq!(mid.x, single.x);
+}

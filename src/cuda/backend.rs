@@ -6,14 +6,16 @@
 use std::sync::Arc;
 
 use cudarc::cublas::sys::{self as blas, cublasPointerMode_t, cublasStatus_t};
-use cudarc::driver::sys::{CUgraphInstantiate_flags, CUstreamCaptureMode};
-use cudarc::driver::{CudaGraph, CudaSlice, DevicePtr, DevicePtrMut};
+use cudarc::driver::sys::CUstreamCaptureMode;
+use cudarc::driver::{CudaSlice, DevicePtr, DevicePtrMut};
 use matfree_solvers::logdet::DenseFactor;
 use matfree_solvers::{Backend, PcgKernels, PcgVectors, Result as SolverResult, Slot, SolverError};
 
 use super::dense::{DeviceDenseFactor, DEVICE_DENSE_MIN_P};
 use super::kernels;
+use super::recorded::Recorded;
 use super::runtime::Gpu;
+use super::staging::ScalarCopy;
 
 /// The CUDA implementation of [`Backend`].
 #[derive(Clone)]
@@ -71,7 +73,7 @@ impl CudaBackend {
 impl Backend for CudaBackend {
     type Vector = CudaSlice<f64>;
     type Scalars = CudaSlice<f64>;
-    type Recording = CudaGraph;
+    type Recording = Recorded;
 
     fn dense_factor(&self, p: usize, a: &[f64]) -> SolverResult<Box<dyn DenseFactor>> {
         if p < DEVICE_DENSE_MIN_P {
@@ -126,6 +128,13 @@ impl Backend for CudaBackend {
         self.gpu.stream.synchronize().map_err(err)?;
         Ok(pinned.as_slice().map_err(err)?[..s.len()].to_vec())
     }
+    type ScalarRead = ScalarCopy;
+    fn request_scalars(&self, s: &CudaSlice<f64>) -> SolverResult<ScalarCopy> {
+        ScalarCopy::request(&self.gpu, s).map_err(SolverError::from)
+    }
+    fn wait_scalars(&self, read: ScalarCopy) -> SolverResult<Vec<f64>> {
+        read.wait().map_err(SolverError::from)
+    }
     fn copy(&self, src: &CudaSlice<f64>, dst: &mut CudaSlice<f64>) -> SolverResult<()> {
         same_len("copy destination", dst.len(), src.len())?;
         self.gpu
@@ -153,24 +162,12 @@ impl Backend for CudaBackend {
         };
         blas_ok("dot", status)
     }
+    /// A kernel of our own rather than cuBLAS's daxpy: it must leave y
+    /// untouched when the slot holds zero (a stopped PCG), which daxpy in
+    /// device pointer mode cannot know.
     fn axpy(&self, s: &CudaSlice<f64>, alpha: Slot, x: &CudaSlice<f64>, y: &mut CudaSlice<f64>) -> SolverResult<()> {
         same_len("axpy operand", y.len(), x.len())?;
-        let st = &self.gpu.stream;
-        let ((sp, _a), (xp, _b), (yp, _c)) = (s.device_ptr(st), x.device_ptr(st), y.device_ptr_mut(st));
-        // SAFETY: x and y hold n values; alpha is a slot of s, read on device.
-        let handle = self.handle()?;
-        let status = unsafe {
-            blas::cublasDaxpy_v2_64(
-                handle,
-                x.len() as i64,
-                (sp + alpha as u64 * F64) as *const f64,
-                xp as *const f64,
-                1,
-                yp as *mut f64,
-                1,
-            )
-        };
-        blas_ok("axpy", status)
+        kernels::axpy(&self.gpu, s, alpha, x, y).map_err(SolverError::from)
     }
     fn xpay(&self, x: &CudaSlice<f64>, s: &CudaSlice<f64>, beta: Slot, y: &mut CudaSlice<f64>) -> SolverResult<()> {
         same_len("xpay operand", y.len(), x.len())?;
@@ -263,29 +260,41 @@ impl Backend for CudaBackend {
     fn repeat(
         &self,
         times: usize,
-        recording: &mut Option<(usize, CudaGraph)>,
+        recording: &mut Option<(usize, Recorded)>,
         body: &mut dyn FnMut() -> SolverResult<()>,
     ) -> SolverResult<()> {
-        let err = |what: &str, e: cudarc::driver::DriverError| SolverError::Backend(format!("{what}: {e:?}"));
         if !matches!(recording, Some((len, _)) if *len == times) {
+            // The old executable goes back to the GPU's pool first, so
+            // the new capture can update it instead of instantiating.
             *recording = None;
             let st = &self.gpu.stream;
             st.begin_capture(CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_THREAD_LOCAL)
-                .map_err(|e| err("begin graph capture", e))?;
+                .map_err(|e| SolverError::Backend(format!("begin graph capture: {e:?}")))?;
             let queued = (0..times).try_for_each(|_| body());
-            match (queued, st.end_capture(CUgraphInstantiate_flags(0))) {
-                (Ok(()), Ok(Some(g))) => *recording = Some((times, g)),
-                // Capture refused or failed: nothing ran, so run directly.
-                _ => return (0..times).try_for_each(|_| body()),
+            // SAFETY: the stream is capturing (begun above, on this thread).
+            let graph = unsafe { cudarc::driver::result::stream::end_capture(st.cu_stream()) };
+            match (queued, graph) {
+                (Ok(()), Ok(g)) if !g.is_null() => *recording = Some((times, Recorded::from_graph(&self.gpu, g)?)),
+                (_, g) => {
+                    if let Some(g) = g.ok().filter(|g| !g.is_null()) {
+                        // SAFETY: a finished capture's graph, held by no one.
+                        let _ = unsafe { cudarc::driver::result::graph::destroy(g) };
+                    }
+                    // Capture refused or failed: nothing ran, so run directly.
+                    return (0..times).try_for_each(|_| body());
+                }
             }
         }
         let (_, graph) = recording.as_ref().expect("recorded above");
         self.gpu.count_graph_launch();
-        graph.launch().map_err(|e| err("graph launch", e))
+        graph.launch().map_err(SolverError::from)
     }
 }
 
 impl PcgKernels for CudaBackend {
+    fn pcg_start(&self, s: &mut CudaSlice<f64>, rtol: f64, atol: f64) -> SolverResult<()> {
+        kernels::pcg_start(&self.gpu, s, rtol, atol).map_err(SolverError::from)
+    }
     fn pcg_alpha(&self, s: &mut CudaSlice<f64>) -> SolverResult<()> {
         kernels::pcg_scalar(&self.gpu, false, s).map_err(SolverError::from)
     }

@@ -623,19 +623,43 @@ pub(crate) fn chunk_sum_partial(
     Ok(())
 }
 
+/// The launch of the one-thread scalar kernels.
+const ONE_THREAD: LaunchConfig = LaunchConfig {
+    grid_dim: (1, 1, 1),
+    block_dim: (1, 1, 1),
+    shared_mem_bytes: 0,
+};
+
 /// The PCG scalar kernels (`pcg_alpha`, `pcg_beta`) on a slot bank.
 pub(crate) fn pcg_scalar(g: &Gpu, beta_step: bool, s: &mut CudaSlice<f64>) -> Result<()> {
     need("scalar slots", s.len(), matfree_solvers::pcg_kernels::slot::COUNT)?;
     let f = if beta_step { &g.f.pcg_beta } else { &g.f.pcg_alpha };
     let mut b = g.stream.launch_builder(f);
     b.arg(s);
-    let cfg = LaunchConfig {
-        grid_dim: (1, 1, 1),
-        block_dim: (1, 1, 1),
-        shared_mem_bytes: 0,
-    };
     // SAFETY: the bank holds every slot the kernel touches (checked above).
-    unsafe { b.launch(cfg) }.map_err(|e| cuda_err("pcg scalar step", e))?;
+    unsafe { b.launch(ONE_THREAD) }.map_err(|e| cuda_err("pcg scalar step", e))?;
+    Ok(())
+}
+
+/// PCG's start on the slots (see `PcgKernels::pcg_start`).
+pub(crate) fn pcg_start(g: &Gpu, s: &mut CudaSlice<f64>, rtol: f64, atol: f64) -> Result<()> {
+    need("scalar slots", s.len(), matfree_solvers::pcg_kernels::slot::COUNT)?;
+    let mut b = g.stream.launch_builder(&g.f.pcg_start);
+    b.arg(s).arg(&rtol).arg(&atol);
+    // SAFETY: the bank holds every slot the kernel touches (checked above).
+    unsafe { b.launch(ONE_THREAD) }.map_err(|e| cuda_err("pcg start", e))?;
+    Ok(())
+}
+
+/// y += s[slot] * x, nothing when the slot is zero.
+pub(crate) fn axpy(g: &Gpu, s: &CudaSlice<f64>, slot: usize, x: &CudaSlice<f64>, y: &mut CudaSlice<f64>) -> Result<()> {
+    need("y", y.len(), x.len())?;
+    need("scalar slots", s.len(), slot + 1)?;
+    let (n, slot) = (x.len() as i64, slot as i32);
+    let mut b = g.stream.launch_builder(&g.f.axpy);
+    b.arg(&n).arg(s).arg(&slot).arg(x).arg(y);
+    // SAFETY: x and y hold n values; s holds the slot.
+    unsafe { b.launch(grid_1d(x.len())) }.map_err(|e| cuda_err("axpy", e))?;
     Ok(())
 }
 

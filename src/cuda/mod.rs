@@ -16,9 +16,11 @@ mod dense;
 mod devices;
 mod kernels;
 mod multi;
+mod recorded;
 mod row_hessian;
 mod runtime;
 mod sharded;
+mod staging;
 mod tiled;
 
 pub use backend::CudaBackend;
@@ -29,8 +31,10 @@ pub use dense::{DeviceCholesky, DeviceDenseFactor, DEVICE_DENSE_MIN_P};
 #[cfg(feature = "testing")]
 pub use devices::{gpus_for_test, setup_for_test};
 pub use multi::{GpuGroup, MultiGpuBackend, Replicated};
+pub use recorded::Recorded;
 pub use row_hessian::{DeviceDesigns, DeviceRowHessian, HvpPrecision, SingleKernel};
 #[cfg(feature = "testing")]
 pub use runtime::gpu_for_test;
 pub use runtime::{select_device, Device, Gpu, GpuPolicy, KernelModule, LoadedKernels};
 pub use sharded::{shard_rows, ShardedRowEvaluation, ShardedRowHessian};
+pub use staging::ScalarCopy;

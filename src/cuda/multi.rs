@@ -310,6 +310,14 @@ impl Backend for MultiGpuBackend {
         self.check("scalar slots", &[s])?;
         self.devices[0].read_scalars(&s.parts[0])
     }
+    type ScalarRead = <CudaBackend as Backend>::ScalarRead;
+    fn request_scalars(&self, s: &Replicated) -> SolverResult<Self::ScalarRead> {
+        self.check("scalar slots", &[s])?;
+        self.devices[0].request_scalars(&s.parts[0])
+    }
+    fn wait_scalars(&self, read: Self::ScalarRead) -> SolverResult<Vec<f64>> {
+        self.devices[0].wait_scalars(read)
+    }
     fn copy(&self, src: &Replicated, dst: &mut Replicated) -> SolverResult<()> {
         self.check("copy", &[src, dst])?;
         self.each(|d, be| be.copy(&src.parts[d], &mut dst.parts[d]))
@@ -376,6 +384,10 @@ impl Backend for MultiGpuBackend {
 }
 
 impl PcgKernels for MultiGpuBackend {
+    fn pcg_start(&self, s: &mut Replicated, rtol: f64, atol: f64) -> SolverResult<()> {
+        self.check("scalar slots", &[s])?;
+        self.each(|d, be| be.pcg_start(&mut s.parts[d], rtol, atol))
+    }
     fn pcg_alpha(&self, s: &mut Replicated) -> SolverResult<()> {
         self.check("scalar slots", &[s])?;
         self.each(|d, be| be.pcg_alpha(&mut s.parts[d]))

@@ -116,6 +116,8 @@ pub(crate) struct Functions {
     pub pcg_beta: CudaFunction,
     pub pcg_step_small: CudaFunction,
     pub xpay: CudaFunction,
+    pub axpy: CudaFunction,
+    pub pcg_start: CudaFunction,
     pub sub_from: CudaFunction,
     pub mul_elementwise: CudaFunction,
     pub invert_positive: CudaFunction,
@@ -142,6 +144,21 @@ pub struct Gpu {
     pub(crate) sm_count: usize,
     syncs: AtomicUsize,
     graph_launches: AtomicUsize,
+    /// Executables of dropped recordings, for the next to update.
+    pub(crate) execs: super::recorded::ExecPool,
+    /// Page-locked buffers for scalar reads the host waits for later.
+    pub(crate) staging: super::staging::StagingPool,
+}
+
+impl Drop for Gpu {
+    /// Spare executables go with the context: let queued copies into the
+    /// staging buffers finish, then destroy them with the context current.
+    fn drop(&mut self) {
+        let _ = self.stream.synchronize();
+        if self.bind().is_ok() {
+            self.execs.clear();
+        }
+    }
 }
 
 // SAFETY: every field is used from one stream; cudarc's handles are
@@ -276,6 +293,8 @@ impl Gpu {
             sm_count,
             syncs: AtomicUsize::new(0),
             graph_launches: AtomicUsize::new(0),
+            execs: Default::default(),
+            staging: Default::default(),
         })
     }
 
@@ -514,6 +533,8 @@ fn compile(ctx: &Arc<CudaContext>, compute_capability: (i32, i32)) -> Result<Fun
         pcg_beta: get(1, "pcg_beta")?,
         pcg_step_small: get(1, "pcg_step_small")?,
         xpay: get(1, "xpay")?,
+        axpy: get(1, "axpy")?,
+        pcg_start: get(1, "pcg_start")?,
         sub_from: get(1, "sub_from")?,
         mul_elementwise: get(1, "mul_elementwise")?,
         invert_positive: get(1, "invert_positive")?,
