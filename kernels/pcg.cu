@@ -15,6 +15,7 @@
 #define CULPRIT 10
 #define BB 11
 #define RR0 12
+#define TRUE_RR 13
 
 #define RUNNING 0.0
 #define CONVERGED 1.0
@@ -76,7 +77,7 @@ __device__ void beta_step(double* s)
 
 // The start: threshold, rr0, no iterations, and the status before the first
 // iteration (pcg_start_slots in solvers/src/cpu.rs).
-extern "C" __global__ void pcg_start(double* s, double rtol, double atol)
+__device__ void start_step(double* s, double rtol, double atol)
 {
     const double threshold = fmax(rtol * sqrt(s[BB]), atol);
     const double rr = s[RR], rz = s[RZ];
@@ -88,6 +89,8 @@ extern "C" __global__ void pcg_start(double* s, double rtol, double atol)
     else if (!(rz > 0.0 && isfinite(rz))) s[STATUS] = BAD_PRECONDITIONER;
     else s[STATUS] = RUNNING;
 }
+
+extern "C" __global__ void pcg_start(double* s, double rtol, double atol) { start_step(s, rtol, atol); }
 
 extern "C" __global__ void pcg_alpha(double* s) { alpha_step(s); }
 extern "C" __global__ void pcg_beta(double* s) { beta_step(s); }
@@ -150,6 +153,48 @@ extern "C" __global__ void pcg_step_small(i64 n, const double* __restrict__ d, d
     __syncthreads();
     const double beta = coef;
     for (i64 i = threadIdx.x; i < n; i += 256) p[i] = z[i] + beta * p[i];
+}
+
+// PCG's start for z = d .* r in one block of 256 (short vectors): z, p = z,
+// the slots rz, rr, bb, then the start.
+extern "C" __global__ void pcg_restart_small(i64 n, const double* __restrict__ d, const double* __restrict__ b,
+                                             const double* __restrict__ r, double* __restrict__ z,
+                                             double* __restrict__ p, double* s, double rtol, double atol)
+{
+    __shared__ double buf[256];
+    double rz = 0.0, rr = 0.0, bb = 0.0;
+    for (i64 i = threadIdx.x; i < n; i += 256) {
+        const double zi = d[i] * r[i];
+        z[i] = zi;
+        p[i] = zi;
+        rz += r[i] * zi;
+        rr += r[i] * r[i];
+        bb += b[i] * b[i];
+    }
+    rz = block_sum_256(rz, buf);
+    rr = block_sum_256(rr, buf);
+    bb = block_sum_256(bb, buf);
+    if (threadIdx.x == 0) {
+        s[RZ] = rz;
+        s[RR] = rr;
+        s[BB] = bb;
+        start_step(s, rtol, atol);
+    }
+}
+
+// r = b - r (r holding A x) and s[TRUE_RR] = r^T r, in one block of 256.
+extern "C" __global__ void pcg_true_residual_small(i64 n, const double* __restrict__ b, double* __restrict__ r,
+                                                   double* s)
+{
+    __shared__ double buf[256];
+    double rr = 0.0;
+    for (i64 i = threadIdx.x; i < n; i += 256) {
+        const double ri = b[i] - r[i];
+        r[i] = ri;
+        rr += ri * ri;
+    }
+    rr = block_sum_256(rr, buf);
+    if (threadIdx.x == 0) s[TRUE_RR] = rr;
 }
 
 // y = x + s[slot] * y; y = x when the slot is zero (whatever y held)

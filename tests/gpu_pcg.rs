@@ -433,6 +433,24 @@ fn fresh_solvers_reuse_recorded_blocks_and_block_length_leaves_x_alone_on_device
         fixed.info
     );
     assert_eq!(gpu.graph_launches() - graphs, 4);
+    // The fused start's and true residual's norms against the host's.
+    let x = be.download(&fixed.x).unwrap();
+    let mut ax = vec![0.0; p];
+    LinearOperator::<CpuBackend>::apply(&ops[0], &x, &mut ax).unwrap();
+    let true_norm = ax
+        .iter()
+        .zip(&bs[0])
+        .map(|(u, v)| (v - u) * (v - u))
+        .sum::<f64>()
+        .sqrt();
+    let b_norm = bs[0].iter().map(|v| v * v).sum::<f64>().sqrt();
+    assert!(
+        (fixed.info.true_residual_norm - true_norm).abs() <= 1e-9 * b_norm,
+        "{:?} vs {true_norm}",
+        fixed.info
+    );
+    assert!((fixed.info.b_norm - b_norm).abs() <= 1e-14 * b_norm);
+    assert!((fixed.info.initial_residual_norm - b_norm).abs() <= 1e-14 * b_norm);
 }
 
 /// One change to a scalar bank.

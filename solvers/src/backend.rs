@@ -27,6 +27,12 @@ pub trait Backend {
 
     /// A zero vector of length `n`.
     fn zeros(&self, n: usize) -> Result<Self::Vector>;
+    /// A vector of length `n` whose entries are unspecified until written
+    /// (the default: zeros; a device backend skips the fill). For work
+    /// vectors every entry of which is written before it is read.
+    fn uninit(&self, n: usize) -> Result<Self::Vector> {
+        self.zeros(n)
+    }
     /// Upload a host slice.
     fn upload(&self, x: &[f64]) -> Result<Self::Vector>;
     /// Download a vector (synchronises; not for use inside an iteration).

@@ -241,10 +241,12 @@ impl<'a, B: PcgKernels> Pcg<'a, B> {
             m,
             w: Work {
                 x: backend.zeros(n)?,
-                r: backend.zeros(n)?,
-                z: backend.zeros(n)?,
-                p: backend.zeros(n)?,
-                q: backend.zeros(n)?,
+                // Written before they are read: r by b or b - A x0, z and p
+                // at the start, q by the first product.
+                r: backend.uninit(n)?,
+                z: backend.uninit(n)?,
+                p: backend.uninit(n)?,
+                q: backend.uninit(n)?,
             },
             s: backend.scalars(slot::COUNT)?,
             recording: None,
@@ -359,9 +361,7 @@ impl<'a, B: PcgKernels> Pcg<'a, B> {
             ..
         } = self;
         let (backend, a, m) = (*backend, *a, *m);
-        restart_direction(backend, m, w, s)?;
-        backend.dot(b, b, s, slot::BB)?;
-        backend.pcg_start(s, opts.rtol, opts.atol)?;
+        start(backend, m, b, w, s, opts)?;
         let mut blocks = Blocks::new(opts);
         let mut pending = VecDeque::from([(backend.request_scalars(s)?, false)]);
         let (mut info, mut state, mut true_rr) = (None::<PcgInfo>, Vec::new(), None);
@@ -525,8 +525,8 @@ fn true_residual<B: PcgKernels>(
     w: &mut Work<B::Vector>,
     s: &mut B::Scalars,
 ) -> Result<()> {
-    residual(backend, a, b, &w.x, &mut w.r)?;
-    backend.dot(&w.r, &w.r, s, slot::TRUE_RR)
+    a.apply(&w.x, &mut w.r)?;
+    backend.pcg_true_residual(b, &mut w.r, s)
 }
 
 /// r = b - A x.
@@ -541,17 +541,34 @@ fn residual<B: PcgKernels>(
     backend.sub_from(b, r)
 }
 
-/// z = M^{-1} r, p = z, and the slots rz = r^T z, rr = r^T r.
-fn restart_direction<B: PcgKernels>(
+/// z = M^{-1} r, p = z, the slots rz = r^T z, rr = r^T r, bb = b^T b, and
+/// the start on them (fused for a diagonal M where the backend can).
+fn start<B: PcgKernels>(
     backend: &B,
     m: &dyn Preconditioner<B>,
+    b: &B::Vector,
     w: &mut Work<B::Vector>,
     s: &mut B::Scalars,
+    opts: &PcgOptions,
 ) -> Result<()> {
+    if let Some(d) = m.inverse_diagonal() {
+        let v = PcgVectors {
+            x: &mut w.x,
+            r: &mut w.r,
+            z: &mut w.z,
+            p: &mut w.p,
+            q: &w.q,
+        };
+        if backend.pcg_restart_diagonal(d, b, v, s, (opts.rtol, opts.atol))? {
+            return Ok(());
+        }
+    }
     m.apply(&w.r, &mut w.z)?;
     backend.copy(&w.z, &mut w.p)?;
     backend.dot(&w.r, &w.z, s, slot::RZ)?;
-    backend.dot(&w.r, &w.r, s, slot::RR)
+    backend.dot(&w.r, &w.r, s, slot::RR)?;
+    backend.dot(b, b, s, slot::BB)?;
+    backend.pcg_start(s, opts.rtol, opts.atol)
 }
 
 /// One PCG iteration, queued on the backend.

@@ -87,4 +87,24 @@ pub trait PcgKernels: Backend {
     ) -> Result<bool> {
         Ok(false)
     }
+    /// PCG's (re)start for a diagonal preconditioner z = d .* r, fused where
+    /// the backend can: z = d .* r, p = z, the slots RZ = r^T z, RR = r^T r
+    /// and BB = b^T b, then [`PcgKernels::pcg_start`] (x and q untouched).
+    /// `Ok(false)` (the default): the caller runs the sequence itself.
+    fn pcg_restart_diagonal(
+        &self,
+        _d: &Self::Vector,
+        _b: &Self::Vector,
+        _v: PcgVectors<'_, Self::Vector>,
+        _s: &mut Self::Scalars,
+        _tol: (f64, f64),
+    ) -> Result<bool> {
+        Ok(false)
+    }
+    /// r = b - r (r holding A x) and the slot TRUE_RR = r^T r: the true
+    /// residual of a finished solve, fused where the backend can.
+    fn pcg_true_residual(&self, b: &Self::Vector, r: &mut Self::Vector, s: &mut Self::Scalars) -> Result<()> {
+        self.sub_from(b, r)?;
+        self.dot(r, r, s, slot::TRUE_RR)
+    }
 }

@@ -84,6 +84,11 @@ impl Backend for CudaBackend {
     fn zeros(&self, n: usize) -> SolverResult<CudaSlice<f64>> {
         self.gpu.zeros(n).map_err(SolverError::from)
     }
+    fn uninit(&self, n: usize) -> SolverResult<CudaSlice<f64>> {
+        self.gpu.bind()?;
+        // SAFETY: f64 has no invalid bit patterns; callers write before reading.
+        unsafe { self.gpu.stream.alloc::<f64>(n) }.map_err(|e| SolverError::Backend(format!("allocation: {e:?}")))
+    }
     fn upload(&self, x: &[f64]) -> SolverResult<CudaSlice<f64>> {
         self.gpu.upload(x).map_err(SolverError::from)
     }
@@ -315,5 +320,32 @@ impl PcgKernels for CudaBackend {
         }
         kernels::pcg_step_small(&self.gpu, d, v, s)?;
         Ok(true)
+    }
+    /// Short vectors: one single-block kernel for the whole start.
+    fn pcg_restart_diagonal(
+        &self,
+        d: &CudaSlice<f64>,
+        b: &CudaSlice<f64>,
+        v: PcgVectors<'_, CudaSlice<f64>>,
+        s: &mut CudaSlice<f64>,
+        tol: (f64, f64),
+    ) -> SolverResult<bool> {
+        if d.len() > kernels::SMALL_PCG {
+            return Ok(false);
+        }
+        kernels::pcg_restart_small(&self.gpu, d, b, v, s, tol)?;
+        Ok(true)
+    }
+    fn pcg_true_residual(
+        &self,
+        b: &CudaSlice<f64>,
+        r: &mut CudaSlice<f64>,
+        s: &mut CudaSlice<f64>,
+    ) -> SolverResult<()> {
+        if b.len() > kernels::SMALL_PCG {
+            self.sub_from(b, r)?;
+            return self.dot(r, r, s, matfree_solvers::pcg_kernels::slot::TRUE_RR);
+        }
+        kernels::pcg_true_residual_small(&self.gpu, b, r, s).map_err(SolverError::from)
     }
 }

@@ -630,6 +630,13 @@ const ONE_THREAD: LaunchConfig = LaunchConfig {
     shared_mem_bytes: 0,
 };
 
+/// The launch of the one-block short-vector PCG kernels.
+const ONE_BLOCK: LaunchConfig = LaunchConfig {
+    grid_dim: (1, 1, 1),
+    block_dim: (256, 1, 1),
+    shared_mem_bytes: 0,
+};
+
 /// The PCG scalar kernels (`pcg_alpha`, `pcg_beta`) on a slot bank.
 pub(crate) fn pcg_scalar(g: &Gpu, beta_step: bool, s: &mut CudaSlice<f64>) -> Result<()> {
     need("scalar slots", s.len(), matfree_solvers::pcg_kernels::slot::COUNT)?;
@@ -687,14 +694,57 @@ pub(crate) fn pcg_step_small(
     let n64 = n as i64;
     let mut b = g.stream.launch_builder(&g.f.pcg_step_small);
     b.arg(&n64).arg(d).arg(v.x).arg(v.r).arg(v.z).arg(v.p).arg(v.q).arg(s);
-    let cfg = LaunchConfig {
-        grid_dim: (1, 1, 1),
-        block_dim: (256, 1, 1),
-        shared_mem_bytes: 0,
-    };
     // SAFETY: every vector holds n values, the bank every slot; one block of
     // the 256 threads the kernel's reductions assume.
-    unsafe { b.launch(cfg) }.map_err(|e| cuda_err("pcg_step_small", e))?;
+    unsafe { b.launch(ONE_BLOCK) }.map_err(|e| cuda_err("pcg_step_small", e))?;
+    Ok(())
+}
+
+/// The fused start for z = d .* r on short vectors (see
+/// `PcgKernels::pcg_restart_diagonal`), one block.
+pub(crate) fn pcg_restart_small(
+    g: &Gpu,
+    d: &CudaSlice<f64>,
+    b_vec: &CudaSlice<f64>,
+    v: matfree_solvers::PcgVectors<'_, CudaSlice<f64>>,
+    s: &mut CudaSlice<f64>,
+    (rtol, atol): (f64, f64),
+) -> Result<()> {
+    let n = d.len();
+    for (field, len) in [("b", b_vec.len()), ("r", v.r.len()), ("z", v.z.len()), ("p", v.p.len())] {
+        need(field, len, n)?;
+    }
+    need("scalar slots", s.len(), matfree_solvers::pcg_kernels::slot::COUNT)?;
+    let n64 = n as i64;
+    let mut b = g.stream.launch_builder(&g.f.pcg_restart_small);
+    b.arg(&n64)
+        .arg(d)
+        .arg(b_vec)
+        .arg(&*v.r)
+        .arg(v.z)
+        .arg(v.p)
+        .arg(s)
+        .arg(&rtol)
+        .arg(&atol);
+    // SAFETY: every vector holds n values, the bank every slot; one block of 256.
+    unsafe { b.launch(ONE_BLOCK) }.map_err(|e| cuda_err("pcg restart", e))?;
+    Ok(())
+}
+
+/// r = b - r and the TRUE_RR slot on short vectors, one block.
+pub(crate) fn pcg_true_residual_small(
+    g: &Gpu,
+    b_vec: &CudaSlice<f64>,
+    r: &mut CudaSlice<f64>,
+    s: &mut CudaSlice<f64>,
+) -> Result<()> {
+    need("r", r.len(), b_vec.len())?;
+    need("scalar slots", s.len(), matfree_solvers::pcg_kernels::slot::COUNT)?;
+    let n64 = b_vec.len() as i64;
+    let mut b = g.stream.launch_builder(&g.f.pcg_true_residual_small);
+    b.arg(&n64).arg(b_vec).arg(r).arg(s);
+    // SAFETY: both vectors hold n values, the bank every slot; one block of 256.
+    unsafe { b.launch(ONE_BLOCK) }.map_err(|e| cuda_err("pcg true residual", e))?;
     Ok(())
 }
 

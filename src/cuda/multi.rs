@@ -288,6 +288,9 @@ impl Backend for MultiGpuBackend {
     fn zeros(&self, n: usize) -> SolverResult<Replicated> {
         self.replicated(|_, be| be.zeros(n))
     }
+    fn uninit(&self, n: usize) -> SolverResult<Replicated> {
+        self.replicated(|_, be| be.uninit(n))
+    }
     fn upload(&self, x: &[f64]) -> SolverResult<Replicated> {
         self.replicated(|_, be| be.upload(x))
     }
@@ -413,11 +416,40 @@ impl PcgKernels for MultiGpuBackend {
             };
             be.pcg_step_diagonal(&dg.parts[d], vd, &mut s.parts[d])
         })?;
-        // The choice depends only on the length, so every device agrees;
-        // a mix would leave the replicas apart, so it is an error.
-        if fused.iter().any(|&f| f != fused[0]) {
-            return Err(SolverError::Backend("devices disagreed on fusing the PCG step".into()));
-        }
-        Ok(fused[0])
+        agreed(&fused)
     }
+    fn pcg_restart_diagonal(
+        &self,
+        dg: &Replicated,
+        b: &Replicated,
+        v: PcgVectors<'_, Replicated>,
+        s: &mut Replicated,
+        tol: (f64, f64),
+    ) -> SolverResult<bool> {
+        self.check("pcg restart", &[dg, b, v.x, v.r, v.z, v.p, v.q, s])?;
+        let fused = self.map(|d, be| {
+            let vd = PcgVectors {
+                x: &mut v.x.parts[d],
+                r: &mut v.r.parts[d],
+                z: &mut v.z.parts[d],
+                p: &mut v.p.parts[d],
+                q: &v.q.parts[d],
+            };
+            be.pcg_restart_diagonal(&dg.parts[d], &b.parts[d], vd, &mut s.parts[d], tol)
+        })?;
+        agreed(&fused)
+    }
+    fn pcg_true_residual(&self, b: &Replicated, r: &mut Replicated, s: &mut Replicated) -> SolverResult<()> {
+        self.check("pcg true residual", &[b, r, s])?;
+        self.each(|d, be| be.pcg_true_residual(&b.parts[d], &mut r.parts[d], &mut s.parts[d]))
+    }
+}
+
+/// Every device's choice to fuse: it depends only on the length, so they
+/// agree; a mix would leave the replicas apart, so it is an error.
+fn agreed(fused: &[bool]) -> SolverResult<bool> {
+    if fused.iter().any(|&f| f != fused[0]) {
+        return Err(SolverError::Backend("devices disagreed on fusing a PCG step".into()));
+    }
+    Ok(fused[0])
 }
