@@ -95,6 +95,7 @@ extern "C" __global__ void __launch_bounds__(WARPS * 32, TILED_MIN_BLOCKS) hvp_t
     double* vs = acc + WARPS * PT * TILE;
     double* dcs = vs + PM + PG;
     for (int a = threadIdx.x; a < WARPS * PT * TILE; a += blockDim.x) acc[a] = 0.0;
+    after_previous(); // launched as a dependent of the kernel that wrote v
     for (int a = threadIdx.x; a < PM + PG; a += blockDim.x) vs[a] = v[a];
     for (int s = threadIdx.x; s < R; s += blockDim.x) dcs[s] = s >= 2 ? v[primary_to_beta[s]] : 0.0;
     __syncthreads();
@@ -111,6 +112,9 @@ extern "C" __global__ void __launch_bounds__(WARPS * 32, TILED_MIN_BLOCKS) hvp_t
 #pragma unroll
         for (int s = 0; s < R; ++s) tile_pullback(s, t[s], xm, xg, mine);
     }
+    // Only now: the reduction's blocks would take registers that the
+    // tiles' blocks of a full wave need.
+    let_next_start();
     __syncthreads();
     for (int a = threadIdx.x; a < PT; a += blockDim.x) {
         double s = 0.0;

@@ -119,6 +119,8 @@ extern "C" __global__ void pcg_step_small(i64 n, const double* __restrict__ d, d
 {
     __shared__ double buf[256];
     __shared__ double coef;
+    after_previous(); // launched as a dependent of the product that wrote q
+    let_next_start();
     double acc = 0.0;
     for (i64 i = threadIdx.x; i < n; i += 256) acc += p[i] * q[i];
     const double pap = block_sum_256(acc, buf);

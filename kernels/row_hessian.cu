@@ -216,6 +216,8 @@ extern "C" __global__ void reduce_partials(
     i64 chunks, i64 len, const double* __restrict__ partial, double* __restrict__ out)
 {
     __shared__ double buf[256];
+    after_previous(); // launched as a dependent of the kernel that wrote the partials
+    let_next_start();
     for (i64 e = blockIdx.x; e < len; e += gridDim.x) {
         double acc = 0.0;
         for (i64 c = threadIdx.x; c < chunks; c += 256) acc += partial[c * len + e];

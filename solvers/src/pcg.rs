@@ -194,6 +194,19 @@ struct Work<V> {
     q: V,
 }
 
+impl<V> Work<V> {
+    /// The vectors a fused step updates.
+    fn vectors(&mut self) -> PcgVectors<'_, V> {
+        PcgVectors {
+            x: &mut self.x,
+            r: &mut self.r,
+            z: &mut self.z,
+            p: &mut self.p,
+            q: &self.q,
+        }
+    }
+}
+
 /// Solve A x = b by preconditioned CG. `x0` is the warm start (zero if
 /// `None`). Hitting `max_iter` is reported in the info, not as an error.
 pub fn cg<B: PcgKernels>(
@@ -552,13 +565,7 @@ fn start<B: PcgKernels>(
     opts: &PcgOptions,
 ) -> Result<()> {
     if let Some(d) = m.inverse_diagonal() {
-        let v = PcgVectors {
-            x: &mut w.x,
-            r: &mut w.r,
-            z: &mut w.z,
-            p: &mut w.p,
-            q: &w.q,
-        };
+        let v = w.vectors();
         if backend.pcg_restart_diagonal(d, b, v, s, (opts.rtol, opts.atol))? {
             return Ok(());
         }
@@ -581,13 +588,7 @@ fn iteration<B: PcgKernels>(
 ) -> Result<()> {
     a.apply(&w.p, &mut w.q)?;
     if let Some(d) = m.inverse_diagonal() {
-        let v = PcgVectors {
-            x: &mut w.x,
-            r: &mut w.r,
-            z: &mut w.z,
-            p: &mut w.p,
-            q: &w.q,
-        };
+        let v = w.vectors();
         if backend.pcg_step_diagonal(d, v, s)? {
             return Ok(());
         }

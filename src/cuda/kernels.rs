@@ -1,10 +1,60 @@
 //! One safe wrapper per CUDA kernel: lengths are checked here, so the only
 //! `unsafe { launch }` blocks of the crate sit behind these functions.
 
-use cudarc::driver::{CudaSlice, LaunchConfig, PushKernelArg};
+use std::ffi::c_void;
+
+use cudarc::driver::{result, sys, CudaFunction, CudaSlice, DevicePtr, LaunchConfig, PushKernelArg};
 
 use super::runtime::{cuda_err, Gpu};
 use crate::{Error, Result};
+
+/// Queue `f` as a programmatic dependent of the kernel before it on the
+/// stream (sm_90 and later): it may be scheduled while that kernel
+/// finishes, which hides its launch in the chain of small kernels a PCG
+/// iteration is; it must call `after_previous()` (kernels/pdl.cuh) before
+/// it touches global memory. Before sm_90, an ordinary launch.
+///
+/// # Safety
+/// `args` point at the kernel's parameters, in order and of its types, and
+/// the launch must fit the kernel (the caller's checks).
+pub(crate) unsafe fn launch_dependent(
+    g: &Gpu,
+    f: &CudaFunction,
+    cfg: LaunchConfig,
+    args: &mut [*mut c_void],
+    what: &str,
+) -> Result<()> {
+    g.bind()?;
+    let stream = g.stream.cu_stream();
+    let (grid, block, smem) = (cfg.grid_dim, cfg.block_dim, cfg.shared_mem_bytes);
+    if !g.dependent_launches() {
+        return result::launch_kernel(f.cu_function(), grid, block, smem, stream, args).map_err(|e| cuda_err(what, e));
+    }
+    let mut attr: sys::CUlaunchAttribute = std::mem::zeroed();
+    attr.id = sys::CUlaunchAttributeID::CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION;
+    attr.value.programmaticStreamSerializationAllowed = 1;
+    let config = sys::CUlaunchConfig {
+        gridDimX: grid.0,
+        gridDimY: grid.1,
+        gridDimZ: grid.2,
+        blockDimX: block.0,
+        blockDimY: block.1,
+        blockDimZ: block.2,
+        sharedMemBytes: smem,
+        hStream: stream,
+        attrs: &mut attr,
+        numAttrs: 1,
+    };
+    sys::cuLaunchKernelEx(&config, f.cu_function(), args.as_mut_ptr(), std::ptr::null_mut())
+        .result()
+        .map_err(|e| cuda_err(what, e))
+}
+
+/// A device buffer's address, as a kernel parameter of
+/// [`launch_dependent`] (event tracking is off: nothing to record).
+pub(crate) fn address<T>(g: &Gpu, s: &CudaSlice<T>) -> sys::CUdeviceptr {
+    s.device_ptr(&g.stream).0
+}
 
 /// Threads per block of the elementwise and partial kernels.
 const THREADS: u32 = 256;
@@ -580,12 +630,17 @@ pub(crate) fn reduce_partials(
         block_dim: (256, 1, 1),
         shared_mem_bytes: 0,
     };
-    let (c, l) = (chunks as i64, len as i64);
-    let mut b = g.stream.launch_builder(&g.f.reduce_partials);
-    b.arg(&c).arg(&l).arg(partial).arg(out);
-    // SAFETY: lengths checked above; blockDim is the 256 the kernel requires.
-    unsafe { b.launch(cfg) }.map_err(|e| cuda_err("reduce_partials", e))?;
-    Ok(())
+    let (mut c, mut l) = (chunks as i64, len as i64);
+    let (mut pp, mut op) = (address(g, partial), address(g, out));
+    let mut args = [
+        &mut c as *mut i64 as *mut c_void,
+        &mut l as *mut i64 as _,
+        &mut pp as *mut u64 as _,
+        &mut op as *mut u64 as _,
+    ];
+    // SAFETY: the kernel's (i64, i64, const double*, double*); lengths
+    // checked above; blockDim is the 256 the kernel requires.
+    unsafe { launch_dependent(g, &g.f.reduce_partials, cfg, &mut args, "reduce_partials") }
 }
 
 /// Copy the upper triangle of a p x p matrix into its lower triangle.
@@ -691,13 +746,14 @@ pub(crate) fn pcg_step_small(
         need(field, len, n)?;
     }
     need("scalar slots", s.len(), matfree_solvers::pcg_kernels::slot::COUNT)?;
-    let n64 = n as i64;
-    let mut b = g.stream.launch_builder(&g.f.pcg_step_small);
-    b.arg(&n64).arg(d).arg(v.x).arg(v.r).arg(v.z).arg(v.p).arg(v.q).arg(s);
-    // SAFETY: every vector holds n values, the bank every slot; one block of
-    // the 256 threads the kernel's reductions assume.
-    unsafe { b.launch(ONE_BLOCK) }.map_err(|e| cuda_err("pcg_step_small", e))?;
-    Ok(())
+    let mut n64 = n as i64;
+    let mut ptrs = [d, &*v.x, &*v.r, &*v.z, &*v.p, v.q, &*s].map(|b| address(g, b));
+    let mut args: Vec<*mut c_void> = vec![&mut n64 as *mut i64 as _];
+    args.extend(ptrs.iter_mut().map(|p| p as *mut u64 as *mut c_void));
+    // SAFETY: the kernel's (i64, then seven double*); every vector holds n
+    // values, the bank every slot; one block of the 256 threads the
+    // kernel's reductions assume.
+    unsafe { launch_dependent(g, &g.f.pcg_step_small, ONE_BLOCK, &mut args, "pcg_step_small") }
 }
 
 /// The fused start for z = d .* r on short vectors (see

@@ -402,18 +402,12 @@ impl PcgKernels for MultiGpuBackend {
     fn pcg_step_diagonal(
         &self,
         dg: &Replicated,
-        v: PcgVectors<'_, Replicated>,
+        mut v: PcgVectors<'_, Replicated>,
         s: &mut Replicated,
     ) -> SolverResult<bool> {
         self.check("pcg step", &[dg, v.x, v.r, v.z, v.p, v.q, s])?;
         let fused = self.map(|d, be| {
-            let vd = PcgVectors {
-                x: &mut v.x.parts[d],
-                r: &mut v.r.parts[d],
-                z: &mut v.z.parts[d],
-                p: &mut v.p.parts[d],
-                q: &v.q.parts[d],
-            };
+            let vd = device_part(&mut v, d);
             be.pcg_step_diagonal(&dg.parts[d], vd, &mut s.parts[d])
         })?;
         agreed(&fused)
@@ -422,19 +416,13 @@ impl PcgKernels for MultiGpuBackend {
         &self,
         dg: &Replicated,
         b: &Replicated,
-        v: PcgVectors<'_, Replicated>,
+        mut v: PcgVectors<'_, Replicated>,
         s: &mut Replicated,
         tol: (f64, f64),
     ) -> SolverResult<bool> {
         self.check("pcg restart", &[dg, b, v.x, v.r, v.z, v.p, v.q, s])?;
         let fused = self.map(|d, be| {
-            let vd = PcgVectors {
-                x: &mut v.x.parts[d],
-                r: &mut v.r.parts[d],
-                z: &mut v.z.parts[d],
-                p: &mut v.p.parts[d],
-                q: &v.q.parts[d],
-            };
+            let vd = device_part(&mut v, d);
             be.pcg_restart_diagonal(&dg.parts[d], &b.parts[d], vd, &mut s.parts[d], tol)
         })?;
         agreed(&fused)
@@ -442,6 +430,17 @@ impl PcgKernels for MultiGpuBackend {
     fn pcg_true_residual(&self, b: &Replicated, r: &mut Replicated, s: &mut Replicated) -> SolverResult<()> {
         self.check("pcg true residual", &[b, r, s])?;
         self.each(|d, be| be.pcg_true_residual(&b.parts[d], &mut r.parts[d], &mut s.parts[d]))
+    }
+}
+
+/// Device d's part of replicated PCG vectors.
+fn device_part<'v>(v: &'v mut PcgVectors<'_, Replicated>, d: usize) -> PcgVectors<'v, CudaSlice<f64>> {
+    PcgVectors {
+        x: &mut v.x.parts[d],
+        r: &mut v.r.parts[d],
+        z: &mut v.z.parts[d],
+        p: &mut v.p.parts[d],
+        q: &v.q.parts[d],
     }
 }
 

@@ -180,11 +180,18 @@ const SOURCES: [(&str, &str); 3] = [
     (
         "row_hessian.cu",
         concat!(
+            include_str!("../../kernels/pdl.cuh"),
             include_str!("../../kernels/packed_index.cuh"),
             include_str!("../../kernels/row_hessian.cu")
         ),
     ),
-    ("pcg.cu", include_str!("../../kernels/pcg.cu")),
+    (
+        "pcg.cu",
+        concat!(
+            include_str!("../../kernels/pdl.cuh"),
+            include_str!("../../kernels/pcg.cu")
+        ),
+    ),
     ("dense.cu", include_str!("../../kernels/dense.cu")),
 ];
 
@@ -348,6 +355,11 @@ impl Gpu {
 
     pub(crate) fn count_graph_launch(&self) {
         self.graph_launches.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Whether kernels may be launched as programmatic dependents (sm_90+).
+    pub(crate) fn dependent_launches(&self) -> bool {
+        self.compute_capability.0 >= 9
     }
 
     pub(crate) fn count_sync(&self) {

@@ -10,7 +10,9 @@ use std::sync::{Arc, Mutex, OnceLock};
 
 use cudarc::driver::{CudaSlice, CudaViewMut, LaunchConfig, PushKernelArg};
 
-use super::kernels::RowArgs;
+use std::ffi::c_void;
+
+use super::kernels::{address, launch_dependent, RowArgs};
 use super::runtime::{cuda_err, Gpu, KernelModule, LoadedKernels};
 use crate::{Error, Result};
 
@@ -63,6 +65,7 @@ pub(crate) fn supported(a: &RowArgs) -> bool {
 /// The tiled kernels' source, with the packed-index helper it shares with
 /// `row_hessian.cu` ahead of it.
 const TILED_SOURCE: &str = concat!(
+    include_str!("../../kernels/pdl.cuh"),
     include_str!("../../kernels/packed_index.cuh"),
     include_str!("../../kernels/hvp_tiled.cu")
 );
@@ -225,14 +228,22 @@ impl TiledRows {
             block_dim: ((self.warps * TILE) as u32, 1, 1),
             shared_mem_bytes: self.shared_bytes as u32,
         };
-        let (tiles, per_block) = (self.tiles as i64, self.tiles_per_block as i64);
-        let mut b = g.stream.launch_builder(self.kernels.get("hvp_tiled")?);
-        b.arg(&tiles).arg(&per_block).arg(&self.h).arg(&self.x_m).arg(&self.x_g);
-        b.arg(a.primary_to_beta).arg(v).arg(partial);
-        // SAFETY: the tiles were made for this operator's shape, which the
-        // module was compiled for; v and partial checked above.
-        unsafe { b.launch(cfg) }.map_err(|e| cuda_err("hvp_tiled", e))?;
-        Ok(())
+        let (mut tiles, mut per_block) = (self.tiles as i64, self.tiles_per_block as i64);
+        let mut ptrs = [
+            address(g, &self.h),
+            address(g, &self.x_m),
+            address(g, &self.x_g),
+            address(g, a.primary_to_beta),
+            address(g, v),
+            address(g, partial),
+        ];
+        let mut args: Vec<*mut c_void> = vec![&mut tiles as *mut i64 as _, &mut per_block as *mut i64 as _];
+        args.extend(ptrs.iter_mut().map(|p| p as *mut u64 as *mut c_void));
+        let f = self.kernels.get("hvp_tiled")?;
+        // SAFETY: the kernel's (i64, i64, const float* x3, const int*,
+        // const double*, double*); the tiles were made for this operator's
+        // shape, which the module was compiled for; v and partial checked above.
+        unsafe { launch_dependent(g, f, cfg, &mut args, "hvp_tiled") }
     }
 }
 
