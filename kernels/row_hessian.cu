@@ -629,6 +629,7 @@ __device__ __forceinline__ void hvp_staged_body(
     const i64 hs = hstride(r, P);
     const int hreg = h_region<HT>(stage, (int)hs);
     const i64 buf_len = hreg + (i64)stage * (p_m + p_g);
+    after_previous(); // launched as a dependent of the kernel that wrote v
     unsigned long long* bars = (unsigned long long*)sh;
     double* bufs = sh + 4;
     double* vs = bufs + RING * buf_len;
@@ -700,6 +701,7 @@ __device__ __forceinline__ void hvp_staged_body(
                             u0);
         __syncthreads();
     }
+    let_next_start(); // only now: a full wave of stages needs its SMs
     for (int a = threadIdx.x; a < p_total; a += blockDim.x) partial[(i64)blockIdx.x * p_total + a] = acc[a];
 }
 

@@ -15,15 +15,16 @@ use crate::{Error, Result};
 /// it touches global memory. Before sm_90, an ordinary launch.
 ///
 /// # Safety
-/// `args` point at the kernel's parameters, in order and of its types, and
+/// `params` are the kernel's parameters, in order and of its types, and
 /// the launch must fit the kernel (the caller's checks).
 pub(crate) unsafe fn launch_dependent(
     g: &Gpu,
     f: &CudaFunction,
     cfg: LaunchConfig,
-    args: &mut [*mut c_void],
+    mut params: Params,
     what: &str,
 ) -> Result<()> {
+    let args = &mut params.pointers()[..];
     g.bind()?;
     let stream = g.stream.cu_stream();
     let (grid, block, smem) = (cfg.grid_dim, cfg.block_dim, cfg.shared_mem_bytes);
@@ -50,10 +51,31 @@ pub(crate) unsafe fn launch_dependent(
         .map_err(|e| cuda_err(what, e))
 }
 
-/// A device buffer's address, as a kernel parameter of
-/// [`launch_dependent`] (event tracking is off: nothing to record).
-pub(crate) fn address<T>(g: &Gpu, s: &CudaSlice<T>) -> sys::CUdeviceptr {
-    s.device_ptr(&g.stream).0
+/// The parameters of a [`launch_dependent`] kernel, each in an 8-byte cell
+/// of its own (the driver reads a parameter's size from its cell's start:
+/// an `int` is the low half of its cell on this little-endian host).
+#[derive(Default)]
+pub(crate) struct Params(Vec<u64>);
+
+impl Params {
+    /// An `int` parameter.
+    pub(crate) fn int(mut self, v: i32) -> Self {
+        self.0.push(u64::from(v as u32));
+        self
+    }
+    /// A `long long` parameter.
+    pub(crate) fn long(mut self, v: i64) -> Self {
+        self.0.push(v as u64);
+        self
+    }
+    /// A device buffer's address (event tracking is off: nothing to record).
+    pub(crate) fn buf<T>(mut self, g: &Gpu, s: &CudaSlice<T>) -> Self {
+        self.0.push(s.device_ptr(&g.stream).0);
+        self
+    }
+    fn pointers(&mut self) -> Vec<*mut c_void> {
+        self.0.iter_mut().map(|c| c as *mut u64 as *mut c_void).collect()
+    }
 }
 
 /// Threads per block of the elementwise and partial kernels.
@@ -410,38 +432,32 @@ pub(crate) fn hvp_staged(
         block_dim: (plan.warps as u32 * 32, 1, 1),
         shared_mem_bytes: plan.shared_bytes as u32,
     };
-    let (n, rpb, stage, ring) = (
-        a.n as i64,
-        plan.rows_per_block as i32,
-        plan.stage as i32,
-        plan.ring as i32,
-    );
-    let (r, packed, p_m, p_g, p) = (
-        a.r as i32,
-        a.packed as i32,
-        a.p_m as i32,
-        a.p_g as i32,
-        a.p_total as i32,
-    );
-    let kernel = if single.is_some() {
-        &g.f.hvp_staged_f32
-    } else {
-        &g.f.hvp_staged
+    let head = Params::default()
+        .long(a.n as i64)
+        .int(plan.rows_per_block as i32)
+        .int(plan.stage as i32)
+        .int(plan.ring as i32)
+        .int(a.r as i32);
+    let (kernel, head) = match single {
+        Some(_) => (&g.f.hvp_staged_f32, head),
+        None => (&g.f.hvp_staged, head.int(a.packed as i32)),
     };
-    let mut b = g.stream.launch_builder(kernel);
-    b.arg(&n).arg(&rpb).arg(&stage).arg(&ring).arg(&r);
-    match single {
-        Some(h) => b.arg(&p_m).arg(&p_g).arg(&p).arg(h),
-        None => b.arg(&packed).arg(&p_m).arg(&p_g).arg(&p).arg(a.hess),
+    let head = head.int(a.p_m as i32).int(a.p_g as i32).int(a.p_total as i32);
+    let head = match single {
+        Some(h) => head.buf(g, h),
+        None => head.buf(g, a.hess),
     };
-    b.arg(a.x_m).arg(a.x_g).arg(a.primary_to_beta);
-    b.arg(a.col_kind).arg(a.col_j).arg(a.col_u).arg(v).arg(partial);
-    // SAFETY: operator arrays were validated at construction; v and partial
-    // checked above; the shared memory matches the plan the kernel carves
-    // up (`ring` buffers of `stage` rows, then the accumulators), and
-    // the function was opted in to the device's limit at start-up.
-    unsafe { b.launch(cfg) }.map_err(|e| cuda_err("hvp_staged", e))?;
-    Ok(())
+    let params = [a.x_m, a.x_g].iter().fold(head, |p, b| p.buf(g, b));
+    let params = [a.primary_to_beta, a.col_kind, a.col_j, a.col_u]
+        .iter()
+        .fold(params, |p, b| p.buf(g, b));
+    let params = params.buf(g, v).buf(g, partial);
+    // SAFETY: the kernel's parameters in order; operator arrays were
+    // validated at construction; v and partial checked above; the shared
+    // memory matches the plan the kernel carves up (`ring` buffers of
+    // `stage` rows, then the accumulators), and the function was opted in
+    // to the device's limit at start-up.
+    unsafe { launch_dependent(g, kernel, cfg, params, "hvp_staged") }
 }
 
 /// Which per-row quantity a pullback reduces.
@@ -630,17 +646,14 @@ pub(crate) fn reduce_partials(
         block_dim: (256, 1, 1),
         shared_mem_bytes: 0,
     };
-    let (mut c, mut l) = (chunks as i64, len as i64);
-    let (mut pp, mut op) = (address(g, partial), address(g, out));
-    let mut args = [
-        &mut c as *mut i64 as *mut c_void,
-        &mut l as *mut i64 as _,
-        &mut pp as *mut u64 as _,
-        &mut op as *mut u64 as _,
-    ];
+    let params = Params::default()
+        .long(chunks as i64)
+        .long(len as i64)
+        .buf(g, partial)
+        .buf(g, out);
     // SAFETY: the kernel's (i64, i64, const double*, double*); lengths
     // checked above; blockDim is the 256 the kernel requires.
-    unsafe { launch_dependent(g, &g.f.reduce_partials, cfg, &mut args, "reduce_partials") }
+    unsafe { launch_dependent(g, &g.f.reduce_partials, cfg, params, "reduce_partials") }
 }
 
 /// Copy the upper triangle of a p x p matrix into its lower triangle.
@@ -746,14 +759,13 @@ pub(crate) fn pcg_step_small(
         need(field, len, n)?;
     }
     need("scalar slots", s.len(), matfree_solvers::pcg_kernels::slot::COUNT)?;
-    let mut n64 = n as i64;
-    let mut ptrs = [d, &*v.x, &*v.r, &*v.z, &*v.p, v.q, &*s].map(|b| address(g, b));
-    let mut args: Vec<*mut c_void> = vec![&mut n64 as *mut i64 as _];
-    args.extend(ptrs.iter_mut().map(|p| p as *mut u64 as *mut c_void));
+    let params = [d, &*v.x, &*v.r, &*v.z, &*v.p, v.q, &*s]
+        .iter()
+        .fold(Params::default().long(n as i64), |a, b| a.buf(g, b));
     // SAFETY: the kernel's (i64, then seven double*); every vector holds n
     // values, the bank every slot; one block of the 256 threads the
     // kernel's reductions assume.
-    unsafe { launch_dependent(g, &g.f.pcg_step_small, ONE_BLOCK, &mut args, "pcg_step_small") }
+    unsafe { launch_dependent(g, &g.f.pcg_step_small, ONE_BLOCK, params, "pcg_step_small") }
 }
 
 /// The fused start for z = d .* r on short vectors (see

@@ -10,9 +10,7 @@ use std::sync::{Arc, Mutex, OnceLock};
 
 use cudarc::driver::{CudaSlice, CudaViewMut, LaunchConfig, PushKernelArg};
 
-use std::ffi::c_void;
-
-use super::kernels::{address, launch_dependent, RowArgs};
+use super::kernels::{launch_dependent, Params, RowArgs};
 use super::runtime::{cuda_err, Gpu, KernelModule, LoadedKernels};
 use crate::{Error, Result};
 
@@ -228,22 +226,20 @@ impl TiledRows {
             block_dim: ((self.warps * TILE) as u32, 1, 1),
             shared_mem_bytes: self.shared_bytes as u32,
         };
-        let (mut tiles, mut per_block) = (self.tiles as i64, self.tiles_per_block as i64);
-        let mut ptrs = [
-            address(g, &self.h),
-            address(g, &self.x_m),
-            address(g, &self.x_g),
-            address(g, a.primary_to_beta),
-            address(g, v),
-            address(g, partial),
-        ];
-        let mut args: Vec<*mut c_void> = vec![&mut tiles as *mut i64 as _, &mut per_block as *mut i64 as _];
-        args.extend(ptrs.iter_mut().map(|p| p as *mut u64 as *mut c_void));
+        let params = Params::default()
+            .long(self.tiles as i64)
+            .long(self.tiles_per_block as i64)
+            .buf(g, &self.h)
+            .buf(g, &self.x_m)
+            .buf(g, &self.x_g)
+            .buf(g, a.primary_to_beta)
+            .buf(g, v)
+            .buf(g, partial);
         let f = self.kernels.get("hvp_tiled")?;
         // SAFETY: the kernel's (i64, i64, const float* x3, const int*,
         // const double*, double*); the tiles were made for this operator's
         // shape, which the module was compiled for; v and partial checked above.
-        unsafe { launch_dependent(g, f, cfg, &mut args, "hvp_tiled") }
+        unsafe { launch_dependent(g, f, cfg, params, "hvp_tiled") }
     }
 }
 
