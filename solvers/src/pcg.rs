@@ -376,28 +376,24 @@ impl<'a, B: PcgKernels> Pcg<'a, B> {
         let (backend, a, m) = (*backend, *a, *m);
         start(backend, m, b, w, s, opts)?;
         let mut blocks = Blocks::new(opts);
-        let mut pending = VecDeque::from([(backend.request_scalars(s)?, false)]);
-        let (mut info, mut state, mut true_rr) = (None::<PcgInfo>, Vec::new(), None);
-        let mut reads = 0;
+        let mut reads = Reads::new(backend, backend.request_scalars(s)?);
+        let (mut info, mut state) = (None::<PcgInfo>, Vec::new());
         loop {
-            let stopped = info.is_some() && state[slot::STATUS] != status::RUNNING;
-            while !stopped && blocks.left() && (pending.is_empty() || pending.len() < 2 && blocks.ahead(info.as_ref()))
+            let running = info.is_none() || state[slot::STATUS] == status::RUNNING;
+            while running
+                && blocks.left()
+                && (reads.none_pending() || reads.one_pending() && blocks.ahead(info.as_ref()))
             {
                 let last = blocks.queue(backend, a, m, b, w, s, recording)?;
-                pending.push_back((backend.request_scalars(s)?, last));
+                reads.request(s, last)?;
             }
-            let Some((read, carries_true)) = pending.pop_front() else {
-                break;
-            };
-            state = backend.wait_scalars(read)?;
-            reads += 1;
-            let rr = state[slot::RR].sqrt();
+            let Some(next) = reads.next()? else { break };
+            state = next;
             match &mut info {
                 None => info = Some(start_info(&state, opts)),
-                Some(info) => info.residual_history.push((state[slot::ITERS] as usize, rr)),
-            }
-            if carries_true {
-                true_rr = Some(state[slot::TRUE_RR]);
+                Some(info) => info
+                    .residual_history
+                    .push((state[slot::ITERS] as usize, state[slot::RR].sqrt())),
             }
             if state[slot::STATUS] != status::RUNNING {
                 break;
@@ -406,29 +402,85 @@ impl<'a, B: PcgKernels> Pcg<'a, B> {
         let mut info = info.expect("the start is always read");
         if blocks.queued_blocks > 0 {
             info.final_residual_norm = state[slot::RR].sqrt();
-            // A block queued ahead of the stop may carry the true residual:
-            // x has not moved since the stop, so it is the one wanted.
-            if let Some(i) = pending.iter().position(|(_, t)| *t).filter(|_| true_rr.is_none()) {
-                let (read, _) = pending.remove(i).expect("found above");
-                true_rr = Some(backend.wait_scalars(read)?[slot::TRUE_RR]);
-                reads += 1;
-            }
-            let rr = match true_rr {
+            let rr = match reads.true_rr()? {
                 Some(v) => v,
                 None => {
                     true_residual(backend, a, b, w, s)?;
-                    reads += 1;
+                    reads.count += 1;
                     backend.read_scalars(s)?[slot::TRUE_RR]
                 }
             };
             info.true_residual_norm = rr.sqrt();
         }
+        info.host_reads = reads.count;
         info.iterations = state[slot::ITERS] as usize;
         info.stop_reason = stop_reason(&state);
         info.converged = info.stop_reason == StopReason::Converged;
-        info.host_reads = reads;
         info.blocks_queued = blocks.queued_blocks;
         Ok(info)
+    }
+}
+
+/// The slot reads of one solve: queued, waited for in order, counted.
+struct Reads<'b, B: PcgKernels> {
+    backend: &'b B,
+    /// Requested and not yet waited for, each with whether it carries the
+    /// true residual.
+    pending: VecDeque<(B::ScalarRead, bool)>,
+    /// The true residual from a read waited for.
+    true_rr: Option<f64>,
+    /// Reads waited for.
+    count: usize,
+}
+
+impl<'b, B: PcgKernels> Reads<'b, B> {
+    fn new(backend: &'b B, first: B::ScalarRead) -> Self {
+        Self {
+            backend,
+            pending: VecDeque::from([(first, false)]),
+            true_rr: None,
+            count: 0,
+        }
+    }
+
+    fn none_pending(&self) -> bool {
+        self.pending.is_empty()
+    }
+
+    fn one_pending(&self) -> bool {
+        self.pending.len() == 1
+    }
+
+    fn request(&mut self, s: &B::Scalars, carries_true: bool) -> Result<()> {
+        self.pending.push_back((self.backend.request_scalars(s)?, carries_true));
+        Ok(())
+    }
+
+    /// The oldest pending read's slots, waited for.
+    fn next(&mut self) -> Result<Option<Vec<f64>>> {
+        let Some((read, carries_true)) = self.pending.pop_front() else {
+            return Ok(None);
+        };
+        let state = self.backend.wait_scalars(read)?;
+        self.count += 1;
+        if carries_true {
+            self.true_rr = Some(state[slot::TRUE_RR]);
+        }
+        Ok(Some(state))
+    }
+
+    /// The true residual's square, if a read carries it: one waited for,
+    /// or one queued ahead of the stop (x has not moved since the stop, so
+    /// it is the one wanted).
+    fn true_rr(&mut self) -> Result<Option<f64>> {
+        if self.true_rr.is_none() {
+            if let Some(i) = self.pending.iter().position(|(_, t)| *t) {
+                let (read, _) = self.pending.remove(i).expect("found above");
+                self.true_rr = Some(self.backend.wait_scalars(read)?[slot::TRUE_RR]);
+                self.count += 1;
+            }
+        }
+        Ok(self.true_rr)
     }
 }
 
