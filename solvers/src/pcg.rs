@@ -677,3 +677,43 @@ fn stop_reason(s: &[f64]) -> StopReason {
         _ => StopReason::MaxIter,
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn info(threshold: f64, history: &[(usize, f64)]) -> PcgInfo {
+        PcgInfo {
+            threshold,
+            residual_history: history.to_vec(),
+            ..start_info(&[0.0; slot::COUNT], &PcgOptions::default())
+        }
+    }
+
+    #[test]
+    fn a_block_is_queued_ahead_only_where_the_solve_cannot_stop_within_the_unread_one() {
+        let fixed = PcgOptions::fixed_iterations(40);
+        let tol = PcgOptions::default();
+        // Before the first read: only a zero threshold is known.
+        assert!(Blocks::new(&fixed).ahead(None));
+        assert!(!Blocks::new(&tol).ahead(None));
+        let b = Blocks::new(&tol);
+        // One point: no trend yet.
+        assert!(!b.ahead(Some(&info(1e-6, &[(0, 1.0)]))));
+        // Halving a block: two more blocks leave 0.125, far above 1e-6.
+        assert!(b.ahead(Some(&info(1e-6, &[(0, 1.0), (10, 0.5)]))));
+        // 1000x a block: the next would pass the threshold; wait instead.
+        assert!(!b.ahead(Some(&info(1e-6, &[(0, 1.0), (10, 1e-3)]))));
+        // A residual that grew counts as no drop (CG's is not monotone).
+        assert!(b.ahead(Some(&info(1e-6, &[(0, 1.0), (10, 1e-2), (20, 2e-2)]))));
+        // The rule is a ratio: the same in any units of b.
+        for scale in [1e-200, 1.0, 1e200] {
+            let h = [(0, scale), (10, 0.5 * scale)];
+            assert!(b.ahead(Some(&info(1e-6 * scale, &h))));
+            let h = [(0, scale), (10, 1e-3 * scale)];
+            assert!(!b.ahead(Some(&info(1e-6 * scale, &h))));
+        }
+        // A zero threshold: always.
+        assert!(b.ahead(Some(&info(0.0, &[(0, 1.0)]))));
+    }
+}
