@@ -146,6 +146,17 @@ __device__ __forceinline__ float to_float_checked(double x, int tiny, double* fl
     return f;
 }
 
+// This thread's entry of an n x width array in tiles: its index in the
+// tiled array, its row and its column; false past the last tile.
+__device__ __forceinline__ bool tiled_thread(i64 n, int width, i64* idx, i64* row, int* col)
+{
+    const i64 tiles = (n + TILE - 1) / TILE;
+    *idx = (i64)blockIdx.x * blockDim.x + threadIdx.x;
+    if (*idx >= tiles * width * TILE) return false;
+    tile_slot(*idx, width, row, col);
+    return true;
+}
+
 // Tiled single-precision rows from double rows, full (packed = 0) or
 // packed: entry e of row `row` (packed row-major upper triangle;
 // full_index_of_packed from kernels/packed_index.cuh, prepended by the
@@ -153,12 +164,9 @@ __device__ __forceinline__ float to_float_checked(double x, int tiny, double* fl
 extern "C" __global__ void tile_rows_f32(
     i64 n, int packed, const double* __restrict__ src, float* __restrict__ out, double* __restrict__ flag)
 {
-    const i64 tiles = (n + TILE - 1) / TILE;
-    const i64 idx = (i64)blockIdx.x * blockDim.x + threadIdx.x;
-    if (idx >= tiles * HS * TILE) return;
-    i64 row;
+    i64 idx, row;
     int e;
-    tile_slot(idx, HS, &row, &e);
+    if (!tiled_thread(n, HS, &idx, &row, &e)) return;
     if (row >= n) {
         out[idx] = 0.0f;
         return;
@@ -173,11 +181,8 @@ extern "C" __global__ void tile_rows_f32(
 extern "C" __global__ void tile_design_f32(
     i64 n, int width, const double* __restrict__ x, float* __restrict__ out, double* __restrict__ flag)
 {
-    const i64 tiles = (n + TILE - 1) / TILE;
-    const i64 idx = (i64)blockIdx.x * blockDim.x + threadIdx.x;
-    if (idx >= tiles * width * TILE) return;
-    i64 row;
+    i64 idx, row;
     int c;
-    tile_slot(idx, width, &row, &c);
+    if (!tiled_thread(n, width, &idx, &row, &c)) return;
     out[idx] = row < n ? to_float_checked(x[row * width + c], 1, flag) : 0.0f;
 }

@@ -43,8 +43,12 @@ pub trait Backend {
     fn scalars(&self, n: usize) -> Result<Self::Scalars>;
     /// Write slots from the host (queued; no sync).
     fn write_scalars(&self, s: &mut Self::Scalars, start: Slot, values: &[f64]) -> Result<()>;
-    /// Read every slot back to the host. This is the one synchronising call.
-    fn read_scalars(&self, s: &Self::Scalars) -> Result<Vec<f64>>;
+    /// Read every slot back to the host. This is the one synchronising call:
+    /// a request and its wait, so there is one read path to count.
+    fn read_scalars(&self, s: &Self::Scalars) -> Result<Vec<f64>> {
+        let read = self.request_scalars(s)?;
+        self.wait_scalars(read)
+    }
     /// A copy of a scalar bank on its way to the host.
     type ScalarRead;
     /// Queue a copy of every slot to the host and return without waiting.

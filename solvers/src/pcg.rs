@@ -591,7 +591,11 @@ fn true_residual<B: PcgKernels>(
     s: &mut B::Scalars,
 ) -> Result<()> {
     a.apply(&w.x, &mut w.r)?;
-    backend.pcg_true_residual(b, &mut w.r, s)
+    if backend.pcg_true_residual(b, &mut w.r, s)? {
+        return Ok(());
+    }
+    backend.sub_from(b, &mut w.r)?;
+    backend.dot(&w.r, &w.r, s, slot::TRUE_RR)
 }
 
 /// r = b - A x.

@@ -103,8 +103,8 @@ pub trait PcgKernels: Backend {
     }
     /// r = b - r (r holding A x) and the slot TRUE_RR = r^T r: the true
     /// residual of a finished solve, fused where the backend can.
-    fn pcg_true_residual(&self, b: &Self::Vector, r: &mut Self::Vector, s: &mut Self::Scalars) -> Result<()> {
-        self.sub_from(b, r)?;
-        self.dot(r, r, s, slot::TRUE_RR)
+    /// `Ok(false)` (the default): the caller runs the sequence itself.
+    fn pcg_true_residual(&self, _b: &Self::Vector, _r: &mut Self::Vector, _s: &mut Self::Scalars) -> Result<bool> {
+        Ok(false)
     }
 }

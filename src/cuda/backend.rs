@@ -118,21 +118,6 @@ impl Backend for CudaBackend {
             .memcpy_htod(values, &mut view)
             .map_err(|e| SolverError::Backend(format!("{e:?}")))
     }
-    fn read_scalars(&self, s: &CudaSlice<f64>) -> SolverResult<Vec<f64>> {
-        let mut pinned = self
-            .gpu
-            .pinned
-            .lock()
-            .map_err(|_| SolverError::Backend("pinned buffer poisoned".into()))?;
-        same_len("scalar slots", s.len(), pinned.len())?;
-        let err = |e| SolverError::Backend(format!("reading scalars: {e:?}"));
-        self.gpu.count_sync();
-        self.gpu.stream.memcpy_dtoh(s, &mut *pinned).map_err(err)?;
-        // The pinned buffer's own event is not recorded while event tracking
-        // is off, so wait for the stream: this is the solve's one sync point.
-        self.gpu.stream.synchronize().map_err(err)?;
-        Ok(pinned.as_slice().map_err(err)?[..s.len()].to_vec())
-    }
     type ScalarRead = ScalarCopy;
     fn request_scalars(&self, s: &CudaSlice<f64>) -> SolverResult<ScalarCopy> {
         ScalarCopy::request(&self.gpu, s).map_err(SolverError::from)
@@ -341,11 +326,11 @@ impl PcgKernels for CudaBackend {
         b: &CudaSlice<f64>,
         r: &mut CudaSlice<f64>,
         s: &mut CudaSlice<f64>,
-    ) -> SolverResult<()> {
+    ) -> SolverResult<bool> {
         if b.len() > kernels::SMALL_PCG {
-            self.sub_from(b, r)?;
-            return self.dot(r, r, s, matfree_solvers::pcg_kernels::slot::TRUE_RR);
+            return Ok(false);
         }
-        kernels::pcg_true_residual_small(&self.gpu, b, r, s).map_err(SolverError::from)
+        kernels::pcg_true_residual_small(&self.gpu, b, r, s)?;
+        Ok(true)
     }
 }

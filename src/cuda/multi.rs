@@ -308,12 +308,8 @@ impl Backend for MultiGpuBackend {
         self.check("scalar slots", &[s])?;
         self.each(|d, be| be.write_scalars(&mut s.parts[d], start, values))
     }
-    /// Every device holds the same slots: read device 0's, one sync.
-    fn read_scalars(&self, s: &Replicated) -> SolverResult<Vec<f64>> {
-        self.check("scalar slots", &[s])?;
-        self.devices[0].read_scalars(&s.parts[0])
-    }
     type ScalarRead = <CudaBackend as Backend>::ScalarRead;
+    /// Every device holds the same slots: read device 0's, one sync.
     fn request_scalars(&self, s: &Replicated) -> SolverResult<Self::ScalarRead> {
         self.check("scalar slots", &[s])?;
         self.devices[0].request_scalars(&s.parts[0])
@@ -427,9 +423,10 @@ impl PcgKernels for MultiGpuBackend {
         })?;
         agreed(&fused)
     }
-    fn pcg_true_residual(&self, b: &Replicated, r: &mut Replicated, s: &mut Replicated) -> SolverResult<()> {
+    fn pcg_true_residual(&self, b: &Replicated, r: &mut Replicated, s: &mut Replicated) -> SolverResult<bool> {
         self.check("pcg true residual", &[b, r, s])?;
-        self.each(|d, be| be.pcg_true_residual(&b.parts[d], &mut r.parts[d], &mut s.parts[d]))
+        let fused = self.map(|d, be| be.pcg_true_residual(&b.parts[d], &mut r.parts[d], &mut s.parts[d]))?;
+        agreed(&fused)
     }
 }
 

@@ -5,7 +5,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
 use cudarc::cublas::CudaBlas;
-use cudarc::driver::{CudaContext, CudaFunction, CudaModule, CudaSlice, CudaStream, PinnedHostSlice};
+use cudarc::driver::{CudaContext, CudaFunction, CudaModule, CudaSlice, CudaStream};
 
 use crate::{Error, Result};
 
@@ -136,7 +136,6 @@ pub struct Gpu {
     pub(crate) f: Functions,
     /// Models' kernel modules compiled so far, by name.
     modules: Mutex<HashMap<&'static str, Arc<LoadedKernels>>>,
-    pub(crate) pinned: Mutex<PinnedHostSlice<f64>>,
     _blas_workspace: CudaSlice<u8>,
     name: String,
     compute_capability: (i32, i32),
@@ -164,7 +163,7 @@ impl Drop for Gpu {
 }
 
 // SAFETY: every field is used from one stream; cudarc's handles are
-// thread-safe to move and share, and the pinned buffer sits behind a Mutex.
+// thread-safe to move and share, and the module cache sits behind a Mutex.
 unsafe impl Send for Gpu {}
 unsafe impl Sync for Gpu {}
 
@@ -285,16 +284,12 @@ impl Gpu {
             .alloc_zeros::<u8>(4 << 20)
             .map_err(|e| cuda_err("cuBLAS workspace", e))?;
         set_blas_workspace(&blas, &stream, &workspace)?;
-        // SAFETY: plain page-locked host memory (not write-combined: the host reads it).
-        let pinned =
-            unsafe { ctx.alloc_pinned_with_flags::<f64>(PINNED_SLOTS, 0) }.map_err(|e| cuda_err("pinned", e))?;
         Ok(Gpu {
             stream,
             blas,
             solver,
             f,
             modules: Mutex::new(HashMap::new()),
-            pinned: Mutex::new(pinned),
             _blas_workspace: workspace,
             name,
             compute_capability,
