@@ -1,7 +1,8 @@
 //! Every performance figure of the toolkit in one process: device copy
 //! bandwidth, HVP time against its byte floor (full, packed and packed f32
 //! storage),
-//! fixed-iteration PCG throughput, and the dense Hessian + Cholesky
+//! fixed-iteration PCG throughput and a PCG iteration's time beyond its
+//! product (timed in adjacent pairs), and the dense Hessian + Cholesky
 //! log-determinant, at the small / seed / tall shapes, and the full BMS row
 //! evaluation (Stage 1 + Stage 2) at the seed shape, on the GPU (when there
 //! is one) and the CPU (row evaluation on 5,000 rows there).
@@ -97,7 +98,41 @@ fn gpu_pcg_rows(
     ] {
         ctx.push("gpu", shape, &format!("{name}{suffix}"), 1.0 / rate, None, Some(rate));
     }
+    let paired = paired_overhead(be, op, &jac, b)?;
+    let name = format!("pcg_minus_hvp_paired{suffix}");
+    ctx.push("gpu", shape, &name, paired, None, None);
     Ok(())
+}
+
+/// A reused 40-iteration solve's time an iteration less the product's,
+/// timed in pairs so that both see the device in one state: 7 pairs of (20
+/// back-to-back products, one solve), the median difference. The product's
+/// own time can move by a third within a second (the packed f64 product at
+/// a million rows: 545 or 700-750 us by what ran before, benches/RESULTS.md
+/// session 17), which the separately timed `hvp` and `pcg_*` rows would read
+/// as the iteration's overhead.
+fn paired_overhead(
+    be: &CudaBackend,
+    op: &DeviceRowHessian,
+    jac: &Jacobi<'_, CudaBackend>,
+    b: &<CudaBackend as Backend>::Vector,
+) -> AnyResult<f64> {
+    let opts = PcgOptions::fixed_iterations(40);
+    let mut solver = Pcg::new(be, op, jac)?;
+    solver.solve(b, None, &opts)?;
+    let mut y = be.zeros(op.dim())?;
+    median(7, || {
+        be.download(&y)?;
+        let t = Instant::now();
+        for _ in 0..20 {
+            op.apply(b, &mut y)?;
+        }
+        be.download(&y)?;
+        let hvp = t.elapsed().as_secs_f64() / 20.0;
+        let t = Instant::now();
+        solver.solve(b, None, &opts)?;
+        Ok(t.elapsed().as_secs_f64() / 40.0 - hvp)
+    })
 }
 
 fn jacobi<'b, B: Backend>(be: &'b B, op: &dyn LinearOperator<B>) -> AnyResult<Jacobi<'b, B>> {
