@@ -108,9 +108,10 @@ fn gpu_pcg_rows(
 /// timed in pairs so that both see the device in one state: 7 pairs of (20
 /// back-to-back products, one solve), the median difference. The product's
 /// own time can move by a third within a second (the packed f64 product at
-/// a million rows: 545 or 700-750 us by what ran before, benches/RESULTS.md
-/// session 17), which the separately timed `hvp` and `pcg_*` rows would read
-/// as the iteration's overhead.
+/// a million rows: 545 us, or up to 770 us in stretches where the whole
+/// device's memory system slows, benches/RESULTS.md session 17), which the
+/// separately timed `hvp` and `pcg_*` rows would read as the iteration's
+/// overhead.
 fn paired_overhead(
     be: &CudaBackend,
     op: &DeviceRowHessian,

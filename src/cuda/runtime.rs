@@ -163,7 +163,8 @@ impl Drop for Gpu {
 }
 
 // SAFETY: every field is used from one stream; cudarc's handles are
-// thread-safe to move and share, and the module cache sits behind a Mutex.
+// thread-safe to move and share, and the module cache and the staging pool
+// sit behind Mutexes.
 unsafe impl Send for Gpu {}
 unsafe impl Sync for Gpu {}
 
