@@ -406,8 +406,8 @@ impl<'a, B: PcgKernels> Pcg<'a, B> {
                 Some(v) => v,
                 None => {
                     true_residual(backend, a, b, w, s)?;
-                    reads.count += 1;
-                    backend.read_scalars(s)?[slot::TRUE_RR]
+                    reads.request(s, true)?;
+                    reads.true_rr()?.expect("requested above")
                 }
             };
             info.true_residual_norm = rr.sqrt();
