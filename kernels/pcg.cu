@@ -112,7 +112,10 @@ __device__ double block_sum_256(double v, double* buf)
 
 // One whole PCG iteration after q = A p, for z = d .* r, in one block of 256
 // threads (for short vectors, where launches dominate): the same updates and
-// slot rules as the unfused sequence. Thread i owns entries i, i + 256, ...
+// slot rules as the unfused sequence while the solve runs. A solve that
+// stops here returns early, leaving p and the beta slot as they were (the
+// unfused sequence sets them to z and 0; nothing reads them after a stop).
+// Thread i owns entries i, i + 256, ...
 extern "C" __global__ void pcg_step_small(i64 n, const double* __restrict__ d, double* __restrict__ x,
                                           double* __restrict__ r, double* __restrict__ z, double* __restrict__ p,
                                           const double* __restrict__ q, double* s)

@@ -115,7 +115,7 @@ fn single_precision_hvp_matches_rounded_rows_and_leaves_the_rest_f64() {
     };
     let (mut precisions, mut paths) = (std::collections::BTreeSet::new(), std::collections::BTreeSet::new());
     // Many tiles (1,251 at r = 20): every resident block of the tiled
-    // kernel works, and the last of hundreds adds their partials.
+    // kernel works, and reduce_partials adds hundreds of blocks' partials.
     let many_tiles = Shape {
         n: 40_003,
         p_m: 14,

@@ -351,10 +351,10 @@ fn a_reused_solver_matches_fresh_solves_on_device() {
 }
 
 /// Fresh solvers update the executables that earlier ones left (same
-/// graph shape, new vectors and operator buffers) or instantiate anew
-/// (another block length, the unfused sequence): every solve must match
-/// the CPU's and repeat the first solve of its system bit for bit, and x
-/// must not depend on the block length or on blocks queued ahead.
+/// graph shape, new vectors and operator buffers; counted) or instantiate
+/// anew (another block length, the unfused sequence): every solve must
+/// match the CPU's and repeat the first solve of its system bit for bit,
+/// and x must not depend on the block length or on blocks queued ahead.
 #[test]
 #[ignore = "needs a GPU: runs on the device with --include-ignored (tools/gpu-tests.sh)"]
 fn fresh_solvers_reuse_recorded_blocks_and_block_length_leaves_x_alone_on_device() {
@@ -389,14 +389,18 @@ fn fresh_solvers_reuse_recorded_blocks_and_block_length_leaves_x_alone_on_device
         ..Default::default()
     };
     let mut first: Vec<Option<Vec<f64>>> = vec![None; 2];
-    for (k, ce, fused) in [
+    for (step, (k, ce, fused)) in [
         (0, 8, true),
         (1, 8, true),
         (0, 8, true),
         (1, 5, true),
         (0, 8, false),
         (1, 8, true),
-    ] {
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        let execs = gpu.graph_executables();
         let bd = be.upload(&bs[k]).unwrap();
         let got = if fused {
             cg(&be, &devs[k], &jacs[k], &bd, None, &opts(ce)).unwrap()
@@ -410,6 +414,12 @@ fn fresh_solvers_reuse_recorded_blocks_and_block_length_leaves_x_alone_on_device
         let x = be.download(&got.x).unwrap();
         let label = format!("system {k}, check_every {ce}, fused {fused}");
         assert!(got.info.converged, "{label}: {:?}", got.info);
+        // The second and third solves record blocks of the first one's
+        // shape: they must update the executable it left, not instantiate.
+        if step == 1 || step == 2 {
+            let (updates, _) = gpu.graph_executables();
+            assert!(updates > execs.0, "{label}: no executable updated ({execs:?} before)");
+        }
         assert!(got.info.iterations.abs_diff(want.info.iterations) <= 1, "{label}");
         let rel = relative_difference(&x, &want.x);
         assert!(rel <= 1e-9, "{label}: relative difference {rel}");

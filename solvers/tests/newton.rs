@@ -277,6 +277,28 @@ fn damping_means_the_same_in_any_coefficient_units() {
     assert!(max_rel_diff(beta_s, beta) < 1e-8);
 }
 
+/// Scales whose squares are not normal floats, or not positive, are
+/// refused before any evaluation, naming the coefficient.
+#[test]
+fn coefficient_scales_out_of_range_are_named_errors() {
+    let d = data();
+    let (pen, be) = (penalty(&d), CpuBackend::new());
+    for s in [0.0, -1.0, 1e-151, 1e151, f64::INFINITY, f64::NAN] {
+        let obj = Rescaled {
+            inner: Logistic::new(&d),
+            s,
+        };
+        let err = newton(&be, &obj, &pen, &LAMBDA, &vec![0.0; d.p], &opts(StepSolver::Dense))
+            .err()
+            .unwrap_or_else(|| panic!("scale {s} accepted"))
+            .to_string();
+        assert!(
+            err.contains("coefficient_scales[0]") && err.contains("1e150"),
+            "{s}: {err}"
+        );
+    }
+}
+
 /// Delegates to the logistic objective but reports its own costs.
 struct Costed<'d>(Logistic<'d>, CostEstimate);
 

@@ -313,6 +313,7 @@ fn block_length_and_blocks_queued_ahead_do_not_change_the_answer() {
     };
     let one = solve(1);
     assert!(one.info.converged, "{:?}", one.info);
+    let mut queued_ahead = 0;
     for ce in [2, 3, 7, 10, 64, 10_000] {
         let got = solve(ce);
         assert_eq!(got.x, one.x, "check_every {ce}");
@@ -324,6 +325,7 @@ fn block_length_and_blocks_queued_ahead_do_not_change_the_answer() {
         // At most one block beyond those whose reads were taken.
         let read = got.info.residual_history.len() - 1;
         assert!(got.info.blocks_queued <= read + 1, "check_every {ce}: {:?}", got.info);
+        queued_ahead += usize::from(got.info.blocks_queued == read + 1);
         // The start, each block read, the true residual (on the last block's
         // read when that block ends at max_iter).
         let reads = got.info.host_reads;
@@ -332,6 +334,9 @@ fn block_length_and_blocks_queued_ahead_do_not_change_the_answer() {
             "check_every {ce}: {reads} reads"
         );
     }
+    // The case the test is for: some block length queues a block past the
+    // read that shows the stop.
+    assert!(queued_ahead > 0, "no block was queued ahead of the stop");
 }
 
 #[test]

@@ -264,7 +264,11 @@ impl Backend for CudaBackend {
             // SAFETY: the stream is capturing (begun above, on this thread).
             let graph = unsafe { cudarc::driver::result::stream::end_capture(st.cu_stream()) };
             match (queued, graph) {
-                (Ok(()), Ok(g)) if !g.is_null() => *recording = Some((times, Recorded::from_graph(&self.gpu, g)?)),
+                (Ok(()), Ok(g)) if !g.is_null() => match Recorded::from_graph(&self.gpu, g) {
+                    Ok(r) => *recording = Some((times, r)),
+                    // Instantiation refused: the captured work never ran.
+                    Err(_) => return (0..times).try_for_each(|_| body()),
+                },
                 (_, g) => {
                     if let Some(g) = g.ok().filter(|g| !g.is_null()) {
                         // SAFETY: a finished capture's graph, held by no one.

@@ -10,7 +10,8 @@
 //! captured.
 
 use std::mem::MaybeUninit;
-use std::sync::{Arc, Mutex};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, OnceLock};
 
 use cudarc::driver::result::graph;
 use cudarc::driver::sys::{self, CUgraphInstantiate_flags, CUresult};
@@ -28,18 +29,31 @@ pub(crate) struct SpareExec(sys::CUgraphExec);
 // pool's Mutex serialises access to a spare one.
 unsafe impl Send for SpareExec {}
 
-/// The spare executables of one GPU.
+/// The spare executables of one GPU, and how recordings got theirs.
 #[derive(Default)]
-pub(crate) struct ExecPool(Mutex<Vec<SpareExec>>);
+pub(crate) struct ExecPool {
+    spare: Mutex<Vec<SpareExec>>,
+    updates: AtomicUsize,
+    instantiations: AtomicUsize,
+}
 
 impl ExecPool {
     fn take(&self) -> Option<sys::CUgraphExec> {
-        self.0.lock().ok()?.pop().map(|s| s.0)
+        self.spare.lock().ok()?.pop().map(|s| s.0)
+    }
+
+    /// Recordings that updated a spare executable, and those instantiated
+    /// anew.
+    pub(crate) fn counts(&self) -> (usize, usize) {
+        (
+            self.updates.load(Ordering::Relaxed),
+            self.instantiations.load(Ordering::Relaxed),
+        )
     }
 
     /// Keep `exec` for a later recording, or destroy it when the pool is full.
     fn give(&self, exec: sys::CUgraphExec) {
-        if let Ok(mut spare) = self.0.lock() {
+        if let Ok(mut spare) = self.spare.lock() {
             if spare.len() < SPARE_EXECS {
                 spare.push(SpareExec(exec));
                 return;
@@ -51,7 +65,11 @@ impl ExecPool {
 
     /// Destroy every spare executable (the GPU's context is current).
     pub(crate) fn clear(&self) {
-        let spare = self.0.lock().map(|mut v| std::mem::take(&mut *v)).unwrap_or_default();
+        let spare = self
+            .spare
+            .lock()
+            .map(|mut v| std::mem::take(&mut *v))
+            .unwrap_or_default();
         for SpareExec(exec) in spare {
             // SAFETY: as in give.
             let _ = unsafe { graph::exec_destroy(exec) };
@@ -94,17 +112,36 @@ impl Recorded {
 }
 
 fn executable(gpu: &Gpu, g: sys::CUgraph) -> Result<sys::CUgraphExec> {
-    if let Some(exec) = gpu.execs.take() {
+    let pool = &gpu.execs;
+    let spare = if driver_updates_graphs() { pool.take() } else { None };
+    if let Some(exec) = spare {
         let mut info = MaybeUninit::<sys::CUgraphExecUpdateResultInfo>::zeroed();
         // SAFETY: exec and g are valid; info is written by the call.
         let updated = unsafe { sys::cuGraphExecUpdate_v2(exec, g, info.as_mut_ptr()) };
         if updated == CUresult::CUDA_SUCCESS {
+            pool.updates.fetch_add(1, Ordering::Relaxed);
             return Ok(exec);
         }
         // SAFETY: the refused executable is ours and unused.
         let _ = unsafe { graph::exec_destroy(exec) };
     }
     // SAFETY: g is a valid, finished graph.
-    unsafe { graph::instantiate(g, CUgraphInstantiate_flags(0)) }
-        .map_err(|e| Error::Cuda(format!("graph instantiation: {e:?}")))
+    let exec = unsafe { graph::instantiate(g, CUgraphInstantiate_flags(0)) }
+        .map_err(|e| Error::Cuda(format!("graph instantiation: {e:?}")))?;
+    pool.instantiations.fetch_add(1, Ordering::Relaxed);
+    Ok(exec)
+}
+
+/// Whether the driver has `cuGraphExecUpdate_v2` (CUDA 12.0 on). cudarc
+/// panics on a missing symbol, so an older driver's recordings instantiate
+/// instead.
+fn driver_updates_graphs() -> bool {
+    static HAS: OnceLock<bool> = OnceLock::new();
+    // SAFETY: a Gpu exists, so the driver library is loaded; the symbol is
+    // only looked up, never called through this pointer.
+    *HAS.get_or_init(|| unsafe {
+        sys::culib()
+            .get::<unsafe extern "C" fn()>(b"cuGraphExecUpdate_v2\0")
+            .is_ok()
+    })
 }

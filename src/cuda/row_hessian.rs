@@ -611,7 +611,8 @@ impl DeviceRowHessian {
     /// rows a stage do not fit the staged kernel's shared memory, or a row
     /// value is beyond the float range, the operator is returned unchanged
     /// (`hvp_precision` says F64). The values are checked on the device and
-    /// the verdict read back once.
+    /// each kernel's verdict read back once (the tiled one's, then, where
+    /// the designs do not fit it, the staged one's).
     pub fn with_single_precision_hvp_kernel(mut self, kernel: SingleKernel) -> Result<Self> {
         if self.single.is_some() {
             return Ok(self);

@@ -349,6 +349,12 @@ impl Gpu {
         self.graph_launches.load(Ordering::Relaxed)
     }
 
+    /// Recorded blocks whose executable was a spare one updated, and those
+    /// instantiated anew, so far.
+    pub fn graph_executables(&self) -> (usize, usize) {
+        self.execs.counts()
+    }
+
     pub(crate) fn count_graph_launch(&self) {
         self.graph_launches.fetch_add(1, Ordering::Relaxed);
     }

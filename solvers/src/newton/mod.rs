@@ -218,17 +218,19 @@ fn dot(a: &[f64], b: &[f64]) -> f64 {
 }
 
 /// The objective's coefficient scales, checked (ones when it has none).
+/// The damping works in their squares, so each must square to a normal
+/// float: within [1e-150, 1e150].
 fn coefficient_scales<B: Backend>(objective: &dyn Objective<B>) -> Result<Vec<f64>> {
     let p = objective.dim();
     let Some(s) = objective.coefficient_scales() else {
         return Ok(vec![1.0; p]);
     };
     expect_len("coefficient_scales", s.len(), p)?;
-    if let Some(j) = s.iter().position(|v| !(v.is_finite() && *v > 0.0)) {
+    if let Some(j) = s.iter().position(|v| !(1e-150..=1e150).contains(v)) {
         return Err(SolverError::invalid(
             format!("coefficient_scales[{j}]"),
             s[j],
-            "must be finite and > 0",
+            "must be within [1e-150, 1e150] (their squares are the damping's units)",
         ));
     }
     Ok(s)
