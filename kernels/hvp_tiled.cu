@@ -136,9 +136,9 @@ __device__ __forceinline__ void tile_slot(i64 idx, int width, i64* row, int* e)
 
 // x rounded to float, flagging (flag[0] = 1, a plain store: every writer
 // stores the same value) an x whose float is infinite: beyond the float
-// range (or already infinite) the kernel would read infinities. With `tiny` set a non-zero x below
-// the smallest normal float is flagged too (a design column of such values
-// would lose its relative precision).
+// range (or already infinite) the kernel would read infinities. With `tiny`
+// set a non-zero x below the smallest normal float is flagged too (a design
+// column of such values would lose its relative precision).
 __device__ __forceinline__ float to_float_checked(double x, int tiny, double* flag)
 {
     const float f = __double2float_rn(x);
