@@ -309,7 +309,8 @@ impl Backend for MultiGpuBackend {
         self.each(|d, be| be.write_scalars(&mut s.parts[d], start, values))
     }
     type ScalarRead = <CudaBackend as Backend>::ScalarRead;
-    /// Every device holds the same slots: read device 0's, one sync.
+    /// Every device holds the same slots: copy device 0's (waited for in
+    /// `wait_scalars`, the one sync).
     fn request_scalars(&self, s: &Replicated) -> SolverResult<Self::ScalarRead> {
         self.check("scalar slots", &[s])?;
         self.devices[0].request_scalars(&s.parts[0])
