@@ -9,6 +9,7 @@
 //! visible GPU unless `--gpus N` says how many (rows sharded over them).
 
 use std::error::Error;
+use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Instant;
@@ -24,6 +25,7 @@ use matfree::bms::summary::{smooth_band, sub_block};
 use matfree::bms::{Bases, BmsData, BmsModel, CubicBasis};
 use matfree::cuda::{select_device, Device, Gpu, GpuPolicy};
 use matfree::data::{read_csv, ColumnSpec};
+use matfree::files;
 use matfree::plot::{smooths_svg, Panel};
 use matfree::Designs;
 
@@ -36,7 +38,10 @@ const GPU_DEFAULT_ROWS: usize = 200_000;
 const CPU_DEFAULT_ROWS: usize = 60_000;
 
 #[derive(Parser, Debug)]
-#[command(about = "Fit the Bernoulli marginal-slope model (REML smoothing selection) on CPU or GPU")]
+#[command(
+    about = "Fit the Bernoulli marginal-slope model (REML smoothing selection) on CPU or GPU",
+    after_help = EXIT_STATUS_HELP
+)]
 struct Args {
     /// Simulate this many rows (default 200,000 on a GPU, 60,000 on the CPU).
     #[arg(long, conflicts_with = "data")]
@@ -140,23 +145,84 @@ struct Problem {
     source: String,
 }
 
-/// Exit status of a fit that ran to the end without converging (its
-/// summary and outputs are still written, marked as not converged).
-const NOT_CONVERGED: u8 = 3;
+/// Exit statuses (also in `--help` and the README): a fit's outcome and
+/// whether every output was written are both visible.
+mod status {
+    /// The fit converged and every output was written.
+    pub const CONVERGED: u8 = 0;
+    /// Bad input or a failure before the fit ended: nothing was fitted.
+    pub const ERROR: u8 = 1;
+    /// The fit ran to the end without converging; its summary and outputs
+    /// are still written, marked so, with the reason.
+    pub const NOT_CONVERGED: u8 = 3;
+    /// The fit converged but an output could not be written (every other
+    /// output was).
+    pub const OUTPUT_FAILED: u8 = 4;
+    /// The fit did not converge and an output could not be written.
+    pub const NOT_CONVERGED_OUTPUT_FAILED: u8 = 5;
+}
+
+const EXIT_STATUS_HELP: &str = "Exit status: 0 converged (or predicted) and every output written; 1 bad input or a \
+failure before the fit ended; 2 a bad command line; 3 the fit did not converge (the best fit found is still printed \
+and written, marked so); 4 an output could not be written after a converged fit (or a prediction), every other \
+output kept; 5 the fit did not converge and an output could not be written.";
+
+/// How a run ended: whether the fit converged, and the outputs that could
+/// not be written (each message names its flag and path).
+struct Outcome {
+    converged: bool,
+    failed_outputs: Vec<String>,
+}
 
 fn main() -> std::process::ExitCode {
-    match run(Args::parse()) {
-        Ok(true) => std::process::ExitCode::SUCCESS,
-        Ok(false) => {
-            eprintln!(
-                "fit_bms: the fit did not converge (exit status {NOT_CONVERGED}); the best fit found is reported"
-            );
-            std::process::ExitCode::from(NOT_CONVERGED)
+    let code = match run(Args::parse()) {
+        Ok(outcome) => {
+            for failure in &outcome.failed_outputs {
+                say(&format!("fit_bms: error: {failure}"));
+            }
+            match (outcome.converged, outcome.failed_outputs.is_empty()) {
+                (true, true) => status::CONVERGED,
+                (true, false) => status::OUTPUT_FAILED,
+                (false, ok) => {
+                    say(&format!(
+                        "fit_bms: the fit did not converge (exit status {}); the best fit found is reported",
+                        if ok {
+                            status::NOT_CONVERGED
+                        } else {
+                            status::NOT_CONVERGED_OUTPUT_FAILED
+                        }
+                    ));
+                    if ok {
+                        status::NOT_CONVERGED
+                    } else {
+                        status::NOT_CONVERGED_OUTPUT_FAILED
+                    }
+                }
+            }
         }
         Err(e) => {
-            eprintln!("fit_bms: error: {e}");
-            std::process::ExitCode::FAILURE
+            say(&format!("fit_bms: error: {e}"));
+            status::ERROR
         }
+    };
+    std::process::ExitCode::from(code)
+}
+
+/// A line on stderr. A closed stderr (`2>&1 | head`) loses the line, never
+/// the fit or its files.
+fn say(line: &str) {
+    let _ = writeln!(std::io::stderr().lock(), "{line}");
+}
+
+/// Text on stdout. A closed pipe (`| head`, `| true`) ends the printing
+/// quietly, as Unix tools do; any other failure (`> /dev/full`) is an
+/// output that failed.
+fn print_stdout(text: &str) -> Option<String> {
+    let mut out = std::io::stdout().lock();
+    match out.write_all(text.as_bytes()).and_then(|()| out.flush()) {
+        Ok(()) => None,
+        Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => None,
+        Err(e) => Some(format!("standard output: {e}")),
     }
 }
 
@@ -189,7 +255,7 @@ fn gpu_count(device: &Device, gpus: Option<usize>) -> AnyResult<usize> {
     }
 }
 
-fn run(args: Args) -> AnyResult<bool> {
+fn run(args: Args) -> AnyResult<Outcome> {
     if !(args.frailty_sd.is_finite() && args.frailty_sd >= 0.0) {
         return Err(format!("--frailty-sd {}: must be finite and >= 0", args.frailty_sd).into());
     }
@@ -203,7 +269,7 @@ fn run(args: Args) -> AnyResult<bool> {
     let device = choose_device(&args.backend)?;
     let say = |line: String| {
         if !args.quiet {
-            eprintln!("{line}");
+            say(&line);
         }
     };
     say(format!("backend: {}", device.describe()));
@@ -248,42 +314,55 @@ fn run(args: Args) -> AnyResult<bool> {
     report.phases = phases;
     notes.append(&mut report.notes);
     report.notes = notes;
-    print!("{report}");
-    write_outputs(&args, &problem, &fit, &report)?;
+    // Files first: a closed or full stdout never costs them.
+    let mut failed_outputs = write_outputs(&args, &problem, &fit, &report);
+    failed_outputs.extend(print_stdout(&report.to_string()));
     say(format!("output written in {:.2} s", t.elapsed().as_secs_f64()));
-    Ok(fit.converged)
+    Ok(Outcome {
+        converged: fit.converged,
+        failed_outputs,
+    })
 }
 
 /// `--model m.json --predict new.csv --out predictions.csv`: the saved
 /// fit's predictions of the new rows, with notes on extrapolated rows.
-fn predict_saved(model_path: &Path, args: &Args) -> AnyResult<bool> {
+fn predict_saved(model_path: &Path, args: &Args) -> AnyResult<Outcome> {
     let (input, out) = (args.predict.as_ref(), args.out.as_ref());
     let (input, out) = input
         .zip(out)
         .ok_or("--model needs --predict FILE.csv and --out FILE.csv")?;
     check_output("--out", out, &[input, model_path])?;
     let (saved, model) = SavedFit::load(model_path)?;
-    let (designs, z) = saved.read_predictors(input)?;
+    let rows = saved.read_predictors(input)?;
+    if let Some(note) = empty_rows_note(input, &rows.empty_rows) {
+        say(&format!("note: {note}"));
+    }
+    let (designs, z) = (rows.designs, rows.z);
     let device = choose_device(&args.backend)?;
     let t = Instant::now();
     let pred = saved.fit.predict(&device, &model, designs.clone(), &z)?;
     let seconds = t.elapsed().as_secs_f64();
     let mut text = Vec::new();
     pred.write_csv(&mut text)?;
-    write_atomically(out, std::str::from_utf8(&text)?)?;
-    eprintln!(
-        "predicted {} rows in {seconds:.3} s ({}) -> {}",
-        z.len(),
-        device.describe(),
-        out.display()
-    );
+    let failed_outputs: Vec<String> = write_output("--out", out, &text).err().into_iter().collect();
+    if failed_outputs.is_empty() {
+        say(&format!(
+            "predicted {} rows in {seconds:.3} s ({}) -> {}",
+            z.len(),
+            device.describe(),
+            out.display()
+        ));
+    }
     for note in extrapolation_notes(&model, &saved.fit.beta, &designs, &z, &pred.intercept) {
-        eprintln!("note: {note}");
+        say(&format!("note: {note}"));
     }
     if pred.se_eta.is_none() {
-        eprintln!("note: the saved fit has no covariance (it did not end at a minimum): se_eta is left empty");
+        say("note: the saved fit has no covariance (it did not end at a minimum): se_eta is left empty");
     }
-    Ok(true)
+    Ok(Outcome {
+        converged: true,
+        failed_outputs,
+    })
 }
 
 /// How many rows reach past the knots of the score warp (z) or of the link
@@ -343,6 +422,7 @@ fn load(path: &Path, args: &Args, notes: &mut Vec<String>) -> AnyResult<Problem>
     };
     let p = 2 + args.marginal.len() + args.slope.len() + args.score_basis + args.link_basis;
     let mut ds = read_csv(path, &spec, p)?;
+    notes.extend(empty_rows_note(path, &ds.empty_rows));
     let model = BmsModel::new(bases(args)?, ds.p_m, ds.p_g)?;
     let mut score = ScoreColumn::plain(&args.score);
     if !args.keep_score {
@@ -369,6 +449,20 @@ fn load(path: &Path, args: &Args, notes: &mut Vec<String>) -> AnyResult<Problem>
         slope_names: ds.slope_names,
         score,
         source,
+    })
+}
+
+/// Says which lines of only separators (`,,,`) the reader skipped.
+fn empty_rows_note(path: &Path, lines: &[usize]) -> Option<String> {
+    let shown: Vec<String> = lines.iter().take(10).map(usize::to_string).collect();
+    let more = if lines.len() > 10 { ", ..." } else { "" };
+    (!lines.is_empty()).then(|| {
+        format!(
+            "{}: {} rows of only empty fields skipped (lines {}{more})",
+            path.display(),
+            lines.len(),
+            shown.join(", ")
+        )
     })
 }
 
@@ -409,7 +503,7 @@ fn simulate(args: &Args, gpu: bool, notes: &mut Vec<String>) -> AnyResult<Proble
         seed: args.seed,
     };
     if !args.quiet {
-        eprintln!("simulating {n} rows (seed {})", args.seed);
+        say(&format!("simulating {n} rows (seed {})", args.seed));
     }
     let g = generate(cfg)?;
     // Covariate names as a CSV of the same data would have them: the two
@@ -447,40 +541,24 @@ fn fit_options(args: &Args) -> FitOptions {
     opts
 }
 
-/// Write `contents` next to `path` first and rename it into place, so a
-/// failure never leaves a half-written file.
-fn write_atomically(path: &Path, contents: &str) -> AnyResult<()> {
-    let tmp = partial(path);
-    let result = std::fs::write(&tmp, contents).and_then(|()| std::fs::rename(&tmp, path));
-    if let Err(e) = result {
-        let _ = std::fs::remove_file(&tmp);
-        return Err(format!("{}: {e}", path.display()).into());
-    }
-    Ok(())
-}
-
-/// The temporary file an output is written to before it is renamed.
-fn partial(path: &Path) -> PathBuf {
-    let mut name = path.file_name().unwrap_or_default().to_os_string();
-    name.push(".partial");
-    path.with_file_name(name)
+/// Write one output through `matfree::files` (symlinks followed, regular
+/// files replaced by a rename, FIFOs and devices written in place); the
+/// error names the flag and the path.
+fn write_output(flag: &str, path: &Path, contents: &[u8]) -> Result<(), String> {
+    files::write(path, contents).map_err(|e| format!("{flag} {}: {e}", path.display()))
 }
 
 /// An output path checked before the work that fills it: not a directory,
-/// none of the `inputs`, and creatable (its temporary file is created and
-/// removed).
+/// not the same file as any of the `inputs` (compared by resolved path),
+/// and writable ([`files::check_writable`]).
 fn check_output(flag: &str, path: &Path, inputs: &[&Path]) -> AnyResult<()> {
     if path.is_dir() {
         return Err(format!("{flag} {}: is a directory", path.display()).into());
     }
-    if let Ok(out) = path.canonicalize() {
-        if inputs.iter().any(|i| i.canonicalize().is_ok_and(|d| d == out)) {
-            return Err(format!("{flag} {}: is an input data file", path.display()).into());
-        }
+    if let Some(input) = inputs.iter().find(|i| files::same_file(path, i)) {
+        return Err(format!("{flag} {}: is the input data file {}", path.display(), input.display()).into());
     }
-    let tmp = partial(path);
-    std::fs::write(&tmp, "").map_err(|e| format!("{flag} {}: cannot be written: {e}", path.display()))?;
-    let _ = std::fs::remove_file(&tmp);
+    files::check_writable(path).map_err(|e| format!("{flag} {}: cannot be written: {e}", path.display()))?;
     Ok(())
 }
 
@@ -501,20 +579,22 @@ fn check_options(args: &Args) -> AnyResult<()> {
 }
 
 /// Every output path checked before the fit, so that no fit is lost to an
-/// unwritable path: not a directory, not the input data, and creatable
-/// (its temporary file is created and removed); and a plot needs a smooth.
+/// unwritable path: not a directory, not the input data, writable, no two
+/// the same file however spelled; and a plot needs a smooth.
 fn check_outputs(args: &Args) -> AnyResult<()> {
     let outputs = [("--json", &args.json), ("--plot", &args.plot), ("--save", &args.save)];
-    for (flag, path) in outputs.iter().filter_map(|(f, p)| p.as_ref().map(|p| (f, p))) {
-        check_output(flag, path, &args.data.iter().map(PathBuf::as_path).collect::<Vec<_>>())?;
-    }
     let named: Vec<(&str, &PathBuf)> = outputs
         .iter()
         .filter_map(|(f, p)| p.as_ref().map(|p| (*f, p)))
         .collect();
+    let inputs: Vec<&Path> = args.data.iter().map(PathBuf::as_path).collect();
+    for (flag, path) in &named {
+        check_output(flag, path, &inputs)?;
+    }
     for (i, (a, pa)) in named.iter().enumerate() {
-        if let Some((b, _)) = named[i + 1..].iter().find(|(_, pb)| pb == pa) {
-            return Err(format!("{a} and {b} both name {}", pa.display()).into());
+        if let Some((b, pb)) = named[i + 1..].iter().find(|(_, pb)| files::same_file(pa, pb)) {
+            let (pa, pb) = (pa.display(), pb.display());
+            return Err(format!("{a} and {b} both name one file ({pa} and {pb})").into());
         }
     }
     if args.plot.is_some() && args.score_basis == 0 && args.link_basis == 0 {
@@ -523,29 +603,36 @@ fn check_outputs(args: &Args) -> AnyResult<()> {
     Ok(())
 }
 
-/// Write the JSON, the saved fit, then the plot: a failure of one does not
-/// drop the others (the first error is returned after all were tried).
-fn write_outputs(args: &Args, problem: &Problem, fit: &BmsFit, report: &FitSummary) -> AnyResult<()> {
-    let json = args
-        .json
-        .as_ref()
-        .map(|path| write_atomically(path, &serde_json::to_string_pretty(report)?));
-    let saved = args.save.as_ref().map(|path| -> AnyResult<()> {
+/// Write the JSON, the saved fit, then the plot; a failure of one does not
+/// drop the others. Returns a message for each output that failed.
+fn write_outputs(args: &Args, problem: &Problem, fit: &BmsFit, report: &FitSummary) -> Vec<String> {
+    let json = args.json.as_ref().map(|path| {
+        let text = serde_json::to_string_pretty(report).map_err(|e| e.to_string())?;
+        write_output("--json", path, text.as_bytes())
+    });
+    let saved = args.save.as_ref().map(|path| {
         let names = (problem.marginal_names.clone(), problem.slope_names.clone());
-        let saved = SavedFit::new(&problem.model, fit.clone(), names, problem.score.clone())?;
-        write_atomically(path, &serde_json::to_string(&saved)?)
+        let saved = SavedFit::new(&problem.model, fit.clone(), names, problem.score.clone());
+        let text = saved
+            .and_then(|s| s.to_json())
+            .map_err(|e| format!("--save {}: {e}", path.display()))?;
+        write_output("--save", path, text.as_bytes())
     });
     let svg = args.plot.as_ref().map(|path| match &fit.covariance {
-        Some(cov) => write_atomically(path, &plot(problem, cov, fit)?),
+        Some(cov) => {
+            let svg = plot(problem, cov, fit).map_err(|e| format!("--plot {}: {e}", path.display()))?;
+            write_output("--plot", path, svg.as_bytes())
+        }
         None => Err(format!(
             "--plot {}: no bands without a covariance (the fit is not at a minimum)",
             path.display()
-        )
-        .into()),
+        )),
     });
-    json.unwrap_or(Ok(()))?;
-    saved.unwrap_or(Ok(()))?;
-    svg.unwrap_or(Ok(()))
+    [json, saved, svg]
+        .into_iter()
+        .flatten()
+        .filter_map(Result::err)
+        .collect()
 }
 
 fn plot(problem: &Problem, cov: &[f64], fit: &BmsFit) -> AnyResult<String> {

@@ -54,6 +54,10 @@ pub struct Dataset {
     pub marginal_names: Vec<String>,
     /// Column names of the slope design, starting with [`INTERCEPT`].
     pub slope_names: Vec<String>,
+    /// Lines (1-based) of rows whose every field was empty (`,,,`, as
+    /// spreadsheets export), skipped like blank lines: not data rows, but
+    /// counted here so that the caller can say so.
+    pub empty_rows: Vec<usize>,
 }
 
 /// Read and validate a CSV file; see [`parse_csv`] for the rules.
@@ -75,8 +79,12 @@ pub fn read_csv(path: &Path, spec: &ColumnSpec, min_rows: usize) -> Result<Datas
 /// is trimmed. Rules: a header row of unique names; every requested column
 /// present; every data row with as many fields as the header; labels 0 or 1;
 /// every used value a finite number; weights > 0; at least
-/// `max(min_rows, 1)` data rows. Blank lines are skipped (they do not count
-/// as data rows). Every error names the file, the line and the column.
+/// `max(min_rows, 1)` data rows; no quote left open (an error naming its
+/// line and column, where readers would silently make the rest of the file
+/// one field); not UTF-16. Blank lines and lines of only separators are
+/// skipped (they do not count as data rows; the latter are listed in
+/// [`Dataset::empty_rows`]). Every error names the file, the line and the
+/// column.
 pub fn parse_csv(name_for_messages: &str, text: &str, spec: &ColumnSpec, min_rows: usize) -> Result<Dataset> {
     parse_csv_bytes(name_for_messages, text.as_bytes(), spec, min_rows)
 }
@@ -84,15 +92,24 @@ pub fn parse_csv(name_for_messages: &str, text: &str, spec: &ColumnSpec, min_row
 /// [`parse_csv`] on bytes: columns that are not used may hold any bytes.
 pub fn parse_csv_bytes(name_for_messages: &str, bytes: &[u8], spec: &ColumnSpec, min_rows: usize) -> Result<Dataset> {
     let file = name_for_messages;
+    check_encoding(file, bytes)?;
     // A leading byte-order mark (spreadsheet exports) is not part of the first name.
     let bytes = bytes.strip_prefix(b"\xef\xbb\xbf").unwrap_or(bytes);
+    check_quotes(file, bytes)?;
     let mut reader = csv::ReaderBuilder::new()
         .has_headers(false)
         .flexible(true)
         .trim(csv::Trim::All)
         .from_reader(bytes);
+    let mut empty = Vec::new();
     let mut records = reader.byte_records().filter_map(|r| match r {
-        Ok(rec) if rec.iter().all(<[u8]>::is_empty) => None,
+        // A line of only separators: its position, to count it below.
+        Ok(rec) if rec.iter().all(<[u8]>::is_empty) => {
+            if rec.len() > 1 {
+                empty.push(rec.position().map_or(0, |p| p.byte() as usize));
+            }
+            None
+        }
         other => Some(other),
     });
     // Lines from the record's byte offset, past the empty lines the reader
@@ -116,7 +133,7 @@ pub fn parse_csv_bytes(name_for_messages: &str, bytes: &[u8], spec: &ColumnSpec,
     let names = parse_header(file, line_of(&header), &header)?;
     let cols = Columns::resolve(file, &names, spec)?;
     let mut acc = Accumulator::new(spec);
-    for (row, rec) in records.enumerate() {
+    for (row, rec) in records.by_ref().enumerate() {
         let rec = rec.map_err(|e| csv_error(file, &e))?;
         let at = Location {
             file,
@@ -126,16 +143,139 @@ pub fn parse_csv_bytes(name_for_messages: &str, bytes: &[u8], spec: &ColumnSpec,
         let fields: Vec<std::borrow::Cow<'_, str>> = rec.iter().map(String::from_utf8_lossy).collect();
         let fields: Vec<&str> = fields.iter().map(|f| unquote(f)).collect();
         if fields.len() != names.len() {
-            let rule = format!(
-                "expected {} fields (as in the header), found {}",
-                names.len(),
-                fields.len()
-            );
-            return Err(Error::invalid(at.whole_row(), fields.join(","), rule));
+            return Err(field_count_error(&at, &names, &fields));
         }
         acc.push_row(&at, &names, &fields, &cols)?;
     }
-    acc.finish(file, min_rows)
+    drop(records);
+    let mut ds = acc.finish(file, min_rows)?;
+    ds.empty_rows = lines_of(bytes, &empty);
+    Ok(ds)
+}
+
+/// A record with the wrong number of fields; where a quoted field holds
+/// separators or line breaks (a quote opened by mistake and closed by a
+/// later one swallows them), that field's column and lines are named too.
+fn field_count_error(at: &Location, names: &[String], fields: &[&str]) -> Error {
+    let mut rule = format!(
+        "expected {} fields (as in the header), found {}",
+        names.len(),
+        fields.len()
+    );
+    if let Some(j) = fields.iter().position(|f| f.contains([',', '\n'])) {
+        let column = names
+            .get(j)
+            .map_or(format!("field {}", j + 1), |n| format!("column '{n}'"));
+        let (first, last) = (at.line, at.line + fields[j].matches('\n').count());
+        let lines = if last > first {
+            format!("lines {first}-{last}")
+        } else {
+            format!("line {first}")
+        };
+        rule += &format!("; {column} holds a quoted value with separators in it ({lines}): check its quotes");
+    }
+    let mut shown: String = fields.join(",").chars().take(200).collect();
+    if shown.len() < fields.iter().map(|f| f.len() + 1).sum::<usize>() - 1 {
+        shown += "...";
+    }
+    Error::invalid(at.whole_row(), shown, rule)
+}
+
+/// 1-based lines of increasing byte offsets (past the line breaks before
+/// each, as the reader's positions point at them).
+fn lines_of(bytes: &[u8], offsets: &[usize]) -> Vec<usize> {
+    let mut lines = LineCounter::new(bytes);
+    offsets
+        .iter()
+        .map(|&start| {
+            let skipped = bytes[start.min(bytes.len())..]
+                .iter()
+                .take_while(|&&b| b == b'\n' || b == b'\r')
+                .count();
+            lines.line_at(start + skipped)
+        })
+        .collect()
+}
+
+/// A UTF-16 or UTF-32 file (a byte-order mark, or NUL bytes, which no text
+/// CSV holds) is named as such, with what to do.
+fn check_encoding(file: &str, bytes: &[u8]) -> Result<()> {
+    let head = &bytes[..bytes.len().min(4096)];
+    let bom = if head.starts_with(b"\xff\xfe") || head.starts_with(b"\xfe\xff") {
+        Some("a UTF-16 byte-order mark")
+    } else {
+        head.contains(&0).then_some("NUL bytes")
+    };
+    match bom {
+        Some(seen) => Err(Error::invalid(
+            format!("{file}: encoding"),
+            seen,
+            "the file looks UTF-16 (or UTF-32) encoded; CSV is read as UTF-8: save or export it as UTF-8 \
+             (for example `iconv -f UTF-16 -t UTF-8`)",
+        )),
+        None => Ok(()),
+    }
+}
+
+/// A quote opened at the start of a field and never closed makes the rest
+/// of the file one field (RFC 4180 readers, the `csv` crate among them,
+/// say nothing): an error naming the line and field where it opened. The
+/// states follow the `csv` crate's: a quote opens a field only as its first
+/// byte, a doubled quote inside is a quote.
+fn check_quotes(file: &str, bytes: &[u8]) -> Result<()> {
+    #[derive(PartialEq)]
+    enum State {
+        Start,
+        Unquoted,
+        Quoted,
+        QuoteInQuoted,
+    }
+    let (mut state, mut opened, mut field) = (State::Start, 0, 0usize);
+    let (mut open_field, mut line, mut open_line) = (0, 1, 1);
+    for (i, &b) in bytes.iter().enumerate() {
+        let ends = b == b',' || b == b'\n' || b == b'\r';
+        state = match state {
+            State::Start | State::Unquoted | State::QuoteInQuoted if ends => {
+                field = if b == b',' { field + 1 } else { 0 };
+                State::Start
+            }
+            State::Start if b == b'"' => {
+                (opened, open_field, open_line) = (i, field, line);
+                State::Quoted
+            }
+            State::Quoted if b == b'"' => State::QuoteInQuoted,
+            State::QuoteInQuoted if b == b'"' => State::Quoted,
+            State::Quoted => State::Quoted,
+            _ => State::Unquoted,
+        };
+        line += usize::from(b == b'\n');
+    }
+    if state != State::Quoted {
+        return Ok(());
+    }
+    let header = csv::ReaderBuilder::new()
+        .has_headers(false)
+        .from_reader(&bytes[..opened])
+        .byte_records()
+        .next()
+        .and_then(|r| r.ok());
+    let name = header
+        .as_ref()
+        .filter(|_| open_line > 1)
+        .and_then(|h| h.get(open_field))
+        .map_or(format!("field {}", open_field + 1), |n| {
+            format!("column '{}'", unquote(&String::from_utf8_lossy(n)))
+        });
+    let tail = &bytes[opened..];
+    let rest = tail.iter().filter(|&&b| b == b'\n').count() + usize::from(!tail.ends_with(b"\n"));
+    Err(Error::invalid(
+        format!("{file}: line {open_line}, {name}"),
+        "an opening quote (\")",
+        format!(
+            "the quote is never closed, so the rest of the file ({rest} lines) would be one field; close it or \
+             remove it"
+        ),
+    ))
 }
 
 /// 1-based line numbers of byte offsets, for offsets that only grow.
@@ -313,6 +453,7 @@ impl Accumulator {
             p_g: slope_names.len(),
             marginal_names,
             slope_names,
+            empty_rows: vec![],
         };
         Self { ds }
     }

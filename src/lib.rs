@@ -15,6 +15,7 @@ pub mod data;
 pub mod designs;
 mod dispatch;
 mod error;
+pub mod files;
 #[cfg(feature = "testing")]
 pub mod fixture;
 pub mod layout;

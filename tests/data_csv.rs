@@ -291,3 +291,175 @@ fn random_input_never_panics_and_errors_name_the_file() {
         }
     }
 }
+
+/// 400 data rows of the test layout (id, y, z, w, x1, x2, x3, note).
+fn rows(n: usize) -> String {
+    let mut s = String::from("id,y,z,w,x1,x2,x3,note\n");
+    for i in 0..n {
+        s += &format!(
+            "r{i},{},{},1,{},{},{},free text\n",
+            i % 2,
+            i as f64 * 0.01,
+            i % 7,
+            i % 3,
+            i % 5
+        );
+    }
+    s
+}
+
+/// A quote left open makes the rest of the file one field in every RFC 4180
+/// reader; here it is an error naming where it opened, wherever that is,
+/// never a fit on the rows before it (issue 38, item 1).
+#[test]
+fn an_unterminated_quote_is_named_not_truncated() {
+    for (row, column, field) in [(301, "note", 7), (4, "z", 2), (1, "id", 0)] {
+        let mut lines: Vec<String> = rows(400).lines().map(str::to_string).collect();
+        let mut fields: Vec<String> = lines[row].split(',').map(str::to_string).collect();
+        fields[field] = format!("\"{}", fields[field]);
+        lines[row] = fields.join(",");
+        let (at, rule) = invalid(parse(&(lines.join("\n") + "\n")));
+        let line = row + 1;
+        assert!(at.contains(&format!("line {line}, column '{column}'")), "{at}");
+        assert!(
+            rule.contains("never closed") && rule.contains(&format!("({} lines)", 401 - row)),
+            "{rule}"
+        );
+    }
+    // A quote in the header.
+    let (at, _) = invalid(parse(&rows(3).replacen("note", "\"note", 1)));
+    assert!(at.contains("line 1, field 8"), "{at}");
+    // Closed quotes, doubled quotes inside, a quote inside an unquoted field:
+    // all fine, and every row is read.
+    let text = rows(3)
+        .replacen("free text", "\"a \"\"b\"\", c\"", 2)
+        .replacen("free text", "it\"s", 1);
+    assert_eq!(parse(&text).unwrap().n, 3);
+}
+
+/// Lines of only separators are skipped like blank lines and listed, so the
+/// caller can say how many (issue 38, item 8).
+#[test]
+fn rows_of_only_commas_are_counted_not_silent() {
+    let text = rows(3).replacen("r1,", ",,,,,,,\nr1,", 1) + ",,,,,,,\r\n\n";
+    let ds = parse(&text).unwrap();
+    assert_eq!(ds.n, 3);
+    assert_eq!(ds.empty_rows, [3, 6]);
+    assert!(parse(&rows(3)).unwrap().empty_rows.is_empty());
+}
+
+/// A UTF-16 export gets a hint, not "no such column" (issue 38, item 9).
+#[test]
+fn a_utf16_file_is_named_as_such() {
+    for bom in [&[0xff, 0xfe][..], &[0xfe, 0xff][..], &[][..]] {
+        let mut bytes = bom.to_vec();
+        for c in rows(3).encode_utf16() {
+            bytes.extend_from_slice(&c.to_le_bytes());
+        }
+        let (at, rule) = invalid(matfree::data::parse_csv_bytes("data.csv", &bytes, &spec(Some("w")), 1));
+        assert!(
+            at == "data.csv: encoding" && rule.contains("UTF-16") && rule.contains("UTF-8"),
+            "{at}: {rule}"
+        );
+    }
+}
+
+/// A small deterministic generator for the property tests.
+struct Lcg(u64);
+impl Lcg {
+    fn next(&mut self) -> u64 {
+        self.0 = self
+            .0
+            .wrapping_mul(6364136223846793005)
+            .wrapping_add(1442695040888963407);
+        self.0 >> 33
+    }
+    fn below(&mut self, n: usize) -> usize {
+        (self.next() % n as u64) as usize
+    }
+}
+
+/// A random valid table: values written in random but exact forms (quoted
+/// or not, padded, exponent form), free text with commas, quotes and line
+/// breaks in the unused column, CRLF or LF, blank lines between. Returns
+/// each row's cells and the (y, z, w, x1, x2, x3) values they hold.
+fn random_table(g: &mut Lcg, n: usize) -> (Vec<Vec<String>>, Vec<[f64; 6]>) {
+    let mut cells = Vec::new();
+    let mut want = Vec::new();
+    for i in 0..n {
+        let v = [
+            (g.below(2)) as f64,
+            (g.below(2001) as f64 - 1000.0) / 64.0,
+            1.0 + g.below(9) as f64,
+            (g.below(1 << 20) as f64 - 5e5) * 1e-3,
+            g.below(3) as f64,
+            -(g.below(100) as f64) * 1e5,
+        ];
+        let cell = |g: &mut Lcg, x: f64| match g.below(4) {
+            0 => format!("\"{x}\""),
+            1 => format!("  {x} "),
+            2 => format!("{x:e}"),
+            _ => format!("{x}"),
+        };
+        let note = ["plain", "\"a, b\"", "\"say \"\"hi\"\"\"", "\"two\nlines\"", ""][g.below(5)];
+        let mut row = vec![format!("id{i}")];
+        row.extend(v.iter().map(|&x| cell(g, x)));
+        row.push(note.to_string());
+        cells.push(row);
+        want.push(v);
+    }
+    (cells, want)
+}
+
+/// The table's text, with each record's line; `ends` picks line endings.
+fn render(cells: &[Vec<String>], ends: &[usize]) -> (String, Vec<usize>) {
+    let mut text = String::from("id,y,z,w,x1,x2,x3,note\n");
+    let mut lines = Vec::new();
+    for (row, end) in cells.iter().zip(ends) {
+        lines.push(1 + text.matches('\n').count());
+        text += &row.join(",");
+        text += ["\n", "\r\n", "\n\n"][*end];
+    }
+    (text, lines)
+}
+
+/// Property: every random valid table reads back exactly, row for row (no
+/// silent truncation); one fault put at a random row (an open quote, a
+/// non-finite or non-number value, an empty value) is an error naming that
+/// row's line and the column, never a panic or a shorter data set.
+#[test]
+fn random_tables_read_back_exactly_and_faults_name_their_line() {
+    let mut g = Lcg(0x5EED);
+    for case in 0..300 {
+        let n = 1 + g.below(40);
+        let (mut cells, want) = random_table(&mut g, n);
+        let ends: Vec<usize> = (0..n).map(|_| g.below(3)).collect();
+        let (text, lines) = render(&cells, &ends);
+        let ds = parse(&text).unwrap_or_else(|e| panic!("case {case}: {e}\n{text}"));
+        assert_eq!(ds.n, n, "case {case}");
+        for (i, v) in want.iter().enumerate() {
+            assert_eq!(
+                [ds.y[i], ds.z[i], ds.weights[i]],
+                [v[0], v[1], v[2]],
+                "case {case} row {i}"
+            );
+            assert_eq!(&ds.x_m[i * 3 + 1..i * 3 + 3], &[v[3], v[4]], "case {case} row {i}");
+            assert_eq!(&ds.x_g[i * 3 + 1..i * 3 + 3], &[v[3], v[5]], "case {case} row {i}");
+        }
+        let (k, column) = (g.below(n), 1 + g.below(6));
+        let names = ["id", "y", "z", "w", "x1", "x2", "x3"];
+        let fault = ["\"1", "NaN", "-inf", "x", ""][g.below(5)];
+        cells[k][column] = fault.to_string();
+        let (text, _) = render(&cells, &ends);
+        let (at, rule) = invalid(parse(&text));
+        // An open quote that a later quote closes merges records: the
+        // record's count is wrong, and the rule names the column.
+        let named = format!("column '{}'", names[column]);
+        assert!(
+            at.contains(&format!("line {}", lines[k])) && (at.contains(&named) || rule.contains(&named)),
+            "case {case}, fault {fault:?} at line {}, column {}: {at}: {rule}",
+            lines[k],
+            names[column]
+        );
+    }
+}

@@ -9,7 +9,7 @@
 //! and per iteration; [`Display::Quiet`] writes nothing.
 
 use std::cell::{Cell, RefCell};
-use std::io::IsTerminal;
+use std::io::{IsTerminal, Write};
 use std::time::{Duration, Instant};
 
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
@@ -140,11 +140,11 @@ impl<B: Backend> Objective<B> for Observed<'_, B> {
         self.count.set(self.count.get() + 1);
         let value = e.as_ref().map_or(f64::NAN, |e| e.value);
         if self.display == Display::Verbose {
-            eprintln!(
+            stderr_line(&format!(
                 "  evaluation {:>4}: neglog {value:.6}  ({:.1} s)",
                 self.count.get(),
                 self.start.elapsed().as_secs_f64()
-            );
+            ));
         }
         self.redraw();
         Ok(e)
@@ -164,10 +164,10 @@ impl<B: Backend> Objective<B> for Observed<'_, B> {
                 s.value = it.objective;
                 drop(s);
                 if self.display == Display::Verbose {
-                    eprintln!(
+                    stderr_line(&format!(
                         "  Newton step: objective {:.6}, decrement {:.3e}, step length {}",
                         it.objective, it.decrement, it.step_length
-                    );
+                    ));
                 }
             }
             FitEvent::Reml(it) => {
@@ -179,7 +179,7 @@ impl<B: Backend> Objective<B> for Observed<'_, B> {
                 }
                 let plain = self.display == Display::Verbose || (self.display == Display::Status && self.bar.is_none());
                 if plain {
-                    eprintln!("{}", self.reml_line(it));
+                    stderr_line(&self.reml_line(it));
                 }
             }
         }
@@ -198,4 +198,10 @@ impl<B: Backend> Objective<B> for Observed<'_, B> {
             matfree_solvers::fd_hessian_derivative(self, beta, h, d, step)
         }
     }
+}
+
+/// A line on stderr; a closed stderr (`2>&1 | head`) loses the line, never
+/// the fit (`eprintln!` would panic on it).
+fn stderr_line(text: &str) {
+    let _ = writeln!(std::io::stderr().lock(), "{text}");
 }

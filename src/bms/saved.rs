@@ -98,6 +98,16 @@ impl ScoreColumn {
     }
 }
 
+/// New rows to predict, read by [`SavedFit::read_predictors`].
+pub struct Predictors {
+    /// The designs (intercepts added).
+    pub designs: Arc<Designs>,
+    /// The scores, transformed as the fit's were.
+    pub z: Vec<f64>,
+    /// Lines of the file whose fields were all empty, skipped.
+    pub empty_rows: Vec<usize>,
+}
+
 /// A fit with what it needs to be read back and used.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct SavedFit {
@@ -131,10 +141,16 @@ impl SavedFit {
         Ok(saved)
     }
 
-    /// Write as JSON to `path`.
+    /// The saved fit as JSON text (what [`SavedFit::save`] writes).
+    pub fn to_json(&self) -> Result<String> {
+        serde_json::to_string(self).map_err(|e| Error::invalid("fit", "JSON", e.to_string()))
+    }
+
+    /// Write as JSON to `path`, through [`crate::files::write`] (a
+    /// symlink's target is written, a failure leaves no half file).
     pub fn save(&self, path: &Path) -> Result<()> {
-        let text = serde_json::to_string(self).map_err(|e| Error::invalid("fit", "JSON", e.to_string()))?;
-        std::fs::write(path, text).map_err(|e| Error::invalid("save path", path.display(), e.to_string()))
+        crate::files::write(path, self.to_json()?.as_bytes())
+            .map_err(|e| Error::invalid("save path", path.display(), e.to_string()))
     }
 
     /// Read a fit written by [`SavedFit::save`], with its model.
@@ -190,11 +206,15 @@ impl SavedFit {
     /// New rows from a CSV file with this fit's columns (other columns,
     /// a label among them, are ignored), the score transformed as the
     /// fit's was: the designs and the scores to predict.
-    pub fn read_predictors(&self, path: &Path) -> Result<(Arc<Designs>, Vec<f64>)> {
+    pub fn read_predictors(&self, path: &Path) -> Result<Predictors> {
         let mut ds = read_csv(path, &self.column_spec(), 1)?;
         self.score.apply(&mut ds.z);
         let designs = Designs::new(ds.n, ds.p_m, ds.p_g, ds.x_m, ds.x_g)?;
-        Ok((Arc::new(designs), ds.z))
+        Ok(Predictors {
+            designs: Arc::new(designs),
+            z: ds.z,
+            empty_rows: ds.empty_rows,
+        })
     }
 
     /// Every length and value of the fit against the model.
