@@ -79,7 +79,7 @@ struct Args {
     #[arg(long, default_value_t = 6)]
     link_basis: usize,
     /// Fix the smoothing parameters (comma-separated, one per smooth) instead of REML.
-    #[arg(long, value_delimiter = ',')]
+    #[arg(long, value_delimiter = ',', allow_hyphen_values = true)]
     lambda: Option<Vec<f64>>,
     /// auto, cpu or gpu.
     #[arg(long, default_value = "auto")]
@@ -353,7 +353,17 @@ fn predict_saved(model_path: &Path, args: &Args) -> AnyResult<Outcome> {
             out.display()
         ));
     }
+    if !saved.fit.converged {
+        say(&format!(
+            "note: the saved fit did not converge ({}): these predictions come from its best point, not from an \
+             optimum",
+            saved.fit.termination
+        ));
+    }
     for note in extrapolation_notes(&model, &saved.fit.beta, &designs, &z, &pred.intercept) {
+        say(&format!("note: {note}"));
+    }
+    for note in rejected_notes(&saved, &designs, &z, &pred.rejected) {
         say(&format!("note: {note}"));
     }
     if pred.se_eta.is_none() {
@@ -363,6 +373,39 @@ fn predict_saved(model_path: &Path, args: &Args) -> AnyResult<Outcome> {
         converged: true,
         failed_outputs,
     })
+}
+
+/// Each row that could not be predicted (at most 10 named, then a count),
+/// with its reason and its values by column name.
+fn rejected_notes(saved: &SavedFit, designs: &Designs, z: &[f64], rejected: &[(usize, String)]) -> Vec<String> {
+    let named = |names: &[String], row: &[f64]| -> Vec<String> {
+        names
+            .iter()
+            .zip(row)
+            .skip(1)
+            .map(|(n, v)| format!("{n} = {v:e}"))
+            .collect()
+    };
+    let mut notes: Vec<String> = rejected
+        .iter()
+        .take(10)
+        .map(|(i, why)| {
+            let mut values = vec![format!("{} = {:e}", saved.score.name, z[*i])];
+            values.extend(named(&saved.marginal_names, designs.x_m_row(*i)));
+            values.extend(named(&saved.slope_names, designs.x_g_row(*i)));
+            values.dedup();
+            format!(
+                "data row {} ({}) could not be predicted: {why}; its p, eta and se_eta are left empty (is a value \
+                 far outside the fit's data?)",
+                i + 1,
+                values.join(", ")
+            )
+        })
+        .collect();
+    if rejected.len() > 10 {
+        notes.push(format!("{} rows in all could not be predicted", rejected.len()));
+    }
+    notes
 }
 
 /// How many rows reach past the knots of the score warp (z) or of the link

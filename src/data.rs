@@ -375,6 +375,7 @@ impl Columns {
         };
         let list = |role: &str, wanted: &[String]| -> Result<Vec<usize>> {
             check_unique(file, role, wanted)?;
+            check_roles(file, role, wanted, spec)?;
             wanted.iter().map(|c| find(role, c)).collect()
         };
         Ok(Self {
@@ -387,6 +388,38 @@ impl Columns {
             slope: list("slope", &spec.slope)?,
         })
     }
+}
+
+/// The label, the score or the weights given as a covariate: each has its
+/// own place in the model, and as a covariate would separate the labels or
+/// fit the score twice.
+fn check_roles(file: &str, role: &str, wanted: &[String], spec: &ColumnSpec) -> Result<()> {
+    let field = |c: &str| format!("{file}: {role} covariates, column '{c}'");
+    for c in wanted {
+        if *c == spec.score {
+            return Err(Error::invalid(
+                field(c),
+                c,
+                "is the score: the score enters the model through the slope (b z) and the score warp H(z); as a \
+                 covariate it would enter twice. Drop it (a non-linear score effect is the warp's, --score-basis)",
+            ));
+        }
+        if !spec.label.is_empty() && *c == spec.label {
+            return Err(Error::invalid(
+                field(c),
+                c,
+                "is the label: a covariate equal to the label separates it exactly; drop it",
+            ));
+        }
+        if spec.weights.as_deref() == Some(c.as_str()) {
+            return Err(Error::invalid(
+                field(c),
+                c,
+                "is the weight column; drop one of the two uses",
+            ));
+        }
+    }
+    Ok(())
 }
 
 /// A covariate listed twice in one design would make that design singular.

@@ -396,7 +396,7 @@ fn data_checks_name_the_problem() {
     let huge = data(&[x.iter().map(|v| v * 1e300).collect()], &[], z.clone(), y.clone());
     let e = check_data(&model(2, 1), &huge, None).unwrap_err().to_string();
     assert!(
-        e.contains("marginal 'marginal column 1', row 0") && e.contains("rescale"),
+        e.contains("marginal 'marginal column 1', row 1") && e.contains("rescale"),
         "{e}"
     );
     // A column scaled far down is named as such (its squares would
@@ -443,13 +443,105 @@ fn complete_separation_is_named() {
         e.contains("marginal covariate 'marginal column 1'") && e.contains("complete separation"),
         "{e}"
     );
+    // The score's slope has no finite estimate either: an error now, where
+    // it was a warning and the fit ended at a pivot failure (issue 38).
     let by_score: Vec<f64> = z.iter().map(|v| f64::from(*v > 0.3)).collect();
     let x: Vec<f64> = rng.normals(n);
-    let w = check_data(&model(2, 1), &data(&[x], &[], z, by_score), None).unwrap();
+    let e = check_data(&model(2, 1), &data(&[x], &[], z, by_score), None)
+        .unwrap_err()
+        .to_string();
     assert!(
-        w.iter().any(|w| w.contains("score") && w.contains("exactly where")),
+        e.contains("score") && e.contains("exactly where") && e.contains("complete separation"),
+        "{e}"
+    );
+}
+
+/// Issue 38's data checks: a covariate nearly constant beside its mean
+/// (x + 1e8), weights whose mean is far from 1, and too few events per
+/// coefficient; each names the column or the rule and what to do, and the
+/// clean data pass.
+#[test]
+fn near_constant_columns_weights_and_rare_events_are_named() {
+    use matfree::bms::checks::{check_data, MIN_EVENTS_PER_COEFFICIENT, MIN_RELATIVE_SPREAD};
+    let n = 400;
+    let mut rng = Rng::new(21);
+    let z: Vec<f64> = rng.normals(n);
+    let x: Vec<f64> = rng.normals(n);
+    let y: Vec<f64> = (0..n).map(|i| f64::from(i % 2 == 0)).collect();
+    let m = model(2, 1);
+    assert!(
+        check_data(&m, &data(std::slice::from_ref(&x), &[], z.clone(), y.clone()), None)
+            .unwrap()
+            .is_empty()
+    );
+    for (shift, fails) in [(1e8, true), (1e3, false)] {
+        let shifted: Vec<f64> = x.iter().map(|v| v + shift).collect();
+        let r = check_data(&m, &data(&[shifted], &[], z.clone(), y.clone()), None);
+        assert_eq!(r.is_err(), fails, "x + {shift:e}: {r:?}");
+        if let Err(e) = r {
+            let e = e.to_string();
+            assert!(
+                e.contains("centre it") && e.contains(&format!("{MIN_RELATIVE_SPREAD:e}")),
+                "{e}"
+            );
+        }
+    }
+    let weighted = |w: f64| {
+        let d = data(std::slice::from_ref(&x), &[], z.clone(), y.clone());
+        BmsData::new(d.designs.clone(), d.z.clone(), d.y.clone(), vec![w; n]).unwrap()
+    };
+    for w in [1e-12, 1e12, 1e200] {
+        let e = check_data(&m, &weighted(w), None).unwrap_err().to_string();
+        assert!(e.contains("weights") && e.contains("mean weight"), "x {w:e}: {e}");
+    }
+    assert!(check_data(&m, &weighted(1e3), None).is_ok());
+    // Rare events: 3 positives of 400 is below 10 per parametric coefficient.
+    let rare: Vec<f64> = (0..n).map(|i| f64::from(i % 150 == 7)).collect();
+    let w = check_data(&m, &data(std::slice::from_ref(&x), &[], z.clone(), rare), None).unwrap();
+    assert!(
+        w.iter().any(|w| w.contains("only 3 of 400 rows have y = 1")
+            && w.contains(&format!(
+                "{MIN_EVENTS_PER_COEFFICIENT} events per parametric coefficient (3)"
+            ))),
         "{w:?}"
     );
+}
+
+/// Labels split exactly by a combination of covariates (no single column
+/// splits them, so no check before the fit sees it): the fit never reports
+/// convergence. It either ends not converged with the separation named, or
+/// the runaway start is an error that names separation (issue 38, item 6).
+#[test]
+fn separation_by_a_combination_of_covariates_is_named() {
+    let n = 60;
+    let mut rng = Rng::new(5);
+    let (a, b): (Vec<f64>, Vec<f64>) = (rng.normals(n), rng.normals(n));
+    let mut z: Vec<f64> = rng.normals(n);
+    standardise(&mut z);
+    let y: Vec<f64> = (0..n).map(|i| f64::from(a[i] + b[i] > 0.0)).collect();
+    let m = model(3, 1);
+    let d = data(&[a, b], &[], z, y);
+    matfree::bms::checks::check_data(&m, &d, None).unwrap();
+    let objective = BmsObjective::new(&m, &d);
+    let opts = FitOptions {
+        lambda: Some(vec![1.0, 1.0]),
+        ..FitOptions::default()
+    };
+    match fit(&CpuBackend::new(), &objective, &m, &d, &opts) {
+        Ok(f) => {
+            assert!(
+                !f.converged && f.termination.starts_with("separated"),
+                "{}",
+                f.termination
+            );
+            assert!(
+                f.warnings.iter().any(|w| w.contains("separates the labels")),
+                "{:?}",
+                f.warnings
+            );
+        }
+        Err(e) => assert!(e.to_string().contains("separated by a combination"), "{e}"),
+    }
 }
 
 /// The end of REML is the lowest V along each rho axis, not only a

@@ -192,3 +192,33 @@ fn bad_inputs_are_named_errors() {
     let narrow = Arc::new(Designs::new(30, 1, 1, vec![1.0; 30], vec![1.0; 30]).unwrap());
     assert!(predict_cpu(&g.model, est(&g.beta), narrow, &g.data.z).is_err());
 }
+
+/// A row the model cannot calibrate (a covariate a million times the
+/// data's) is listed with its reason and NaN values, and every other row is
+/// predicted as it would be without it (issue 38, item 9).
+#[test]
+fn a_rejected_row_does_not_fail_the_others() {
+    let g = simulated(40, 8);
+    let (p_m, p_g) = (g.data.designs.p_m(), g.data.designs.p_g());
+    let (mut x_m, mut x_g) = (g.data.designs.x_m().to_vec(), g.data.designs.x_g().to_vec());
+    x_m[7 * p_m + 1] = 1e6;
+    x_g[7 * p_g + 1] = 1e6;
+    let designs = Arc::new(Designs::new(40, p_m, p_g, x_m, x_g).unwrap());
+    let est = Estimates {
+        beta: &g.beta,
+        covariance: None,
+    };
+    let pred = predict_cpu(&g.model, est, designs, &g.data.z).unwrap();
+    assert_eq!(pred.rejected.len(), 1, "{:?}", pred.rejected);
+    assert_eq!(pred.rejected[0].0, 7);
+    assert!(pred.rejected[0].1.contains("F_a"), "{}", pred.rejected[0].1);
+    assert!(pred.eta[7].is_nan() && pred.p[7].is_nan());
+    let clean = at(&g, &g.beta, None);
+    for i in (0..40).filter(|&i| i != 7) {
+        assert_eq!(pred.eta[i].to_bits(), clean.eta[i].to_bits(), "row {i}");
+    }
+    let mut csv = Vec::new();
+    pred.write_csv(&mut csv).unwrap();
+    let text = String::from_utf8(csv).unwrap();
+    assert_eq!(text.lines().nth(8), Some("8,,,"), "{text}");
+}

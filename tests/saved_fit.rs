@@ -5,6 +5,7 @@ use std::path::PathBuf;
 
 use matfree::bms::fit::{fit, FitOptions};
 use matfree::bms::generator::{generate, GeneratorConfig};
+use matfree::bms::predict::{predict_cpu, Estimates};
 use matfree::bms::saved::{SavedFit, ScoreColumn, FORMAT_VERSION};
 use matfree::bms::BmsObjective;
 use matfree::solvers::CpuBackend;
@@ -75,6 +76,7 @@ fn a_saved_fit_loads_back_bitwise() {
 #[test]
 fn damaged_files_are_named_errors() {
     let s = saved(Some(vec![10.0, 100.0]));
+    let (p, cov) = (s.fit.beta.len(), s.fit.covariance.clone().unwrap());
     let text = serde_json::to_string(&s).unwrap();
     let value: serde_json::Value = serde_json::from_str(&text).unwrap();
     let edit = |f: &dyn Fn(&mut serde_json::Value)| {
@@ -125,6 +127,31 @@ fn damaged_files_are_named_errors() {
             SavedFit::from_json(&text[..text.len() / 2]).map(|_| ()).unwrap_err(),
         ),
         ("file", SavedFit::from_json("\u{0}garbage").map(|_| ()).unwrap_err()),
+        // A coefficient no fit makes, and covariances no inverse is
+        // (issue 38, items 7 and 9).
+        ("fit.beta[0]", edit(&|v| v["fit"]["beta"][0] = 1e308.into())),
+        (
+            "fit.covariance[3][3]",
+            edit(&|v| {
+                let c = v["fit"]["covariance"][3 * p + 3].as_f64().unwrap();
+                v["fit"]["covariance"][3 * p + 3] = (-c).into();
+            }),
+        ),
+        (
+            "fit.covariance[4][2]",
+            edit(&|v| {
+                let c = v["fit"]["covariance"][2 * p + 4].as_f64().unwrap();
+                v["fit"]["covariance"][2 * p + 4] = (c + 1e-3 * cov[2 * p + 2]).into();
+            }),
+        ),
+        (
+            "fit.covariance",
+            edit(&|v| {
+                let c = 2.0 * (cov[0] * cov[p + 1]).sqrt();
+                v["fit"]["covariance"][1] = c.into();
+                v["fit"]["covariance"][p] = c.into();
+            }),
+        ),
     ];
     for (want, e) in cases {
         let field = field_of(e);
@@ -160,4 +187,63 @@ fn a_loaded_fit_summarises_as_the_fit_did() {
     }
     assert_eq!(a.coefficients.len(), s.fit.beta.len());
     assert_eq!(a.smooths.len(), 2);
+}
+
+/// Property test of predict's inputs (issue 38): random files for a saved
+/// fit (random shapes, values from ordinary to far outside the data,
+/// non-finite and unparsable ones, unbalanced quotes, random bytes) never
+/// panic; each is either predicted row for row (every row either finite or
+/// listed as rejected with a reason, never silently missing) or an error
+/// that names the file and, for a bad value, its line and column.
+#[test]
+fn random_prediction_inputs_never_panic_or_drop_rows() {
+    let s = saved(Some(vec![10.0, 100.0]));
+    let model = s.model.model().unwrap();
+    let mut state = 0x2545_F491_4F6C_DD1Du64;
+    let mut next = move |n: usize| {
+        state ^= state << 13;
+        state ^= state >> 7;
+        state ^= state << 17;
+        (state % n as u64) as usize
+    };
+    let values = [
+        "0.3", "-1.2", "2", "1e6", "-1e6", "1e99", "NaN", "inf", "", "x", "\"0.5", "\"1\"", "7e-300",
+    ];
+    let path = temp("random-predict.csv");
+    for case in 0..150 {
+        let rows = 1 + next(30);
+        let mut text = String::from("z,x1,x2,label\n");
+        for _ in 0..rows {
+            let cells: Vec<&str> = (0..3).map(|_| values[next(values.len())]).collect();
+            text += &format!("{},note\n", cells.join(","));
+        }
+        let mut bytes = text.into_bytes();
+        if case % 5 == 4 {
+            let at = next(bytes.len());
+            bytes.insert(at, [b'"', b',', b'\n', 0xff, b'\r'][next(5)]);
+        }
+        std::fs::write(&path, &bytes).unwrap();
+        let file = path.display().to_string();
+        match s.read_predictors(&path) {
+            Ok(rows_in) => {
+                let n = rows_in.z.len();
+                let est = Estimates::of(&s.fit);
+                let pred = predict_cpu(&model, est, rows_in.designs, &rows_in.z).unwrap();
+                assert_eq!(pred.eta.len(), n, "case {case}");
+                let rejected: Vec<usize> = pred.rejected.iter().map(|(i, _)| *i).collect();
+                for i in 0..n {
+                    assert_eq!(pred.eta[i].is_finite(), !rejected.contains(&i), "case {case} row {i}");
+                }
+            }
+            Err(Error::InvalidInput { field, rule, .. }) => {
+                assert!(field.starts_with(&file), "case {case}: {field}");
+                if rule.contains("not a number") || rule.contains("finite") || rule.contains("never closed") {
+                    let cell = field.contains("column '") || field.contains(", field ");
+                    assert!(field.contains("line ") && cell, "case {case}: {field}: {rule}");
+                }
+            }
+            Err(e) => panic!("case {case}: unexpected error kind {e}"),
+        }
+    }
+    std::fs::remove_file(&path).unwrap();
 }

@@ -23,11 +23,14 @@ pub const SCORE_SD_FACTOR: f64 = 1.5;
 
 /// Check `data` for `model`: an error for labels of one class, fewer rows
 /// than coefficients, a value beyond [`MAX_MAGNITUDE`], a non-zero column
-/// below [`MIN_MAGNITUDE`], a constant covariate, or covariates that are
-/// collinear (a rank-revealing eigen decomposition of each design's
-/// correlation matrix, naming the columns involved); warnings for a score
-/// that is not standardised and for a score with fewer distinct values
-/// than the warp's basis can use.
+/// below [`MIN_MAGNITUDE`], a mean weight outside [`WEIGHT_MEAN_RANGE`], a
+/// constant or nearly constant covariate ([`MIN_RELATIVE_SPREAD`]),
+/// covariates that are collinear (a rank-revealing eigen decomposition of
+/// each design's correlation matrix, naming the columns involved), or a
+/// covariate or the score that separates the labels; warnings for a score
+/// that is not standardised, for a score with fewer distinct values than
+/// the warp's basis can use, and for fewer than
+/// [`MIN_EVENTS_PER_COEFFICIENT`] events per parametric coefficient.
 pub fn check_data(model: &BmsModel, data: &BmsData, names: Option<ColumnNames<'_>>) -> Result<Vec<String>> {
     let n = data.n();
     let p = model.layout().p_total();
@@ -59,15 +62,71 @@ pub fn check_data(model: &BmsModel, data: &BmsData, names: Option<ColumnNames<'_
     check_magnitude("score", &data.z, 1, &["z".to_string()])?;
     check_magnitude("marginal", d.x_m(), d.p_m(), &m_names)?;
     check_magnitude("slope", d.x_g(), d.p_g(), &g_names)?;
+    check_weights(&data.weights)?;
     check_design("marginal", d.x_m(), d.p_m(), &m_names)?;
     check_design("slope", d.x_g(), d.p_g(), &g_names)?;
     check_separation("marginal", d.x_m(), d.p_m(), &data.y, &m_names)?;
     check_separation("slope", d.x_g(), d.p_g(), &data.y, &g_names)?;
-    let mut warnings = score_warnings(model, &data.z);
-    if let Some(w) = separated_by("score", &data.z, &data.y) {
-        warnings.push(format!("{w}: the fit will push the score's slope toward infinity"));
+    if let Some(rule) = separated_by("the score", &data.z, &data.y) {
+        return Err(Error::invalid(
+            "score",
+            "separates the labels",
+            format!(
+                "{rule}: complete separation, the score's slope has no finite estimate (is the score the label, \
+                 or computed from it?)"
+            ),
+        ));
     }
+    let mut warnings = score_warnings(model, &data.z);
+    warnings.extend(events_warning(model, positives, n));
     Ok(warnings)
+}
+
+/// Events per parametric coefficient below which a warning is given: the
+/// common rule for logistic and probit models (Peduzzi et al. 1996), with
+/// events the rows of the rarer label.
+pub const MIN_EVENTS_PER_COEFFICIENT: usize = 10;
+
+/// A warning when the rarer label has fewer than
+/// [`MIN_EVENTS_PER_COEFFICIENT`] rows per parametric coefficient.
+fn events_warning(model: &BmsModel, positives: usize, n: usize) -> Option<String> {
+    let block = model.layout().block();
+    let coefficients = block.p_m + block.p_g;
+    let (events, label) = if positives <= n - positives {
+        (positives, 1)
+    } else {
+        (n - positives, 0)
+    };
+    (events < MIN_EVENTS_PER_COEFFICIENT * coefficients).then(|| {
+        format!(
+            "only {events} of {n} rows have y = {label}: fewer than {MIN_EVENTS_PER_COEFFICIENT} events per \
+             parametric coefficient ({coefficients}), so estimates and standard errors may be unreliable and the \
+             fit may not converge; use fewer covariates or more data"
+        )
+    })
+}
+
+/// The mean weight must lie in this range: weights count rows, so a mean
+/// of 1e12 weighs every row as 1e12 rows (the penalties vanish beside the
+/// likelihood) and 1e-12 as almost none (the likelihood vanishes beside
+/// them); either leaves the penalised Hessian without the digits it needs.
+pub const WEIGHT_MEAN_RANGE: (f64, f64) = (1e-6, 1e6);
+
+/// Weights whose mean is outside [`WEIGHT_MEAN_RANGE`] are an error.
+fn check_weights(w: &[f64]) -> Result<()> {
+    let mean = w.iter().sum::<f64>() / w.len().max(1) as f64;
+    let (lo, hi) = WEIGHT_MEAN_RANGE;
+    if mean.is_finite() && (lo..=hi).contains(&mean) {
+        return Ok(());
+    }
+    Err(Error::invalid(
+        "weights",
+        format!("mean {mean:.3e}"),
+        format!(
+            "the mean weight must lie within [{lo:e}, {hi:e}]: weights count rows, so every row would count as \
+             {mean:.3e} rows; rescale them (divide by their mean) unless they are frequencies"
+        ),
+    ))
 }
 
 /// Values beyond this magnitude overflow the model's products (squares of
@@ -89,7 +148,7 @@ fn check_magnitude(what: &str, x: &[f64], p: usize, names: &[String]) -> Result<
     let name = |j: usize| names.get(j).cloned().unwrap_or_default();
     if let Some(k) = x.iter().position(|v| v.abs() > MAX_MAGNITUDE) {
         return Err(Error::invalid(
-            format!("{what} '{}', row {}", name(k % p), k / p),
+            format!("{what} '{}', row {}", name(k % p), k / p + 1),
             format!("{:e}", x[k]),
             format!("|value| must be at most {MAX_MAGNITUDE:e} (the model squares and cubes it); rescale the column"),
         ));
@@ -147,6 +206,11 @@ fn separated_by(what: &str, v: &[f64], y: &[f64]) -> Option<String> {
     }
 }
 
+/// A covariate whose standard deviation is below this fraction of its
+/// |mean| is nearly constant: the Hessian's condition number grows as
+/// (mean / sd)^2, and beyond 1e12 its factorisation keeps too few digits.
+pub const MIN_RELATIVE_SPREAD: f64 = 1e-6;
+
 /// Constant and collinear columns of an n x p design whose column 0 is the
 /// intercept.
 fn check_design(design: &str, x: &[f64], p: usize, names: &[String]) -> Result<()> {
@@ -171,6 +235,17 @@ fn check_design(design: &str, x: &[f64], p: usize, names: &[String]) -> Result<(
                 format!("{design} covariate '{}'", name(j)),
                 format!("constant {}", x[j]),
                 "a constant covariate duplicates the intercept; drop it",
+            ));
+        }
+        if sd[j] < MIN_RELATIVE_SPREAD * mean[j].abs() {
+            return Err(Error::invalid(
+                format!("{design} covariate '{}'", name(j)),
+                format!("mean {:.6e}, sd {:.3e}", mean[j], sd[j]),
+                format!(
+                    "it varies by less than {MIN_RELATIVE_SPREAD:e} of its mean, so the Hessian cannot tell it from \
+                     the intercept in double precision; centre it (subtract about {:.3e})",
+                    mean[j]
+                ),
             ));
         }
     }

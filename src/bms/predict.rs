@@ -15,8 +15,10 @@
 //! linearly: every projected basis function is linear outside its knot
 //! range (`shared/docs/bms-model.md`), so H(z) and L(t) continue along
 //! their end tangents; nothing is clamped. A row whose calibration fails
-//! there (F_a <= 0, possible when an extrapolated L'(t) < -1) is an error
-//! naming the row, never a NaN.
+//! there (F_a <= 0, possible when an extrapolated L'(t) < -1, or a value
+//! far outside the fit's data) does not fail the others: it is listed in
+//! [`Predictions::rejected`] with the reason, its values are NaN, and the
+//! CSV leaves them empty.
 //!
 //! The CPU path evaluates Stage 1 and the first-order half of Stage 2 in
 //! chunks of rows (a chunk's Stage-1 bundle is held at once). The GPU path
@@ -65,17 +67,22 @@ pub struct Predictions {
     pub se_eta: Option<Vec<f64>>,
     /// The calibrated intercepts a_i.
     pub intercept: Vec<f64>,
+    /// Rows that could not be predicted (0-based, in order) with the
+    /// reason; their eta, p, se_eta and intercept are NaN.
+    pub rejected: Vec<(usize, String)>,
 }
 
 impl Predictions {
     /// Write as CSV: `row` (1-based, the input's data row), `p`, `eta` and
     /// `se_eta` (empty when there is no covariance), each number in the
-    /// shortest form that reads back to the same f64.
+    /// shortest form that reads back to the same f64; a rejected row's
+    /// values are empty.
     pub fn write_csv(&self, out: &mut impl std::io::Write) -> std::io::Result<()> {
+        let show = |v: f64| if v.is_nan() { String::new() } else { v.to_string() };
         writeln!(out, "row,p,eta,se_eta")?;
         for i in 0..self.eta.len() {
-            let se = self.se_eta.as_ref().map_or(String::new(), |s| s[i].to_string());
-            writeln!(out, "{},{},{},{se}", i + 1, self.p[i], self.eta[i])?;
+            let se = self.se_eta.as_ref().map_or(String::new(), |s| show(s[i]));
+            writeln!(out, "{},{},{},{se}", i + 1, show(self.p[i]), show(self.eta[i]))?;
         }
         Ok(())
     }
@@ -180,11 +187,13 @@ fn in_chunk(e: Error, start: usize) -> Error {
     }
 }
 
-/// Per-row eta, intercept and d eta / d theta (n x r) of some rows.
+/// Per-row eta, intercept and d eta / d theta (n x r) of some rows, and the
+/// rows (0-based within them) that could not be evaluated.
 struct Jets {
     eta: Vec<f64>,
     intercept: Vec<f64>,
     grad: Vec<f64>,
+    rejected: Vec<(usize, String)>,
 }
 
 impl Jets {
@@ -193,13 +202,28 @@ impl Jets {
             eta: Vec::with_capacity(n),
             intercept: Vec::with_capacity(n),
             grad: Vec::with_capacity(n * r),
+            rejected: Vec::new(),
         }
     }
 
+    /// Appends `other`, whose rows follow this one's.
     fn append(&mut self, other: Jets) {
+        let start = self.eta.len();
+        self.rejected
+            .extend(other.rejected.into_iter().map(|(i, why)| (i + start, why)));
         self.eta.extend(other.eta);
         self.intercept.extend(other.intercept);
         self.grad.extend(other.grad);
+    }
+
+    /// One row that could not be evaluated: NaN values and the reason.
+    fn rejected_row(r: usize, reason: String) -> Self {
+        Self {
+            eta: vec![f64::NAN],
+            intercept: vec![f64::NAN],
+            grad: vec![f64::NAN; r],
+            rejected: vec![(0, reason)],
+        }
     }
 }
 
@@ -211,15 +235,38 @@ fn cpu_jets(model: &BmsModel, beta: &[f64], data: &BmsData) -> Result<Jets> {
     for range in chunks(data.n(), CPU_CHUNK_ROWS) {
         let start = range.start;
         let part = data.rows(range)?;
-        let intercept = model
-            .stage1_into(&part, beta, &mut inputs)
-            .map_err(|e| in_chunk(e, start))?;
-        let grad = eta_gradients(&inputs).map_err(|e| in_chunk(e, start))?;
-        out.append(Jets {
-            eta: inputs.e_obs.clone(),
-            intercept,
-            grad,
-        });
+        let jets = match chunk_jets(model, beta, &part, &mut inputs) {
+            Err(Error::RowRejected { .. }) => row_by_row(model, beta, &part, &mut inputs),
+            other => other,
+        };
+        out.append(jets.map_err(|e| in_chunk(e, start))?);
+    }
+    Ok(out)
+}
+
+/// The jets of a chunk of rows at once.
+fn chunk_jets(model: &BmsModel, beta: &[f64], part: &BmsData, inputs: &mut RowKernelInputs) -> Result<Jets> {
+    let intercept = model.stage1_into(part, beta, inputs)?;
+    let grad = eta_gradients(inputs)?;
+    Ok(Jets {
+        eta: inputs.e_obs.clone(),
+        intercept,
+        grad,
+        rejected: Vec::new(),
+    })
+}
+
+/// A chunk in which some row was rejected, one row at a time, so that the
+/// others are predicted and each rejected row is listed with its reason.
+fn row_by_row(model: &BmsModel, beta: &[f64], part: &BmsData, inputs: &mut RowKernelInputs) -> Result<Jets> {
+    let r = model.layout().r();
+    let mut out = Jets::with_capacity(part.n(), r);
+    for i in 0..part.n() {
+        let row = match chunk_jets(model, beta, &part.rows(i..i + 1)?, inputs) {
+            Err(Error::RowRejected { reason, .. }) => Jets::rejected_row(r, reason),
+            other => other?,
+        };
+        out.append(row);
     }
     Ok(out)
 }
@@ -236,11 +283,20 @@ fn gpu_rows(gpu: &Arc<Gpu>, model: &BmsModel, est: Estimates<'_>, data: &BmsData
         let start = range.start;
         let part = data.rows(range)?;
         let stage = DeviceStage1::new(gpu.clone(), model, &part).map_err(|e| in_chunk(e, start))?;
-        let eval = stage.evaluate(est.beta).map_err(|e| in_chunk(e, start))?;
+        let eval = match stage.evaluate(est.beta) {
+            Ok(eval) => eval,
+            // Some row rejected: the CPU predicts the chunk and lists them.
+            Err(Error::RowRejected { .. }) => {
+                out.append(cpu_jets(model, est.beta, &part).map_err(|e| in_chunk(e, start))?);
+                continue;
+            }
+            Err(e) => return Err(in_chunk(e, start)),
+        };
         let mut jets = Jets {
             eta: stage.observed_eta()?,
             intercept: stage.intercepts()?,
             grad: gpu.download(&eval.grad)?,
+            rejected: Vec::new(),
         };
         drop(eval);
         let redo = divide_out_mills(&mut jets, r);
@@ -249,6 +305,7 @@ fn gpu_rows(gpu: &Arc<Gpu>, model: &BmsModel, est: Estimates<'_>, data: &BmsData
             jets.eta[i] = row.eta[0];
             jets.intercept[i] = row.intercept[0];
             jets.grad[i * r..(i + 1) * r].copy_from_slice(&row.grad);
+            jets.rejected.extend(row.rejected.into_iter().map(|(_, why)| (i, why)));
         }
         out.append(jets);
     }
@@ -290,6 +347,7 @@ fn finish(model: &BmsModel, est: Estimates<'_>, designs: &Designs, jets: Jets) -
         p,
         se_eta,
         intercept: jets.intercept,
+        rejected: jets.rejected,
     }
 }
 
@@ -316,5 +374,10 @@ fn delta_se(model: &BmsModel, designs: &Designs, i: usize, e: &[f64], v: &[f64])
         .zip(&j)
         .map(|(row, ja)| ja * row.iter().zip(&j).map(|(a, b)| a * b).sum::<f64>())
         .sum();
-    q.max(0.0).sqrt()
+    // A rejected row's NaN jet stays NaN (max would make it 0).
+    if q.is_nan() {
+        f64::NAN
+    } else {
+        q.max(0.0).sqrt()
+    }
 }

@@ -273,6 +273,62 @@ impl SavedFit {
         if let Some(k) = f.lambda.iter().position(|&l| l <= 0.0) {
             return Err(Error::invalid(format!("fit.lambda[{k}]"), f.lambda[k], "must be > 0"));
         }
+        if let Some(k) = f.beta.iter().position(|b| b.abs() > MAX_COEFFICIENT) {
+            return Err(Error::invalid(
+                format!("fit.beta[{k}]"),
+                format!("{:e}", f.beta[k]),
+                format!(
+                    "|coefficient| must be at most {MAX_COEFFICIENT:e} (no fit of data within the checked range makes \
+                     one larger, and its products would overflow)"
+                ),
+            ));
+        }
+        if let Some(v) = &f.covariance {
+            check_covariance(v, p)?;
+        }
         Ok(())
     }
+}
+
+/// The largest |coefficient| a saved fit may hold: the Newton driver's own
+/// bound on coefficient scales (squares stay within the doubles).
+pub const MAX_COEFFICIENT: f64 = 1e150;
+
+/// A covariance is symmetric and positive semi-definite to within this
+/// relative tolerance: |V_ij - V_ji| <= tol sqrt(V_ii V_jj), and every
+/// eigenvalue >= -tol times the largest (an inverse of H + S written by
+/// `--save` meets both to rounding, about 1e-15).
+pub const COVARIANCE_TOL: f64 = 1e-8;
+
+/// `fit.covariance` checked as a covariance: a negative diagonal, an
+/// asymmetric entry or a clearly negative eigenvalue is a named error (a
+/// damaged file would otherwise give zero or meaningless standard errors).
+fn check_covariance(v: &[f64], p: usize) -> Result<()> {
+    let field = "fit.covariance";
+    if let Some(i) = (0..p).find(|&i| v[i * p + i] < 0.0) {
+        let rule = "a variance must be >= 0";
+        return Err(Error::invalid(format!("{field}[{i}][{i}]"), v[i * p + i], rule));
+    }
+    for i in 0..p {
+        for j in 0..i {
+            let scale = (v[i * p + i] * v[j * p + j]).sqrt();
+            if (v[i * p + j] - v[j * p + i]).abs() > COVARIANCE_TOL * scale {
+                return Err(Error::invalid(
+                    format!("{field}[{i}][{j}]"),
+                    format!("{:e}, but [{j}][{i}] = {:e}", v[i * p + j], v[j * p + i]),
+                    format!("a covariance is symmetric (to {COVARIANCE_TOL:e} of sqrt(V_ii V_jj))"),
+                ));
+            }
+        }
+    }
+    let (values, _) = matfree_solvers::symmetric_eigen(p, v)?;
+    let (lo, hi) = (values[0], values[p - 1]);
+    if lo < -COVARIANCE_TOL * hi.abs() {
+        return Err(Error::invalid(
+            field,
+            format!("smallest eigenvalue {lo:e} (largest {hi:e})"),
+            format!("a covariance is positive semi-definite (to {COVARIANCE_TOL:e} of its largest eigenvalue)"),
+        ));
+    }
+    Ok(())
 }
