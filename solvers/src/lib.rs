@@ -21,6 +21,7 @@ pub mod pcg_kernels;
 pub mod penalty;
 pub mod precond;
 pub mod reml;
+pub mod stats;
 
 pub use backend::{Backend, Slot};
 pub use cpu::CpuBackend;
@@ -40,3 +41,4 @@ pub use reml::{
     evaluate_laml, fellner_schall_step, reference_rho, reml, LamlEvaluation, OuterStep, RemlFit, RemlIteration,
     RemlOptions, RemlReport, RemlTermination, STALL_STEPS,
 };
+pub use stats::{effective_df, Edf, FitStatistics};

@@ -8,7 +8,9 @@ use std::time::Instant;
 
 use matfree_solvers::newton::{newton, NewtonOptions, Objective};
 use matfree_solvers::reml::{reml, RemlOptions, RemlReport};
-use matfree_solvers::{clip_eigenvalues, Backend, CpuBackend, PcgKernels, PenalisedFactor, Penalty};
+use matfree_solvers::stats::FitStatistics;
+pub use matfree_solvers::stats::{effective_df, Edf};
+use matfree_solvers::{Backend, CpuBackend, PcgKernels, Penalty};
 use serde::{Deserialize, Serialize};
 
 use super::progress::{Display, Observed};
@@ -58,95 +60,6 @@ impl Default for FitOptions {
             single_precision_hvp: true,
         }
     }
-}
-
-/// Effective degrees of freedom of a fit.
-#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
-pub struct Edf {
-    /// Per smooth (penalty block), each in [0, its dimension].
-    pub blocks: Vec<f64>,
-    /// Of the whole model, in [0, p].
-    pub total: f64,
-    /// Whether the unpenalised Hessian was indefinite at the fit, so that
-    /// the edf were computed from its positive part (see [`effective_df`]).
-    pub from_positive_part: bool,
-}
-
-/// The effective degrees of freedom `tr((H + S)^{-1} H)`, per penalty block
-/// and in total, from the dense unpenalised Hessian `h` and penalty `s`.
-///
-/// Where H is positive semi-definite this is mgcv's edf, and each block's
-/// share lies in [0, dim] (with A = H + S, the block's share is
-/// `dim - lambda tr((A^{-1})_kk S_k)`, and `(A^{-1})_kk <= (lambda S_k)^{-1}`
-/// because the Schur complement of H is positive semi-definite). The
-/// observed Hessian of a non-canonical model can be indefinite at a
-/// minimum of the penalised objective (H + S positive definite), most often
-/// on small data; its edf can then leave [0, dim] and mean nothing. Where
-/// they do, the positive part of H (its negative eigenvalues set to 0) is
-/// used, which keeps every bound, and `from_positive_part` says so.
-pub fn effective_df(p: usize, h: &[f64], s: &[f64], penalty: &Penalty) -> Result<Edf> {
-    let tol = 1e-9 * (p as f64);
-    let inside = |v: f64, hi: f64| v >= -tol && v <= hi + tol;
-    if let Ok(plain) = edf_of(p, h, s, penalty) {
-        let ok = inside(plain.total, p as f64)
-            && penalty
-                .blocks()
-                .iter()
-                .zip(&plain.blocks)
-                .all(|(b, &e)| inside(e, b.dim as f64));
-        if ok {
-            return Ok(within_bounds(plain, penalty, p));
-        }
-    }
-    // The positive part, with a ridge of 1e-10 of its largest eigenvalue
-    // where H + S is singular on it (unpenalised directions H does not
-    // inform, at a fit that is not a minimum).
-    let mut positive = clip_eigenvalues(p, h, 0.0)?;
-    let top = (0..p).fold(0.0f64, |m, j| m.max(positive[j * p + j]));
-    let edf = match edf_of(p, &positive, s, penalty) {
-        Ok(e) => e,
-        Err(_) => {
-            (0..p).for_each(|j| positive[j * p + j] += 1e-10 * top.max(f64::MIN_POSITIVE));
-            edf_of(p, &positive, s, penalty)?
-        }
-    };
-    Ok(within_bounds(
-        Edf {
-            from_positive_part: true,
-            ..edf
-        },
-        penalty,
-        p,
-    ))
-}
-
-/// The edf moved onto their bounds where rounding left them just outside,
-/// so every edf lies in [0, dim] as printed and tested (a smooth at lambda
-/// = 1e7 gave -1.4e-8).
-fn within_bounds(edf: Edf, penalty: &Penalty, p: usize) -> Edf {
-    let blocks = penalty
-        .blocks()
-        .iter()
-        .zip(&edf.blocks)
-        .map(|(b, &e)| e.clamp(0.0, b.dim as f64))
-        .collect();
-    Edf {
-        blocks,
-        total: edf.total.clamp(0.0, p as f64),
-        ..edf
-    }
-}
-
-fn edf_of(p: usize, h: &[f64], s: &[f64], penalty: &Penalty) -> Result<Edf> {
-    let a: Vec<f64> = h.iter().zip(s).map(|(x, y)| x + y).collect();
-    let inv = PenalisedFactor::new(p, &a)?.inverse()?.to_vec();
-    let share = |j: usize| (0..p).map(|k| inv[j * p + k] * h[k * p + j]).sum::<f64>();
-    let blocks = penalty.blocks().iter().map(|b| b.range().map(share).sum()).collect();
-    Ok(Edf {
-        blocks,
-        total: (0..p).map(share).sum(),
-        from_positive_part: false,
-    })
 }
 
 /// A fitted BMS model: estimates, their penalised covariance, smoothing
@@ -434,14 +347,14 @@ fn finish<B: Backend>(backend: &B, out: &mut BmsFit, penalty: &Penalty, weights:
         out.termination = format!("separated ({})", out.termination);
         out.warnings.push(w);
     }
-    let a: Vec<f64> = out.hessian.iter().zip(&s).map(|(h, s)| h + s).collect();
-    match PenalisedFactor::on(backend, p, &a) {
-        Ok(f) => {
-            out.covariance = Some(f.inverse()?.to_vec());
+    match FitStatistics::new(backend, &out.hessian, penalty, &out.lambda) {
+        Ok(st) => {
+            out.covariance = Some(st.covariance);
             if out.reml_score.is_none() {
                 let log_pdet = penalty.log_pseudo_det(&out.lambda)?;
-                out.reml_score = Some(out.penalised_neglog + 0.5 * f.logdet() - 0.5 * log_pdet);
+                out.reml_score = Some(out.penalised_neglog + 0.5 * st.logdet_penalised_hessian - 0.5 * log_pdet);
             }
+            out.edf = st.edf;
         }
         Err(matfree_solvers::SolverError::NotPositiveDefinite { .. }) => {
             out.converged = false;
@@ -450,10 +363,10 @@ fn finish<B: Backend>(backend: &B, out: &mut BmsFit, penalty: &Penalty, weights:
                  are given"
                     .into(),
             );
+            out.edf = effective_df(p, &out.hessian, &s, penalty)?;
         }
         Err(e) => return Err(e.into()),
     }
-    out.edf = effective_df(p, &out.hessian, &s, penalty)?;
     if out.edf.from_positive_part {
         out.warnings.push(
             "the Hessian of the log-likelihood is indefinite at the fit (common on small data) and its edf fell \
