@@ -174,31 +174,30 @@ struct Outcome {
     failed_outputs: Vec<String>,
 }
 
+impl Outcome {
+    fn status(&self) -> u8 {
+        match (self.converged, self.failed_outputs.is_empty()) {
+            (true, true) => status::CONVERGED,
+            (true, false) => status::OUTPUT_FAILED,
+            (false, true) => status::NOT_CONVERGED,
+            (false, false) => status::NOT_CONVERGED_OUTPUT_FAILED,
+        }
+    }
+}
+
 fn main() -> std::process::ExitCode {
     let code = match run(Args::parse()) {
         Ok(outcome) => {
             for failure in &outcome.failed_outputs {
                 say(&format!("fit_bms: error: {failure}"));
             }
-            match (outcome.converged, outcome.failed_outputs.is_empty()) {
-                (true, true) => status::CONVERGED,
-                (true, false) => status::OUTPUT_FAILED,
-                (false, ok) => {
-                    say(&format!(
-                        "fit_bms: the fit did not converge (exit status {}); the best fit found is reported",
-                        if ok {
-                            status::NOT_CONVERGED
-                        } else {
-                            status::NOT_CONVERGED_OUTPUT_FAILED
-                        }
-                    ));
-                    if ok {
-                        status::NOT_CONVERGED
-                    } else {
-                        status::NOT_CONVERGED_OUTPUT_FAILED
-                    }
-                }
+            let code = outcome.status();
+            if !outcome.converged {
+                say(&format!(
+                    "fit_bms: the fit did not converge (exit status {code}); the best fit found is reported"
+                ));
             }
+            code
         }
         Err(e) => {
             say(&format!("fit_bms: error: {e}"));

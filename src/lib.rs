@@ -36,3 +36,8 @@ pub use row_hessian::{joint_gradient, JointGradient, RowHessian};
 #[cfg(doctest)]
 #[doc = include_str!("../README.md")]
 pub struct ReadmeDoctests;
+
+/// The design notes' example (several GPUs), compiled as a doctest.
+#[cfg(doctest)]
+#[doc = include_str!("../docs/design.md")]
+pub struct DesignDoctests;

@@ -154,27 +154,25 @@ fn scales_weights_and_lambdas_out_of_range_are_named() {
     refused(&["--data", &d, "--lambda", "-1,1"], &["--lambda -1", "> 0"]);
 }
 
-#[test]
-fn empty_rows_and_predictions_from_an_unconverged_fit_are_noted() {
-    // A fit that cannot converge (Newton tolerance 1e-300), saved.
-    let model = tmp("unconverged.json");
+/// A small simulated fit at fixed lambda saved as `name`, with `extra`
+/// options; its exit status must be `status`.
+fn saved_fit(name: &str, extra: &[&str], status: i32) -> PathBuf {
+    let model = tmp(name);
     let o = Command::new(binary())
-        .args([
-            "--simulate",
-            "300",
-            "--lambda",
-            "10,10",
-            "--newton-tol",
-            "1e-300",
-            "--backend",
-            "cpu",
-            "--quiet",
-        ])
+        .args(["--simulate", "300", "--lambda", "10,10", "--backend", "cpu", "--quiet"])
+        .args(extra)
         .args(["--save", model.to_str().unwrap()])
         .env("MATFREE_GPU", "off")
         .output()
         .unwrap();
-    assert_eq!(o.status.code(), Some(3), "{}", stderr(&o));
+    assert_eq!(o.status.code(), Some(status), "{}", stderr(&o));
+    model
+}
+
+#[test]
+fn empty_rows_and_predictions_from_an_unconverged_fit_are_noted() {
+    // A fit that cannot converge (Newton tolerance 1e-300), saved.
+    let model = saved_fit("unconverged.json", &["--newton-tol", "1e-300"], 3);
     let new = tmp("new.csv");
     std::fs::write(&new, "z,m1,m2,g1\n0.1,0.2,0.3,0.4\n,,,\n-0.5,1,0,2\n,,,\n").unwrap();
     let out = tmp("pred.csv");
@@ -189,14 +187,7 @@ fn empty_rows_and_predictions_from_an_unconverged_fit_are_noted() {
 
 #[test]
 fn a_row_that_cannot_be_predicted_is_named_and_the_rest_written() {
-    let model = tmp("good.json");
-    let o = Command::new(binary())
-        .args(["--simulate", "300", "--lambda", "10,10", "--backend", "cpu", "--quiet"])
-        .args(["--save", model.to_str().unwrap()])
-        .env("MATFREE_GPU", "off")
-        .output()
-        .unwrap();
-    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    let model = saved_fit("good.json", &[], 0);
     let new = tmp("far.csv");
     std::fs::write(&new, "z,m1,m2,g1\n0.1,0.2,0.3,0.4\n0.5,1e6,0,1e6\n-0.5,1,0,2\n").unwrap();
     let out = tmp("far-pred.csv");
