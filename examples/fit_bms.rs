@@ -11,23 +11,20 @@
 use std::error::Error;
 use std::io::Write;
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
 use std::time::Instant;
 
 use clap::Parser;
-use matfree::bms::checks::{check_data, is_standardised, score_moments, ColumnNames};
 use matfree::bms::fit::{fit_on_device, BmsFit, FitOptions};
-use matfree::bms::generator::{generate, GeneratorConfig};
+use matfree::bms::predict::extrapolation_notes;
+use matfree::bms::problem::{ModelShape, Problem};
 use matfree::bms::progress::Display;
-use matfree::bms::report::{smooth_blocks, DesignNames, FitSummary};
-use matfree::bms::saved::{SavedFit, ScoreColumn};
-use matfree::bms::summary::{smooth_band, sub_block};
-use matfree::bms::{Bases, BmsData, BmsModel, CubicBasis};
+use matfree::bms::report::{DesignNames, FitSummary};
+use matfree::bms::saved::SavedFit;
+use matfree::bms::summary::smooth_panels;
 use matfree::cuda::{select_device, Device, Gpu, GpuPolicy};
-use matfree::data::{read_csv, ColumnSpec};
+use matfree::data::{empty_rows_note, ColumnSpec};
 use matfree::files;
-use matfree::plot::{smooths_svg, Panel};
-use matfree::Designs;
+use matfree::plot::smooths_svg;
 
 type AnyResult<T> = Result<T, Box<dyn Error>>;
 
@@ -132,17 +129,6 @@ struct Args {
     /// Write the predictions here (CSV: row, p, eta, se_eta).
     #[arg(long, requires = "model")]
     out: Option<PathBuf>,
-}
-
-/// A problem ready to fit.
-struct Problem {
-    model: BmsModel,
-    data: BmsData,
-    truth: Option<Vec<f64>>,
-    marginal_names: Vec<String>,
-    slope_names: Vec<String>,
-    score: ScoreColumn,
-    source: String,
 }
 
 /// Exit statuses (also in `--help` and the README): a fit's outcome and
@@ -275,9 +261,10 @@ fn run(args: Args) -> AnyResult<Outcome> {
     let gpus = gpu_count(&device, args.gpus)?;
     let t = Instant::now();
     let problem = match &args.data {
-        Some(path) => load(path, &args, &mut notes)?,
+        Some(path) => load(path, &args)?,
         None => simulate(&args, matches!(device, Device::Gpu(_)), &mut notes)?,
     };
+    notes.extend(problem.notes.iter().cloned());
     phases.push((
         if args.data.is_some() { "load" } else { "simulate" }.to_string(),
         t.elapsed().as_secs_f64(),
@@ -330,10 +317,10 @@ fn predict_saved(model_path: &Path, args: &Args) -> AnyResult<Outcome> {
     let (input, out) = input
         .zip(out)
         .ok_or("--model needs --predict FILE.csv and --out FILE.csv")?;
-    check_output("--out", out, &[input, model_path])?;
+    files::check_outputs(&[("--out", out)], &[input, model_path])?;
     let (saved, model) = SavedFit::load(model_path)?;
     let rows = saved.read_predictors(input)?;
-    if let Some(note) = empty_rows_note(input, &rows.empty_rows) {
+    if let Some(note) = empty_rows_note(&input.display().to_string(), &rows.empty_rows) {
         say(&format!("note: {note}"));
     }
     let (designs, z) = (rows.designs, rows.z);
@@ -362,7 +349,7 @@ fn predict_saved(model_path: &Path, args: &Args) -> AnyResult<Outcome> {
     for note in extrapolation_notes(&model, &saved.fit.beta, &designs, &z, &pred.intercept) {
         say(&format!("note: {note}"));
     }
-    for note in rejected_notes(&saved, &designs, &z, &pred.rejected) {
+    for note in saved.rejected_notes(&designs, &z, &pred.rejected) {
         say(&format!("note: {note}"));
     }
     if pred.se_eta.is_none() {
@@ -374,87 +361,16 @@ fn predict_saved(model_path: &Path, args: &Args) -> AnyResult<Outcome> {
     })
 }
 
-/// Each row that could not be predicted (at most 10 named, then a count),
-/// with its reason and its values by column name.
-fn rejected_notes(saved: &SavedFit, designs: &Designs, z: &[f64], rejected: &[(usize, String)]) -> Vec<String> {
-    let named = |names: &[String], row: &[f64]| -> Vec<String> {
-        names
-            .iter()
-            .zip(row)
-            .skip(1)
-            .map(|(n, v)| format!("{n} = {v:e}"))
-            .collect()
-    };
-    let mut notes: Vec<String> = rejected
-        .iter()
-        .take(10)
-        .map(|(i, why)| {
-            let mut values = vec![format!("{} = {:e}", saved.score.name, z[*i])];
-            values.extend(named(&saved.marginal_names, designs.x_m_row(*i)));
-            values.extend(named(&saved.slope_names, designs.x_g_row(*i)));
-            values.dedup();
-            format!(
-                "data row {} ({}) could not be predicted: {why}; its p, eta and se_eta are left empty (is a value \
-                 far outside the fit's data?)",
-                i + 1,
-                values.join(", ")
-            )
-        })
-        .collect();
-    if rejected.len() > 10 {
-        notes.push(format!("{} rows in all could not be predicted", rejected.len()));
+/// The model's shape from the options.
+fn shape(args: &Args) -> ModelShape {
+    ModelShape {
+        score_basis: args.score_basis,
+        link_basis: args.link_basis,
+        frailty_sd: args.frailty_sd,
     }
-    notes
 }
 
-/// How many rows reach past the knots of the score warp (z) or of the link
-/// deviation (t = a + b z), where both are extrapolated linearly.
-fn extrapolation_notes(model: &BmsModel, beta: &[f64], designs: &Designs, z: &[f64], a: &[f64]) -> Vec<String> {
-    let outside = |knots: &[f64], x: &mut dyn Iterator<Item = f64>| {
-        let (lo, hi) = (knots[0], knots[knots.len() - 1]);
-        (x.filter(|v| *v < lo || *v > hi).count(), lo, hi)
-    };
-    let g = model.layout().block().g_range();
-    let slope = |i: usize| -> f64 {
-        designs
-            .x_g_row(i)
-            .iter()
-            .zip(&beta[g.clone()])
-            .map(|(x, b)| x * b)
-            .sum()
-    };
-    let bases = model.bases();
-    let mut notes = Vec::new();
-    if let Some(score) = &bases.score {
-        let (k, lo, hi) = outside(score.knots(), &mut z.iter().copied());
-        notes.push((k, format!("scores outside the score warp's knots [{lo}, {hi}]")));
-    }
-    if let Some(link) = &bases.link {
-        let (k, lo, hi) = outside(link.knots(), &mut (0..z.len()).map(|i| a[i] + slope(i) * z[i]));
-        notes.push((
-            k,
-            format!("t = a + b z outside the link deviation's knots [{lo}, {hi}]"),
-        ));
-    }
-    notes
-        .into_iter()
-        .filter(|(k, _)| *k > 0)
-        .map(|(k, what)| format!("{k} of {} rows have {what}: extrapolated linearly", z.len()))
-        .collect()
-}
-
-fn bases(args: &Args) -> AnyResult<Bases> {
-    let s_f = 1.0 / (1.0 + args.frailty_sd * args.frailty_sd).sqrt();
-    let score = (args.score_basis > 0)
-        .then(|| CubicBasis::uniform(-4.0, 4.0, args.score_basis))
-        .transpose()?;
-    let link = (args.link_basis > 0)
-        .then(|| CubicBasis::uniform(-6.0, 6.0, args.link_basis))
-        .transpose()?;
-    Ok(Bases::new(score, link, s_f)?)
-}
-
-fn load(path: &Path, args: &Args, notes: &mut Vec<String>) -> AnyResult<Problem> {
+fn load(path: &Path, args: &Args) -> AnyResult<Problem> {
     let spec = ColumnSpec {
         label: args.label.clone(),
         score: args.score.clone(),
@@ -462,67 +378,7 @@ fn load(path: &Path, args: &Args, notes: &mut Vec<String>) -> AnyResult<Problem>
         marginal: args.marginal.clone(),
         slope: args.slope.clone(),
     };
-    let p = 2 + args.marginal.len() + args.slope.len() + args.score_basis + args.link_basis;
-    let mut ds = read_csv(path, &spec, p)?;
-    notes.extend(empty_rows_note(path, &ds.empty_rows));
-    let model = BmsModel::new(bases(args)?, ds.p_m, ds.p_g)?;
-    let mut score = ScoreColumn::plain(&args.score);
-    if !args.keep_score {
-        if let Some((note, moments)) = standardise(&mut ds.z, &args.score) {
-            notes.push(note);
-            score.standardised = Some(moments);
-        }
-    }
-    let designs = Arc::new(Designs::new(ds.n, ds.p_m, ds.p_g, ds.x_m, ds.x_g)?);
-    let data = BmsData::new(designs, ds.z, ds.y, ds.weights)?;
-    let names = ColumnNames {
-        marginal: &ds.marginal_names,
-        slope: &ds.slope_names,
-    };
-    // Here for errors that name the columns; the fit repeats the checks
-    // and reports their warnings.
-    check_data(&model, &data, Some(names))?;
-    let source = format!("{} ({} rows)", path.display(), ds.n);
-    Ok(Problem {
-        model,
-        data,
-        truth: None,
-        marginal_names: ds.marginal_names,
-        slope_names: ds.slope_names,
-        score,
-        source,
-    })
-}
-
-/// Says which lines of only separators (`,,,`) the reader skipped.
-fn empty_rows_note(path: &Path, lines: &[usize]) -> Option<String> {
-    let shown: Vec<String> = lines.iter().take(10).map(usize::to_string).collect();
-    let more = if lines.len() > 10 { ", ..." } else { "" };
-    (!lines.is_empty()).then(|| {
-        format!(
-            "{}: {} rows of only empty fields skipped (lines {}{more})",
-            path.display(),
-            lines.len(),
-            shown.join(", ")
-        )
-    })
-}
-
-/// Standardise the score in place when it is not standardised (the rule of
-/// [`check_data`]), returning the note that says how and the (mean, sd) used.
-fn standardise(z: &mut [f64], column: &str) -> Option<(String, (f64, f64))> {
-    let (mean, sd) = score_moments(z);
-    let standard = is_standardised(mean, sd);
-    // A spread that is zero or overflows is left to check_data to name.
-    if standard || !sd.is_finite() || sd <= 0.0 {
-        return None;
-    }
-    z.iter_mut().for_each(|v| *v = (*v - mean) / sd);
-    let note = format!(
-        "score '{column}' standardised: the model assumes z ~ N(0, 1), and it had mean {mean:.4} and sd {sd:.4}; \
-         the fit uses (z - {mean:.4}) / {sd:.4} (--keep-score fits it as given)"
-    );
-    Some((note, (mean, sd)))
+    Ok(Problem::from_csv(path, &spec, shape(args), args.keep_score)?)
 }
 
 fn simulate(args: &Args, gpu: bool, notes: &mut Vec<String>) -> AnyResult<Problem> {
@@ -534,42 +390,10 @@ fn simulate(args: &Args, gpu: bool, notes: &mut Vec<String>) -> AnyResult<Proble
             "no GPU: simulated {CPU_DEFAULT_ROWS} rows instead of {GPU_DEFAULT_ROWS} (use --simulate N for more)"
         ));
     }
-    let s_f = 1.0 / (1.0 + args.frailty_sd * args.frailty_sd).sqrt();
-    let cfg = GeneratorConfig {
-        n,
-        p_m: 3,
-        p_g: 2,
-        p_h: args.score_basis,
-        p_w: args.link_basis,
-        s_f,
-        seed: args.seed,
-    };
     if !args.quiet {
         say(&format!("simulating {n} rows (seed {})", args.seed));
     }
-    let g = generate(cfg)?;
-    // Covariate names as a CSV of the same data would have them: the two
-    // designs' covariates are different columns.
-    let names = |prefix: &str, p: usize| {
-        (0..p)
-            .map(|j| {
-                if j == 0 {
-                    "(Intercept)".to_string()
-                } else {
-                    format!("{prefix}{j}")
-                }
-            })
-            .collect()
-    };
-    Ok(Problem {
-        source: format!("simulated, {n} rows, seed {}", args.seed),
-        model: g.model,
-        data: g.data,
-        truth: Some(g.beta),
-        marginal_names: names("m", 3),
-        slope_names: names("g", 2),
-        score: ScoreColumn::plain("z"),
-    })
+    Ok(Problem::simulated(n, args.seed, shape(args))?)
 }
 
 fn fit_options(args: &Args) -> FitOptions {
@@ -588,20 +412,6 @@ fn fit_options(args: &Args) -> FitOptions {
 /// error names the flag and the path.
 fn write_output(flag: &str, path: &Path, contents: &[u8]) -> Result<(), String> {
     files::write(path, contents).map_err(|e| format!("{flag} {}: {e}", path.display()))
-}
-
-/// An output path checked before the work that fills it: not a directory,
-/// not the same file as any of the `inputs` (compared by resolved path),
-/// and writable ([`files::check_writable`]).
-fn check_output(flag: &str, path: &Path, inputs: &[&Path]) -> AnyResult<()> {
-    if path.is_dir() {
-        return Err(format!("{flag} {}: is a directory", path.display()).into());
-    }
-    if let Some(input) = inputs.iter().find(|i| files::same_file(path, i)) {
-        return Err(format!("{flag} {}: is the input data file {}", path.display(), input.display()).into());
-    }
-    files::check_writable(path).map_err(|e| format!("{flag} {}: cannot be written: {e}", path.display()))?;
-    Ok(())
 }
 
 /// Options checked by the flag the user typed (the solvers would name their
@@ -625,20 +435,12 @@ fn check_options(args: &Args) -> AnyResult<()> {
 /// the same file however spelled; and a plot needs a smooth.
 fn check_outputs(args: &Args) -> AnyResult<()> {
     let outputs = [("--json", &args.json), ("--plot", &args.plot), ("--save", &args.save)];
-    let named: Vec<(&str, &PathBuf)> = outputs
+    let named: Vec<(&str, &Path)> = outputs
         .iter()
-        .filter_map(|(f, p)| p.as_ref().map(|p| (*f, p)))
+        .filter_map(|(f, p)| p.as_deref().map(|p| (*f, p)))
         .collect();
     let inputs: Vec<&Path> = args.data.iter().map(PathBuf::as_path).collect();
-    for (flag, path) in &named {
-        check_output(flag, path, &inputs)?;
-    }
-    for (i, (a, pa)) in named.iter().enumerate() {
-        if let Some((b, pb)) = named[i + 1..].iter().find(|(_, pb)| files::same_file(pa, pb)) {
-            let (pa, pb) = (pa.display(), pb.display());
-            return Err(format!("{a} and {b} both name one file ({pa} and {pb})").into());
-        }
-    }
+    files::check_outputs(&named, &inputs)?;
     if args.plot.is_some() && args.score_basis == 0 && args.link_basis == 0 {
         return Err("--plot: the model has no smooth to draw (--score-basis 0 --link-basis 0)".into());
     }
@@ -678,24 +480,6 @@ fn write_outputs(args: &Args, problem: &Problem, fit: &BmsFit, report: &FitSumma
 }
 
 fn plot(problem: &Problem, cov: &[f64], fit: &BmsFit) -> AnyResult<String> {
-    let p = fit.beta.len();
-    let bases = problem.model.bases();
-    let mut panels = Vec::new();
-    for (name, range) in smooth_blocks(&problem.model) {
-        let score = name.starts_with("score");
-        let basis = if score { &bases.score } else { &bases.link };
-        let basis = basis.as_ref().ok_or("a smooth block without its basis")?;
-        let (lo, hi) = if score { (-3.0, 3.0) } else { (-5.0, 5.0) };
-        let grid: Vec<f64> = (0..=120).map(|k| lo + (hi - lo) * k as f64 / 120.0).collect();
-        let truth = problem.truth.as_ref().map(|t| &t[range.clone()]);
-        let band = smooth_band(basis, &fit.beta[range.clone()], &sub_block(cov, p, range), &grid, truth)?;
-        let x_label = if score { "z" } else { "t = a + b z" };
-        panels.push(Panel {
-            title: name.to_string(),
-            x_label: x_label.into(),
-            y_label: "effect".into(),
-            band,
-        });
-    }
+    let panels = smooth_panels(&problem.model, &fit.beta, cov, problem.truth.as_deref())?;
     Ok(smooths_svg(&panels)?)
 }

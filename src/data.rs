@@ -197,6 +197,20 @@ fn lines_of(bytes: &[u8], offsets: &[usize]) -> Vec<usize> {
         .collect()
 }
 
+/// The note that says which lines of only separators (`,,,`) the reader
+/// skipped ([`Dataset::empty_rows`]), at most 10 named; `None` for none.
+pub fn empty_rows_note(file: &str, lines: &[usize]) -> Option<String> {
+    let shown: Vec<String> = lines.iter().take(10).map(usize::to_string).collect();
+    let more = if lines.len() > 10 { ", ..." } else { "" };
+    (!lines.is_empty()).then(|| {
+        format!(
+            "{file}: {} rows of only empty fields skipped (lines {}{more})",
+            lines.len(),
+            shown.join(", ")
+        )
+    })
+}
+
 /// A UTF-16 or UTF-32 file (a byte-order mark, or NUL bytes, which no text
 /// CSV holds) is named as such, with what to do.
 fn check_encoding(file: &str, bytes: &[u8]) -> Result<()> {

@@ -137,6 +137,34 @@ pub fn check_writable(path: &Path) -> io::Result<()> {
     }
 }
 
+/// Outputs checked before the work that fills them, each named by the
+/// option that asked for it (`("--json", path)`): not a directory, not the
+/// same file as any of the `inputs` or as another output (by resolved path,
+/// however spelled), and writable ([`check_writable`]). The message names
+/// the option and the path.
+pub fn check_outputs(outputs: &[(&str, &Path)], inputs: &[&Path]) -> Result<(), String> {
+    for (flag, path) in outputs {
+        if path.is_dir() {
+            return Err(format!("{flag} {}: is a directory", path.display()));
+        }
+        if let Some(input) = inputs.iter().find(|i| same_file(path, i)) {
+            return Err(format!(
+                "{flag} {}: is the input data file {}",
+                path.display(),
+                input.display()
+            ));
+        }
+        check_writable(path).map_err(|e| format!("{flag} {}: cannot be written: {e}", path.display()))?;
+    }
+    for (i, (a, pa)) in outputs.iter().enumerate() {
+        if let Some((b, pb)) = outputs[i + 1..].iter().find(|(_, pb)| same_file(pa, pb)) {
+            let (pa, pb) = (pa.display(), pb.display());
+            return Err(format!("{a} and {b} both name one file ({pa} and {pb})"));
+        }
+    }
+    Ok(())
+}
+
 #[cfg(all(test, unix))]
 mod tests {
     use std::os::unix::fs::FileTypeExt;

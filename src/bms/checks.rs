@@ -317,3 +317,20 @@ fn score_warnings(model: &BmsModel, z: &[f64]) -> Vec<String> {
     }
     out
 }
+
+/// Standardise the score in place when it is not standardised (the rule of
+/// [`check_data`]), returning the note that says how and the (mean, sd) used.
+pub fn standardise_score(z: &mut [f64], column: &str) -> Option<(String, (f64, f64))> {
+    let (mean, sd) = score_moments(z);
+    let standard = is_standardised(mean, sd);
+    // A spread that is zero or overflows is left to check_data to name.
+    if standard || !sd.is_finite() || sd <= 0.0 {
+        return None;
+    }
+    z.iter_mut().for_each(|v| *v = (*v - mean) / sd);
+    let note = format!(
+        "score '{column}' standardised: the model assumes z ~ N(0, 1), and it had mean {mean:.4} and sd {sd:.4}; \
+         the fit uses (z - {mean:.4}) / {sd:.4} (--keep-score fits it as given)"
+    );
+    Some((note, (mean, sd)))
+}

@@ -18,6 +18,7 @@ mod nodes;
 pub mod objective;
 pub mod predict;
 pub mod probit;
+pub mod problem;
 pub mod progress;
 pub mod quadrature;
 pub mod report;

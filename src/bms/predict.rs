@@ -381,3 +381,39 @@ fn delta_se(model: &BmsModel, designs: &Designs, i: usize, e: &[f64], v: &[f64])
         q.max(0.0).sqrt()
     }
 }
+
+/// How many rows reach past the knots of the score warp (z) or of the link
+/// deviation (t = a + b z), where both are extrapolated linearly.
+pub fn extrapolation_notes(model: &BmsModel, beta: &[f64], designs: &Designs, z: &[f64], a: &[f64]) -> Vec<String> {
+    let outside = |knots: &[f64], x: &mut dyn Iterator<Item = f64>| {
+        let (lo, hi) = (knots[0], knots[knots.len() - 1]);
+        (x.filter(|v| *v < lo || *v > hi).count(), lo, hi)
+    };
+    let g = model.layout().block().g_range();
+    let slope = |i: usize| -> f64 {
+        designs
+            .x_g_row(i)
+            .iter()
+            .zip(&beta[g.clone()])
+            .map(|(x, b)| x * b)
+            .sum()
+    };
+    let bases = model.bases();
+    let mut notes = Vec::new();
+    if let Some(score) = &bases.score {
+        let (k, lo, hi) = outside(score.knots(), &mut z.iter().copied());
+        notes.push((k, format!("scores outside the score warp's knots [{lo}, {hi}]")));
+    }
+    if let Some(link) = &bases.link {
+        let (k, lo, hi) = outside(link.knots(), &mut (0..z.len()).map(|i| a[i] + slope(i) * z[i]));
+        notes.push((
+            k,
+            format!("t = a + b z outside the link deviation's knots [{lo}, {hi}]"),
+        ));
+    }
+    notes
+        .into_iter()
+        .filter(|(k, _)| *k > 0)
+        .map(|(k, what)| format!("{k} of {} rows have {what}: extrapolated linearly", z.len()))
+        .collect()
+}

@@ -217,6 +217,40 @@ impl SavedFit {
         })
     }
 
+    /// The notes on rows [`crate::bms::predict::Predictions::rejected`] lists:
+    /// each row that could not be predicted (at most 10 named, then a count),
+    /// with its reason and its values by column name.
+    pub fn rejected_notes(&self, designs: &Designs, z: &[f64], rejected: &[(usize, String)]) -> Vec<String> {
+        let named = |names: &[String], row: &[f64]| -> Vec<String> {
+            names
+                .iter()
+                .zip(row)
+                .skip(1)
+                .map(|(n, v)| format!("{n} = {v:e}"))
+                .collect()
+        };
+        let mut notes: Vec<String> = rejected
+            .iter()
+            .take(10)
+            .map(|(i, why)| {
+                let mut values = vec![format!("{} = {:e}", self.score.name, z[*i])];
+                values.extend(named(&self.marginal_names, designs.x_m_row(*i)));
+                values.extend(named(&self.slope_names, designs.x_g_row(*i)));
+                values.dedup();
+                format!(
+                    "data row {} ({}) could not be predicted: {why}; its p, eta and se_eta are left empty (is a value \
+                     far outside the fit's data?)",
+                    i + 1,
+                    values.join(", ")
+                )
+            })
+            .collect();
+        if rejected.len() > 10 {
+            notes.push(format!("{} rows in all could not be predicted", rejected.len()));
+        }
+        notes
+    }
+
     /// Every length and value of the fit against the model.
     fn check(&self, model: &BmsModel) -> Result<()> {
         self.score.check()?;

@@ -121,3 +121,35 @@ pub fn sub_block(a: &[f64], p: usize, range: std::ops::Range<usize>) -> Vec<f64>
         .flat_map(|i| range.clone().map(move |j| a[i * p + j]))
         .collect()
 }
+
+/// The panels of the fitted smooths with 95% bands, for `crate::plot`:
+/// the score warp H(z) on z in [-3, 3], the link deviation L(t) on t in
+/// [-5, 5] (121 points each), with the truth where the data were simulated.
+pub fn smooth_panels(
+    model: &super::BmsModel,
+    beta: &[f64],
+    cov: &[f64],
+    truth: Option<&[f64]>,
+) -> Result<Vec<crate::plot::Panel>> {
+    let p = beta.len();
+    let bases = model.bases();
+    let mut panels = Vec::new();
+    for (name, range) in super::report::smooth_blocks(model) {
+        let score = name.starts_with("score");
+        let basis = if score { &bases.score } else { &bases.link };
+        let basis = basis
+            .as_ref()
+            .ok_or_else(|| Error::invalid(name, "a smooth block", "has no basis in the model"))?;
+        let (lo, hi) = if score { (-3.0, 3.0) } else { (-5.0, 5.0) };
+        let grid: Vec<f64> = (0..=120).map(|k| lo + (hi - lo) * k as f64 / 120.0).collect();
+        let truth = truth.map(|t| &t[range.clone()]);
+        let band = smooth_band(basis, &beta[range.clone()], &sub_block(cov, p, range), &grid, truth)?;
+        panels.push(crate::plot::Panel {
+            title: name.to_string(),
+            x_label: if score { "z" } else { "t = a + b z" }.into(),
+            y_label: "effect".into(),
+            band,
+        });
+    }
+    Ok(panels)
+}

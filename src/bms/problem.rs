@@ -1,0 +1,157 @@
+//! A BMS problem ready to fit, from a CSV file or simulated: the model
+//! (bases on `fit_bms`' default knot ranges), the checked data, the column
+//! names a summary and a saved fit use, the score's standardisation, and
+//! the notes a user should read about how the data were taken. What
+//! `fit_bms` and other front ends share.
+
+use std::path::Path;
+use std::sync::Arc;
+
+use super::checks::{check_data, standardise_score, ColumnNames};
+use super::generator::{generate, GeneratorConfig};
+use super::saved::ScoreColumn;
+use super::{Bases, BmsData, BmsModel, CubicBasis};
+use crate::data::{empty_rows_note, read_csv, ColumnSpec, INTERCEPT};
+use crate::{Designs, Error, Result};
+
+/// How the model is shaped: the smooths' basis dimensions (0: none) and a
+/// Gaussian frailty's standard deviation.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct ModelShape {
+    /// Basis dimension of the score warp H(z) (`fit_bms`' default 8).
+    pub score_basis: usize,
+    /// Basis dimension of the link deviation L(t) (default 6).
+    pub link_basis: usize,
+    /// Standard deviation of a Gaussian frailty (>= 0; 0: none).
+    pub frailty_sd: f64,
+}
+
+impl Default for ModelShape {
+    fn default() -> Self {
+        Self {
+            score_basis: 8,
+            link_basis: 6,
+            frailty_sd: 0.0,
+        }
+    }
+}
+
+/// Knot ranges of the default bases: the score warp on [-4, 4] (a
+/// standardised score), the link deviation on [-6, 6] (t = a + b z).
+pub const SCORE_KNOTS: (f64, f64) = (-4.0, 4.0);
+/// See [`SCORE_KNOTS`].
+pub const LINK_KNOTS: (f64, f64) = (-6.0, 6.0);
+
+impl ModelShape {
+    /// The frailty's scale `s_f = 1 / sqrt(1 + sd^2)`.
+    pub fn s_f(&self) -> Result<f64> {
+        let sd = self.frailty_sd;
+        if !(sd.is_finite() && sd >= 0.0) {
+            return Err(Error::invalid("frailty_sd", sd, "must be finite and >= 0"));
+        }
+        Ok(1.0 / (1.0 + sd * sd).sqrt())
+    }
+
+    /// Uniform cubic bases of these dimensions on the default knot ranges.
+    pub fn bases(&self) -> Result<Bases> {
+        let basis = |k: usize, (lo, hi): (f64, f64)| (k > 0).then(|| CubicBasis::uniform(lo, hi, k)).transpose();
+        Bases::new(
+            basis(self.score_basis, SCORE_KNOTS)?,
+            basis(self.link_basis, LINK_KNOTS)?,
+            self.s_f()?,
+        )
+    }
+}
+
+/// A problem ready to fit.
+pub struct Problem {
+    /// The model.
+    pub model: BmsModel,
+    /// The data, checked against it.
+    pub data: BmsData,
+    /// The true coefficients, where the data were simulated.
+    pub truth: Option<Vec<f64>>,
+    /// The marginal design's column names ([`INTERCEPT`] first).
+    pub marginal_names: Vec<String>,
+    /// The slope design's column names ([`INTERCEPT`] first).
+    pub slope_names: Vec<String>,
+    /// The score column and the standardisation applied to it.
+    pub score: ScoreColumn,
+    /// Where the data came from, for the summary.
+    pub source: String,
+    /// Notes on how the data were taken (a standardised score, skipped
+    /// rows).
+    pub notes: Vec<String>,
+}
+
+impl Problem {
+    /// Read `path` (see [`crate::data::parse_csv`]), standardise the score
+    /// unless `keep_score` (with a note), and check the data for the model
+    /// ([`check_data`], errors naming the columns).
+    pub fn from_csv(path: &Path, columns: &ColumnSpec, shape: ModelShape, keep_score: bool) -> Result<Self> {
+        let p = 2 + columns.marginal.len() + columns.slope.len() + shape.score_basis + shape.link_basis;
+        let mut ds = read_csv(path, columns, p)?;
+        let mut notes: Vec<String> = empty_rows_note(&path.display().to_string(), &ds.empty_rows)
+            .into_iter()
+            .collect();
+        let model = BmsModel::new(shape.bases()?, ds.p_m, ds.p_g)?;
+        let mut score = ScoreColumn::plain(&columns.score);
+        if !keep_score {
+            if let Some((note, moments)) = standardise_score(&mut ds.z, &columns.score) {
+                notes.push(note);
+                score.standardised = Some(moments);
+            }
+        }
+        let designs = Arc::new(Designs::new(ds.n, ds.p_m, ds.p_g, ds.x_m, ds.x_g)?);
+        let data = BmsData::new(designs, ds.z, ds.y, ds.weights)?;
+        let names = ColumnNames {
+            marginal: &ds.marginal_names,
+            slope: &ds.slope_names,
+        };
+        // Here for errors that name the columns; the fit repeats the checks
+        // and reports their warnings.
+        check_data(&model, &data, Some(names))?;
+        Ok(Self {
+            model,
+            data,
+            truth: None,
+            marginal_names: ds.marginal_names,
+            slope_names: ds.slope_names,
+            score,
+            source: format!("{} ({} rows)", path.display(), ds.n),
+            notes,
+        })
+    }
+
+    /// `n` rows simulated from the model with two marginal covariates and
+    /// one slope covariate (`GeneratorConfig`), the truth kept. Covariates
+    /// are named as a CSV of the same data would have them: `m1, m2` and
+    /// `g1`, different columns.
+    pub fn simulated(n: usize, seed: u64, shape: ModelShape) -> Result<Self> {
+        let cfg = GeneratorConfig {
+            n,
+            p_m: 3,
+            p_g: 2,
+            p_h: shape.score_basis,
+            p_w: shape.link_basis,
+            s_f: shape.s_f()?,
+            seed,
+        };
+        let g = generate(cfg)?;
+        let names = |prefix: &str, p: usize| -> Vec<String> {
+            std::iter::once(INTERCEPT.to_string())
+                .chain((1..p).map(|j| format!("{prefix}{j}")))
+                .collect()
+        };
+        Ok(Self {
+            source: format!("simulated, {n} rows, seed {seed}"),
+            model: g.model,
+            data: g.data,
+            truth: Some(g.beta),
+            marginal_names: names("m", 3),
+            slope_names: names("g", 2),
+            score: ScoreColumn::plain("z"),
+            notes: Vec::new(),
+        })
+    }
+}
