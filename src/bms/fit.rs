@@ -198,9 +198,9 @@ pub fn extreme_rows_noted(extreme: usize, rows: usize, converged: bool) -> bool 
 /// A start where the objective is not finite is a row the model cannot
 /// evaluate there: the error names the first such row (1-based), the
 /// reason and its values, instead of "beta0 = a point". Where the rigid
-/// start ran off to it (with rows at probability
-/// numerically 1 in a share of [`EXTREME_ROWS_SHARE`] or more), the cause
-/// named is separation, not the row.
+/// start ran off to it (a share of [`EXTREME_ROWS_SHARE`] or more of its
+/// rows at probability numerically 1), the cause named is separation, not
+/// the row.
 fn explain_start_failure(e: Error, model: &BmsModel, data: &BmsData, start: &super::rigid::RigidStart) -> Error {
     let at_start =
         matches!(&e, Error::Solver(matfree_solvers::SolverError::InvalidInput { field, .. }) if field == "beta0");
@@ -214,8 +214,9 @@ fn explain_start_failure(e: Error, model: &BmsModel, data: &BmsData, start: &sup
     let values = |x: &[f64]| x.iter().map(|v| format!("{v:e}")).collect::<Vec<_>>().join(", ");
     let cause = if extreme_rows_noted(start.extreme_rows, start.rows, true) {
         format!(
-            "the rigid start fits {} of {} rows with probability numerically 1: the labels look separated by a combination of the covariates (no finite estimate exists), which carried the \
-             start where this row cannot be calibrated; drop or merge the covariates that separate them",
+            "the rigid start fits {} of {} rows with probability numerically 1: the labels look separated by a \
+             combination of the covariates (no finite estimate exists), which carried the start where this row \
+             cannot be calibrated; drop or merge the covariates that separate them",
             start.extreme_rows, start.rows
         )
     } else {
