@@ -33,7 +33,15 @@
 #define SQRT_2PI 2.5066282746310002
 #define INV_SQRT_2PI 0.3989422804014327
 #define MAX_DEPTH 48
-#define MAX_PANELS 100000
+// Most panels one adaptive call examines (quadrature.rs: MAX_PANELS): a
+// bound on its work where the tolerance cannot be met.
+#define MAX_PANELS 1000
+// Cells whose eta has monomial terms beyond this at the far edge evaluate
+// their cubics about the cell's midpoint (cells.rs: SHIFT_ABOVE).
+#define SHIFT_ABOVE 1e5
+// Calibration steps far out in a tail, the mass beyond this factor of its
+// target, are Newton's on log(mass / target) (calibration.rs: LOG_FAR).
+#define LOG_FAR 4.0
 // A depth-first bisection holds at most MAX_DEPTH + 1 panels beyond the
 // initial panels (at most 8, see initial_panels).
 #define STACK_CAP 60

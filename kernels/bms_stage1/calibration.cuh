@@ -25,14 +25,16 @@ __device__ void gauss5_panels(double a, double b, const double* eta, bool upper,
         const double mid = 0.5 * (lo[p] + hi[p]), half = 0.5 * (hi[p] - lo[p]);
         for (int i = 0; i < 5; ++i) {
             double v[N];
-            integrand<N, KIND>(mid + half * G5_X[i], eta, upper, v);
+            integrand<N, KIND>(mid + half * G5_X[i], eta, 0.0, upper, v);
             for (int k = 0; k < N; ++k) out[k] += G5_W[i] * half * v[k];
         }
     }
 }
 
-// F(a), and F_a, F_aa when slopes != NULL, over every cell of the row, by
-// the adaptive rule or (QUICK, slopes required) the quick rule.
+// F(a), and F_a, F_aa and the mass (slopes[0..3]) when slopes != NULL, over
+// every cell of the row, by the adaptive rule or (QUICK, slopes required)
+// the quick rule. The adaptive rule takes each cell's cubics about its
+// local_center (calibration.rs: adaptive_slopes and residual).
 template <bool QUICK>
 __device__ double residual(const Model& m, double q, double b, double a, double* slopes)
 {
@@ -46,25 +48,30 @@ __device__ double residual(const Model& m, double q, double b, double a, double*
         cell_pieces(m, a, b, left, right, p);
         double jet[12];
         eta_and_a(p, a, b, m.s_f, jet, jet + 4);
+        const double l = fmax(left, -Z_CLIP), r = fmin(right, Z_CLIP);
+        const double center = QUICK ? 0.0 : local_center(jet, l, r);
+        shift_cubic(jet, center);
         if (slopes) {
             for (int k = 0; k < 4; ++k) jet[8 + k] = m.s_f * p.l2[k];
+            shift_cubic(jet + 4, center);
+            shift_cubic(jet + 8, center);
             double v[3];
             if (QUICK)
                 gauss5_panels<3, 2>(fmax(left, -QUICK_CLIP), fmin(right, QUICK_CLIP), jet, upper, v);
             else
-                adaptive<3, 2>(fmax(left, -Z_CLIP), fmin(right, Z_CLIP), jet, upper, v);
+                adaptive<3, 2>(l, r, jet, center, upper, v);
             mass += v[0];
             fa += v[1] / TWO_PI;
             faa += v[2] / TWO_PI;
         } else {
             double v[1];
-            adaptive<1, 1>(fmax(left, -Z_CLIP), fmin(right, Z_CLIP), jet, upper, v);
+            adaptive<1, 1>(l, r, jet, center, upper, v);
             mass += v[0];
         }
         if (!more) break;
         left = right;
     }
-    if (slopes) { slopes[0] = fa; slopes[1] = faa; }
+    if (slopes) { slopes[0] = fa; slopes[1] = faa; slopes[2] = mass; }
     return upper ? normcdf(-q) - mass : mass - normcdf(q);
 }
 
@@ -81,7 +88,7 @@ __device__ unsigned bracket(const Model& m, double q, double b, double a0, doubl
     double near_a = a0, step = first_step(a0);
     for (int s = 0; s < BRACKET_STEPS; ++s) {
         const double far_a = near_a + dir * step;
-        double slopes[2];
+        double slopes[3];
         const double ff = QUICK ? residual<true>(m, q, b, far_a, slopes) : residual<false>(m, q, b, far_a, 0);
         if (!isfinite(ff)) return CAL_NON_FINITE;
         if (ff * dir >= 0.0) {
@@ -103,6 +110,21 @@ __device__ __forceinline__ double halley_step(double a, double f, double fa, dou
     return fabs(L) < HALLEY_LIMIT ? a - newton / (1.0 - 0.5 * L) : a - newton;
 }
 
+// Newton's step on G = log(mass / target), with F's sign, where the mass is
+// beyond a factor LOG_FAR of its target (calibration.rs: tail_step): far out
+// in a tail F is nearly exponential in a, and steps on F crawl from above
+// or overshoot from below. False elsewhere, or where the mass underflows.
+__device__ __forceinline__ bool tail_step(double a, double f, double fa, double mass, double target,
+                                          double* step)
+{
+    const double ratio = mass / target;
+    const bool far_out = ratio > LOG_FAR || ratio < 1.0 / LOG_FAR;
+    if (!(far_out && ratio > 0.0 && isfinite(ratio))) return false;
+    const double g = f < 0.0 ? -fabs(log(ratio)) : fabs(log(ratio));
+    *step = a - g * mass / fa;
+    return true;
+}
+
 template <bool QUICK>
 __device__ unsigned solve_newton(const Model& m, double q, double b, double a0, double* out);
 
@@ -117,7 +139,7 @@ __device__ double quick_seed(const Model& m, double q, double b, double a0)
     const double cap = first_step(a0);
     double a = a0;
     for (int it = 0; it < QUICK_ITERS; ++it) {
-        double d[2];
+        double d[3];
         const double f = residual<true>(m, q, b, a, d);
         if (!isfinite(f) || !(d[0] > 0.0)) return a0;
         double L;
@@ -146,12 +168,15 @@ __device__ double quick_seed(const Model& m, double q, double b, double a0)
 // about SLOPE_TOL times the step: 1e-16; more where A changes sign, see
 // calibration.rs). A Newton fallback
 // step (|L| large) never ends it early (calibration.rs: newton). On the
-// quick rule (QUICK, a seed only) it stops at QUICK_STOP.
+// quick rule (QUICK, a seed only) it stops at QUICK_STOP; on the adaptive
+// one, steps far out in a tail are tail_step's (L infinite: they never end
+// it).
 template <bool QUICK>
 __device__ unsigned solve_newton(const Model& m, double q, double b, double a0, double* out)
 {
     const double stop = QUICK ? QUICK_STOP : STEP_STOP;
-    double a = a0, d[2];
+    const double target = q > 0.0 ? normcdf(-q) : normcdf(q);
+    double a = a0, d[3];
     double f = residual<QUICK>(m, q, b, a, d);
     const double f0 = f, cap = first_step(a0);
     *out = a;
@@ -160,8 +185,9 @@ __device__ unsigned solve_newton(const Model& m, double q, double b, double a0, 
     double lo = f < 0.0 ? a : -INF_D, hi = f < 0.0 ? INF_D : a;
     bool bracketed = false;
     for (int it = 0; it < NEWTON_ITERS; ++it) {
-        double L;
-        const double fa = d[0], step = halley_step(a, f, fa, d[1], &L);
+        double L = INF_D, step;
+        const double fa = d[0];
+        if (QUICK || !tail_step(a, f, fa, d[2], target, &step)) step = halley_step(a, f, fa, d[1], &L);
         bool usable = fa > 0.0 && step > lo && step < hi && (bracketed || fabs(step - a0) <= cap);
         if (!usable && !bracketed) {
             const unsigned st = bracket<QUICK>(m, q, b, a0, f0, &lo, &hi);

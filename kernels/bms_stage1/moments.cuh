@@ -39,8 +39,13 @@ __device__ bool affine_moments(double alpha, double beta, double lo, double hi, 
     return true;
 }
 
+// The quadrature takes eta about the cell's local_center (cells.rs:
+// quadrature_moments).
 __device__ void cell_moments(const double* eta, double lo, double hi, double* m)
 {
     if (eta[2] == 0.0 && eta[3] == 0.0 && affine_moments(eta[0], eta[1], lo, hi, m)) return;
-    adaptive<MOMENTS, 0>(fmax(lo, -Z_CLIP), fmin(hi, Z_CLIP), eta, false, m);
+    const double l = fmax(lo, -Z_CLIP), r = fmin(hi, Z_CLIP), center = local_center(eta, l, r);
+    double local[4] = {eta[0], eta[1], eta[2], eta[3]};
+    shift_cubic(local, center);
+    adaptive<MOMENTS, 0>(l, r, local, center, false, m);
 }

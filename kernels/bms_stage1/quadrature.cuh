@@ -11,11 +11,14 @@
 // with E = exp(-(z^2 + eta^2)/2), A E and (AA - A^2 eta) E, whose integrals
 // over 2 pi are F_a and F_aa (D(A) and D(AA) - Q(A, A) of the model). For
 // KIND 2, eta points at the cubics eta, A = d eta/da, AA = d2 eta/da2.
+// The cubics are in z - center (local_center below: 0, so z itself, but
+// for cells whose monomial form cancels); phi(z), E and z^k take z itself.
 
 template <int N, int KIND>
-__device__ __forceinline__ void integrand(double z, const double* eta, bool upper, double* out)
+__device__ __forceinline__ void integrand(double z, const double* eta, double center, bool upper, double* out)
 {
-    const double e = horner(eta, z);
+    const double x = z - center;
+    const double e = horner(eta, x);
     if (KIND == 1 || KIND == 2) {
         // Two exps and an erfcx a node (normcdf, a split phi(z) and E took
         // an erfc and three): phi(z) and E = exp(-(z^2 + eta^2) / 2) share
@@ -23,7 +26,7 @@ __device__ __forceinline__ void integrand(double z, const double* eta, bool uppe
         const double gz = half_gauss(z), ge = half_gauss(e);
         out[0] = phi_cdf(upper ? -e : e, ge) * (gz * INV_SQRT_2PI);
         if (KIND == 2) {
-            const double ez = gz * ge, A = horner(eta + 4, z), AA = horner(eta + 8, z);
+            const double ez = gz * ge, A = horner(eta + 4, x), AA = horner(eta + 8, x);
             out[1] = A * ez;
             out[2] = (AA - A * A * e) * ez;
         }
@@ -60,7 +63,7 @@ __device__ __constant__ double GK21[63] = {
 // (Kronrod of |f|) and g (the embedded 10-point Gauss rule), by GK21: the
 // nodes, Kronrod weights and Gauss weights (zero off the Gauss nodes).
 template <int N, int KIND>
-__device__ void apply_kronrod(double lo, double hi, const double* eta, bool upper, double* s,
+__device__ void apply_kronrod(double lo, double hi, const double* eta, double center, bool upper, double* s,
                               double* abs_s, double* g)
 {
     const double* gk = GK21;
@@ -68,7 +71,7 @@ __device__ void apply_kronrod(double lo, double hi, const double* eta, bool uppe
     for (int k = 0; k < N; ++k) { s[k] = 0.0; abs_s[k] = 0.0; g[k] = 0.0; }
     for (int i = 0; i < 21; ++i) {
         double v[N];
-        integrand<N, KIND>(mid + half * gk[i], eta, upper, v);
+        integrand<N, KIND>(mid + half * gk[i], eta, center, upper, v);
         const double wk = gk[21 + i] * half, wg = gk[42 + i] * half;
         for (int k = 0; k < N; ++k) { s[k] += wk * v[k]; abs_s[k] += wk * fabs(v[k]); g[k] += wg * v[k]; }
     }
@@ -116,19 +119,40 @@ __device__ __forceinline__ double abs_poly(const double* p, double z)
     return ((fabs(p[3]) * z + fabs(p[2])) * z + fabs(p[1])) * z + fabs(p[0]);
 }
 
+// p(center + x) as a cubic in x, in place (cells.rs: shift_cubic, the same
+// operations); nothing for a centre of 0.
+__device__ __forceinline__ void shift_cubic(double* p, double center)
+{
+    if (center == 0.0) return;
+    const double s = 3.0 * center * p[3];
+    const double d0 = horner(p, center), d1 = (s + 2.0 * p[2]) * center + p[1];
+    p[0] = d0; p[1] = d1; p[2] = s + p[2];
+}
+
+// The centre a cell clipped to [l, r] evaluates its cubics about (cells.rs:
+// local_center): its midpoint where eta's monomial terms pass SHIFT_ABOVE at
+// the far edge (they cancel, and the cubic evaluated at z is noise at 1e-8
+// of itself at extreme intercepts, issue 38), 0 otherwise.
+__device__ __forceinline__ double local_center(const double* eta, double l, double r)
+{
+    return abs_poly(eta, fmax(fabs(l), fabs(r))) > SHIFT_ABOVE ? 0.5 * (l + r) : 0.0;
+}
+
 // Whether a panel away from 0 cannot matter: every integrand is at most a
 // polynomial times exp(-z^2 / 2) (Phi <= 1 and exp(-eta^2 / 2) <= 1), so
 // width x exp(-z_near^2 / 2) x that polynomial's bound bounds each
 // component's integral; the panel is skipped when every bound is below
 // SKIP_FRACTION of what an accepted panel may be off by (tol x scale). It
 // spares the far panels of the tails (past |z| of about 9), which the
-// initial panels reach. The CPU rule skips the same panels
+// initial panels reach. The cubics, in z - center, are bounded over the
+// panel's largest |z - center|. The CPU rule skips the same panels
 // (quadrature::adaptive_bounded).
 template <int N, int KIND>
-__device__ bool negligible(double lo, double hi, const double* eta, const double* scale)
+__device__ bool negligible(double lo, double hi, const double* eta, double center, const double* scale)
 {
     if (lo < 0.0 && hi > 0.0) return false;
     const double z_near = fmin(fabs(lo), fabs(hi)), z_far = fmax(fabs(lo), fabs(hi));
+    const double z_poly = fmax(fabs(lo - center), fabs(hi - center));
     const double gauss = (hi - lo) * exp(-0.5 * z_near * z_near);
     double bound[N];
     if (KIND == 0) {
@@ -137,9 +161,9 @@ __device__ bool negligible(double lo, double hi, const double* eta, const double
     } else {
         bound[0] = gauss / SQRT_2PI;
         if (KIND == 2) {
-            const double pa = abs_poly(eta + 4, z_far);
+            const double pa = abs_poly(eta + 4, z_poly);
             bound[1] = gauss * pa;
-            bound[2] = gauss * (abs_poly(eta + 8, z_far) + pa * pa * abs_poly(eta, z_far));
+            bound[2] = gauss * (abs_poly(eta + 8, z_poly) + pa * pa * abs_poly(eta, z_poly));
         }
     }
     for (int k = 0; k < N; ++k) {
@@ -168,8 +192,9 @@ __device__ __forceinline__ double kronrod_error(double d, double abs_integral)
     return abs_integral * r * sqrt(r);
 }
 
+// eta: the cubics in z - center (see integrand).
 template <int N, int KIND>
-__device__ void adaptive(double a, double b, const double* eta, bool upper, double* out)
+__device__ void adaptive(double a, double b, const double* eta, double center, bool upper, double* out)
 {
     for (int k = 0; k < N; ++k) out[k] = 0.0;
     if (b <= a) return;
@@ -183,10 +208,10 @@ __device__ void adaptive(double a, double b, const double* eta, bool upper, doub
         --top;
         const double lo = st_lo[top], hi = st_hi[top];
         const int depth = st_depth[top];
-        if (negligible<N, KIND>(lo, hi, eta, scale)) continue;
+        if (negligible<N, KIND>(lo, hi, eta, center, scale)) continue;
         ++panels;
         double value[N], abs_v[N], check[N];
-        apply_kronrod<N, KIND>(lo, hi, eta, upper, value, abs_v, check);
+        apply_kronrod<N, KIND>(lo, hi, eta, center, upper, value, abs_v, check);
         bool converged = true;
         for (int k = 0; k < N; ++k) {
             scale[k] = fmax(scale[k], abs_v[k]);

@@ -9,7 +9,9 @@
 //! takes one evaluation where it took three from the rigid value. Each
 //! adaptive iterate takes one quadrature pass per cell for F (of Phi(eta)
 //! phi(z)), F_a and F_aa together; the full moments are computed once, at
-//! the root. The device kernel (`bms_calibrate`) follows the same steps,
+//! the root. Far out in a tail (the mass beyond a factor LOG_FAR of its
+//! target Phi(q)) a step is Newton's on the log of the mass instead
+//! ([`tail_step`]). The device kernel (`bms_calibrate`) follows the same steps,
 //! the quick seed's handover included (tests/kernel_replay.rs checks the
 //! two against each other); its 5-point rule's weights are constants within
 //! a few ulp of `gauss_legendre(5)`'s, so the two agree to rounding, not
@@ -18,10 +20,10 @@
 use std::f64::consts::PI;
 
 use super::basis::poly_eval;
-use super::cells::{Bases, Cell, CellJet, RowBases, Z_CLIP};
+use super::cells::{local_center, Bases, Cell, CellJet, RowBases, Z_CLIP};
 use super::nodes;
 use super::probit::{cdf_pdf_and_gauss, inv_sqrt_2pi, norm_cdf, norm_sf};
-use super::quadrature::{abs_poly, adaptive_bounded, adaptive_bounded_nodes, gauss5_panels_nodes};
+use super::quadrature::{abs_poly, adaptive_bounded, adaptive_bounded_nodes, gauss5_panels_nodes, radius};
 use crate::{Error, Result};
 
 /// Newton iterations allowed (bisection steps included).
@@ -57,13 +59,16 @@ pub fn residual(q: f64, cells: &[CellJet]) -> f64 {
     let mass: f64 = cells
         .iter()
         .map(|c| {
+            let (l, r) = (c.lo.max(-Z_CLIP), c.hi.min(Z_CLIP));
+            let center = local_center(&c.eta, l, r);
+            let eta = c.about(center).eta;
             let f = |z: f64| {
-                let e = poly_eval(&c.eta, z);
+                let e = poly_eval(&eta, z - center);
                 [cdf_pdf_and_gauss(if upper { -e } else { e }, z).0]
             };
             // Phi(+-eta) phi(z) <= phi(z).
-            let bound = |g: f64, _: f64| [g * inv_sqrt_2pi()];
-            adaptive_bounded(c.lo.max(-Z_CLIP), c.hi.min(Z_CLIP), [1e-14], &f, &bound)[0]
+            let bound = |g: f64, _: f64, _: f64| [g * inv_sqrt_2pi()];
+            adaptive_bounded(l, r, [1e-14], &f, &bound)[0]
         })
         .sum();
     if upper {
@@ -109,7 +114,10 @@ pub(crate) fn solve_root(bases: &Bases, theta: &[f64], row: usize) -> Result<f64
 pub(crate) fn checked_cells(bases: &Bases, theta: &[f64], a: f64, row: usize) -> Result<(Vec<Cell>, f64)> {
     let (cells, f_a) = cells_at(bases, theta, a);
     if !(f_a.is_finite() && f_a > 0.0 && a.is_finite()) {
-        return Err(reject(row, format!("F_a = {f_a} at a = {a}: must be finite and > 0")));
+        return Err(reject(
+            row,
+            format!("F_a = {f_a:e} at a = {a:e}: must be finite and > 0"),
+        ));
     }
     Ok((cells, f_a))
 }
@@ -125,7 +133,7 @@ fn first_step(a0: f64) -> f64 {
 fn bracket(rb: &RowBases, a0: f64, f0: f64, row: usize, rule: Rule) -> Result<(f64, f64)> {
     let f = |a: f64| match rule {
         Rule::Adaptive => residual(rb.theta[0], &rb.jets(a)),
-        Rule::Quick => residual_and_slopes(rb, a, Rule::Quick).0,
+        Rule::Quick => residual_and_slopes(rb, a, Rule::Quick).f,
     };
     let dir = if f0 < 0.0 { 1.0 } else { -1.0 };
     let (mut near, mut step) = (a0, first_step(a0));
@@ -133,7 +141,7 @@ fn bracket(rb: &RowBases, a0: f64, f0: f64, row: usize, rule: Rule) -> Result<(f
         let far = near + dir * step;
         let ff = f(far);
         if !ff.is_finite() {
-            return Err(reject(row, format!("F({far}) = {ff} while bracketing a")));
+            return Err(reject(row, format!("F({far:e}) = {ff:e} while bracketing a")));
         }
         if ff * dir >= 0.0 {
             return Ok(if dir > 0.0 { (near, far) } else { (far, near) });
@@ -141,7 +149,7 @@ fn bracket(rb: &RowBases, a0: f64, f0: f64, row: usize, rule: Rule) -> Result<(f
         near = far;
         step *= 2.0;
     }
-    Err(reject(row, format!("no sign change of F found from a = {a0}")))
+    Err(reject(row, format!("no sign change of F found from a = {a0:e}")))
 }
 
 /// A usable Halley step below STEP_STOP (relative) ends the iteration
@@ -174,33 +182,35 @@ enum Rule {
     Quick,
 }
 
+/// F, F_a and F_aa at one a, with the tail mass F compares: `mass` is the
+/// integral of Phi(eta) phi(z) (of Phi(-eta) phi(z) for q > 0) and
+/// `target` Phi(q) (Phi(-q)), so F = mass - target (target - mass).
+#[derive(Clone, Copy, Debug)]
+struct Residual {
+    f: f64,
+    f_a: f64,
+    f_aa: f64,
+    mass: f64,
+    target: f64,
+}
+
 /// F(a), F_a(a) and F_aa(a) in one quadrature pass per cell: with
 /// E = exp(-(z^2 + eta^2)/2), the integrand carries Phi(+-eta) phi(z), A E
 /// and (AA - A^2 eta) E, whose integrals over 2 pi are F_a = sum D(A) and
 /// F_aa = sum D(AA) - Q(A, A).
-fn residual_and_slopes(rb: &RowBases, a: f64, rule: Rule) -> (f64, f64, f64) {
+fn residual_and_slopes(rb: &RowBases, a: f64, rule: Rule) -> Residual {
     let q = rb.theta[0];
     let upper = q > 0.0;
     let (mut mass, mut f_a, mut f_aa) = (0.0, 0.0, 0.0);
     for c in rb.jets(a) {
-        // Phi <= 1 and exp(-eta^2/2) <= 1: each component is at most a
-        // polynomial bound times exp(-z^2/2).
-        let bound = |g: f64, z: f64| {
-            let pa = abs_poly(&c.a, z);
-            [
-                g * inv_sqrt_2pi(),
-                g * pa,
-                g * (abs_poly(&c.aa, z) + pa * pa * abs_poly(&c.eta, z)),
-            ]
-        };
         let v = match rule {
-            Rule::Adaptive => {
-                let tol = [1e-14, SLOPE_TOL, SLOPE_TOL];
-                let f = nodes::Slopes { cell: &c, upper };
-                adaptive_bounded_nodes(c.lo.max(-Z_CLIP), c.hi.min(Z_CLIP), tol, &f, &bound)
-            }
+            Rule::Adaptive => adaptive_slopes(&c, upper),
             Rule::Quick => {
-                let f = nodes::Slopes { cell: &c, upper };
+                let f = nodes::Slopes {
+                    cell: &c,
+                    center: 0.0,
+                    upper,
+                };
                 gauss5_panels_nodes(c.lo.max(-QUICK_CLIP), c.hi.min(QUICK_CLIP), &f)
             }
         };
@@ -208,8 +218,42 @@ fn residual_and_slopes(rb: &RowBases, a: f64, rule: Rule) -> (f64, f64, f64) {
         f_a += v[1] / (2.0 * PI);
         f_aa += v[2] / (2.0 * PI);
     }
-    let f = if upper { norm_sf(q) - mass } else { mass - norm_cdf(q) };
-    (f, f_a, f_aa)
+    let target = if upper { norm_sf(q) } else { norm_cdf(q) };
+    let f = if upper { target - mass } else { mass - target };
+    Residual {
+        f,
+        f_a,
+        f_aa,
+        mass,
+        target,
+    }
+}
+
+/// One cell's three calibration integrals by the adaptive rule, its cubics
+/// taken about its [`local_center`].
+fn adaptive_slopes(c: &CellJet, upper: bool) -> [f64; 3] {
+    let (l, r) = (c.lo.max(-Z_CLIP), c.hi.min(Z_CLIP));
+    let center = local_center(&c.eta, l, r);
+    let local = c.about(center);
+    // Phi <= 1 and exp(-eta^2/2) <= 1: each component is at most a
+    // polynomial bound times exp(-z^2/2), the cubics (in z - center)
+    // bounded over the panel's largest |z - center|.
+    let bound = |g: f64, lo: f64, hi: f64| {
+        let z = radius(lo, hi, center);
+        let pa = abs_poly(&local.a, z);
+        [
+            g * inv_sqrt_2pi(),
+            g * pa,
+            g * (abs_poly(&local.aa, z) + pa * pa * abs_poly(&local.eta, z)),
+        ]
+    };
+    let tol = [1e-14, SLOPE_TOL, SLOPE_TOL];
+    let f = nodes::Slopes {
+        cell: &local,
+        center,
+        upper,
+    };
+    adaptive_bounded_nodes(l, r, tol, &f, &bound)
 }
 
 /// The quick rule's range: |z| <= 8 (phi(8) = 5e-15; the seed it feeds needs
@@ -245,7 +289,7 @@ fn quick_seed(rb: &RowBases, a0: f64) -> f64 {
     let cap = first_step(a0);
     let mut a = a0;
     for _ in 0..QUICK_ITERS {
-        let (f, f_a, f_aa) = residual_and_slopes(rb, a, Rule::Quick);
+        let Residual { f, f_a, f_aa, .. } = residual_and_slopes(rb, a, Rule::Quick);
         if !f.is_finite() || f_a.is_nan() || f_a <= 0.0 {
             return a0;
         }
@@ -277,6 +321,40 @@ fn halley_step(a: f64, f: f64, f_a: f64, f_aa: f64) -> (f64, f64) {
     }
 }
 
+/// The factor between the mass and its target beyond which (either way) an
+/// adaptive step is [`tail_step`]'s. F is then nearly exponential in a:
+/// steps on F crawl toward the root from above (0.3 a step, about 60
+/// evaluations for a row of issue 38 at q = -18.8, Phi(q) = 1.5e-79) and
+/// overshoot by about target / F_a from below. Ordinary rows start the
+/// adaptive iteration at the quick seed, with the mass far closer to its
+/// target, and never take it (12,000 rows at four shapes, at 1 and 1.5
+/// times the generator's coefficients, evaluate bitwise as before).
+const LOG_FAR: f64 = 4.0;
+
+/// Newton's step on G = +-log(mass / target) (F's sign: G increases in a as
+/// F does), whose slope is F_a / mass, where the mass is beyond a factor
+/// LOG_FAR of its target; None elsewhere (or where the mass underflows).
+/// Its L is infinite: such a step never ends the iteration.
+fn tail_step(a: f64, r: &Residual) -> Option<(f64, f64)> {
+    let ratio = r.mass / r.target;
+    let far = !(1.0 / LOG_FAR..=LOG_FAR).contains(&ratio);
+    if !(far && ratio > 0.0 && ratio.is_finite()) {
+        return None;
+    }
+    let g = if r.f < 0.0 { -ratio.ln().abs() } else { ratio.ln().abs() };
+    Some((a - g * r.mass / r.f_a, f64::INFINITY))
+}
+
+/// The iteration's step from a, with its L: [`tail_step`]'s far out in a
+/// tail on the adaptive rule, [`halley_step`]'s otherwise.
+fn step_from(a: f64, r: &Residual, rule: Rule) -> (f64, f64) {
+    let tail = match rule {
+        Rule::Adaptive => tail_step(a, r),
+        Rule::Quick => None,
+    };
+    tail.unwrap_or_else(|| halley_step(a, r.f, r.f_a, r.f_aa))
+}
+
 /// Halley on a seeded by a0. The bracket is grown (from a0) only when a
 /// step is unusable: F_a <= 0, a step outside what the signs seen so far
 /// allow, or, before any bracket, a step longer than the bracket's first
@@ -286,30 +364,31 @@ fn halley_step(a: f64, f: f64, f_a: f64, f_aa: f64) -> (f64, f64) {
 /// reaches from a0 is returned; the device kernel
 /// (`kernels/bms_stage1/calibration.cuh`) follows the same rule.
 ///
-/// On the quick rule (`rule` Quick, a seed only) it stops at QUICK_STOP.
+/// On the quick rule (`rule` Quick, a seed only) it stops at QUICK_STOP;
+/// on the adaptive one, steps far out in a tail are [`tail_step`]'s.
 fn newton(rb: &RowBases, a0: f64, row: usize, rule: Rule) -> Result<f64> {
     let stop = match rule {
         Rule::Adaptive => STEP_STOP,
         Rule::Quick => QUICK_STOP,
     };
-    let (mut f, mut f_a, mut f_aa) = residual_and_slopes(rb, a0, rule);
-    if !f.is_finite() {
-        return Err(reject(row, format!("F({a0}) = {f}")));
+    let mut r = residual_and_slopes(rb, a0, rule);
+    if !r.f.is_finite() {
+        return Err(reject(row, format!("F({a0:e}) = {:e}", r.f)));
     }
-    if f == 0.0 {
+    if r.f == 0.0 {
         return Ok(a0);
     }
-    let (f0, cap) = (f, first_step(a0));
+    let (f0, cap) = (r.f, first_step(a0));
     let mut a = a0;
-    let (mut lo, mut hi) = if f < 0.0 {
+    let (mut lo, mut hi) = if r.f < 0.0 {
         (a, f64::INFINITY)
     } else {
         (f64::NEG_INFINITY, a)
     };
     let mut bracketed = false;
     for _ in 0..MAX_ITER {
-        let (step_to, l) = halley_step(a, f, f_a, f_aa);
-        let inside = |lo: f64, hi: f64| f_a > 0.0 && step_to > lo && step_to < hi;
+        let (step_to, l) = step_from(a, &r, rule);
+        let inside = |lo: f64, hi: f64| r.f_a > 0.0 && step_to > lo && step_to < hi;
         let mut usable = inside(lo, hi) && (bracketed || (step_to - a0).abs() <= cap);
         if !usable && !bracketed {
             (lo, hi) = bracket(rb, a0, f0, row, rule)?;
@@ -326,20 +405,20 @@ fn newton(rb: &RowBases, a0: f64, row: usize, rule: Rule) -> Result<f64> {
         if done {
             return Ok(a);
         }
-        (f, f_a, f_aa) = residual_and_slopes(rb, a, rule);
-        if !f.is_finite() {
-            return Err(reject(row, format!("F({a}) = {f}")));
+        r = residual_and_slopes(rb, a, rule);
+        if !r.f.is_finite() {
+            return Err(reject(row, format!("F({a:e}) = {:e}", r.f)));
         }
-        if f == 0.0 {
+        if r.f == 0.0 {
             return Ok(a);
         }
-        if f < 0.0 {
+        if r.f < 0.0 {
             lo = a;
         } else {
             hi = a;
         }
     }
-    Err(reject(row, format!("intercept did not converge (last a = {a})")))
+    Err(reject(row, format!("intercept did not converge (last a = {a:e})")))
 }
 
 #[cfg(test)]
@@ -413,9 +492,9 @@ mod tests {
         let theta = vec![-0.7, 0.9, 0.25, -0.1, 0.12, 0.05, 0.2, -0.15, 0.1];
         let h = 1e-5;
         for a in [-1.5, -0.6, 0.3] {
-            let (_, f_a, f_aa) = residual_and_slopes(&RowBases::new(&bs, &theta), a, Rule::Adaptive);
-            let (fp, fap, _) = residual_and_slopes(&RowBases::new(&bs, &theta), a + h, Rule::Adaptive);
-            let (fm, fam, _) = residual_and_slopes(&RowBases::new(&bs, &theta), a - h, Rule::Adaptive);
+            let at = |a: f64| residual_and_slopes(&RowBases::new(&bs, &theta), a, Rule::Adaptive);
+            let (Residual { f_a, f_aa, .. }, p, m) = (at(a), at(a + h), at(a - h));
+            let (fp, fap, fm, fam) = (p.f, p.f_a, m.f, m.f_a);
             let (fd1, fd2) = ((fp - fm) / (2.0 * h), (fap - fam) / (2.0 * h));
             assert!((fd1 - f_a).abs() < 1e-8 * f_a.abs(), "a = {a}: F_a {f_a} vs FD {fd1}");
             assert!(

@@ -7,9 +7,9 @@
 //! 4 monomial coefficients in the global z and already includes s_f.
 
 pub use super::bases::Bases;
-use super::basis::{poly_add, poly_compose_affine, poly_deriv, poly_scale, poly_times_z, Cubic, CubicBasis};
+use super::basis::{poly_add, poly_compose_affine, poly_deriv, poly_eval, poly_scale, poly_times_z, Cubic, CubicBasis};
 use super::probit::{norm_cdf, norm_sf};
-use super::quadrature::adaptive_bounded_nodes;
+use super::quadrature::{abs_poly, adaptive_bounded_nodes, radius};
 
 /// Number of moments per cell, m_0..m_9.
 pub const MOMENTS: usize = 10;
@@ -17,6 +17,21 @@ pub const MOMENTS: usize = 10;
 /// Beyond |z| = Z_CLIP the weight exp(-z^2/2) z^9 underflows to zero in f64,
 /// so quadrature never looks further out.
 pub const Z_CLIP: f64 = 40.0;
+
+/// The size of eta's monomial terms at a cell's far edge (sum |c_k| |z|^k)
+/// above which the cell's integrands evaluate its cubics about the cell's
+/// midpoint ([`local_center`]). A cubic evaluated at z carries rounding
+/// errors of about 1e-16 of that sum; where the terms cancel, as in the
+/// cells that carry the link's knots at extreme intercepts (issue 38:
+/// terms of 1e7-1e8 at z = 8-16 cancelling to eta of -35 to 10, errors of
+/// 1e-9-1e-8 in eta), the integrands are noise at 1e-8 of themselves, which
+/// no bisection gets below the quadrature's tolerance: each such cell ran
+/// to the panel cap. About the midpoint the same cubics evaluate to 1e-16
+/// of eta. Ordinary cells stay far below this (at most 1,800 over every
+/// cell the evaluations visit, 12,000 rows at four shapes at 1 and 1.5
+/// times the generator's coefficients; 7,500 at three times), and are
+/// evaluated exactly as before.
+const SHIFT_ABOVE: f64 = 1e5;
 
 /// Relative tolerance of the adaptive quadrature (its results are far more
 /// accurate; see `quadrature::adaptive`).
@@ -316,6 +331,40 @@ pub struct CellJet {
     pub aa: Cubic,
 }
 
+impl CellJet {
+    /// The jet's cubics about `center` ([`shift_cubic`]), edges as they are.
+    pub fn about(&self, center: f64) -> CellJet {
+        CellJet {
+            eta: shift_cubic(&self.eta, center),
+            a: shift_cubic(&self.a, center),
+            aa: shift_cubic(&self.aa, center),
+            ..*self
+        }
+    }
+}
+
+/// p(center + x) as a cubic in x (the Taylor shift); p itself for a centre
+/// of 0. The device forms it in the same operations (`shift_cubic` in
+/// kernels/bms_stage1/quadrature.cuh).
+pub fn shift_cubic(p: &Cubic, center: f64) -> Cubic {
+    if center == 0.0 {
+        return *p;
+    }
+    let s = 3.0 * center * p[3];
+    [poly_eval(p, center), (s + 2.0 * p[2]) * center + p[1], s + p[2], p[3]]
+}
+
+/// The centre a cell's integrands evaluate its cubics about, over its part
+/// [l, r] inside |z| <= Z_CLIP: the midpoint where eta's monomial terms
+/// pass SHIFT_ABOVE at the far edge (see it), 0 (z as it is) otherwise.
+pub fn local_center(eta: &Cubic, l: f64, r: f64) -> f64 {
+    if abs_poly(eta, radius(l, r, 0.0)) > SHIFT_ABOVE {
+        0.5 * (l + r)
+    } else {
+        0.0
+    }
+}
+
 /// The observed-point inputs of a row at z_obs (after solving a): eta and
 /// its derivatives there, evaluated from the bases directly.
 #[derive(Clone, Debug, PartialEq)]
@@ -461,12 +510,16 @@ pub fn moments(eta: &Cubic, lo: f64, hi: f64) -> [f64; MOMENTS] {
     quadrature_moments(eta, lo, hi)
 }
 
-/// Moments by adaptive Gauss-Legendre over the cell clipped to |z| <= Z_CLIP.
+/// Moments by adaptive Gauss-Legendre over the cell clipped to |z| <= Z_CLIP,
+/// eta evaluated about the cell's [`local_center`].
 pub fn quadrature_moments(eta: &Cubic, lo: f64, hi: f64) -> [f64; MOMENTS] {
     let (l, r) = (lo.max(-Z_CLIP), hi.min(Z_CLIP));
-    let f = super::nodes::Moments(eta);
+    let center = local_center(eta, l, r);
+    let local = shift_cubic(eta, center);
+    let f = super::nodes::Moments { eta: &local, center };
     // |z^k exp(-(z^2 + eta^2)/2)| <= z_far^k exp(-z_near^2/2).
-    let bound = |g: f64, z: f64| {
+    let bound = |g: f64, lo: f64, hi: f64| {
+        let z = radius(lo, hi, 0.0);
         let mut out = [0.0; MOMENTS];
         let mut zk = g;
         for m in out.iter_mut() {
@@ -529,7 +582,6 @@ pub fn affine_moments(alpha: f64, beta: f64, lo: f64, hi: f64) -> Option<[f64; M
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::bms::basis::poly_eval;
 
     /// The merged breakpoints equal the collected, sorted (by `total_cmp`)
     /// and deduplicated list, bit for bit: slopes of both signs, slopes so

@@ -257,7 +257,7 @@ impl BmsModel {
         sum_cells(&rb, a, &cells, s);
         let f_a = s.sums.d[0] / (2.0 * PI);
         if !(f_a.is_finite() && f_a > 0.0 && a.is_finite()) {
-            let reason = format!("F_a = {f_a} at a = {a}: must be finite and > 0");
+            let reason = format!("F_a = {f_a:e} at a = {a:e}: must be finite and > 0");
             return Err(Error::RowRejected { row: i, reason });
         }
         s.sums.finish();

@@ -4,6 +4,10 @@
 //! without a branch or a library call (`probit::exp_branchless`, the
 //! branch-free erfcx), which the compiler vectorises.
 //!
+//! Each evaluates its cubics at z - center (`cells::local_center`: 0, so
+//! z itself, but for cells whose monomial form cancels), while phi(z) and
+//! z^k take z itself.
+//!
 //! They are inlined into the quadrature's panel rules, which run with AVX-512
 //! or AVX2 where the CPU has them (`quadrature::apply_rule_nodes`).
 
@@ -12,26 +16,31 @@ use super::cells::{CellJet, MOMENTS};
 use super::probit::{cdf_pdf_and_gauss_in, exp_branchless};
 use super::quadrature::{NodeIntegrand, KRONROD_LANES};
 
-/// The calibration's three integrands on a cell, Phi(-eta) where `upper`.
+/// The calibration's three integrands on a cell, Phi(-eta) where `upper`,
+/// with the cell's cubics in z - center.
 pub(crate) struct Slopes<'a> {
     pub cell: &'a CellJet,
+    pub center: f64,
     pub upper: bool,
 }
 
 impl<const M: usize> NodeIntegrand<M, 3> for Slopes<'_> {
     #[inline(always)]
     fn eval(&self, z: &[f64; M], out: &mut [[f64; M]; 3]) {
-        slopes(self.cell, self.upper, z, out)
+        slopes(self.cell, self.center, self.upper, z, out)
     }
 }
 
-/// The ten moments of a cell whose eta is the cubic held.
-pub(crate) struct Moments<'a>(pub &'a Cubic);
+/// The ten moments of a cell whose eta is the cubic held, in z - center.
+pub(crate) struct Moments<'a> {
+    pub eta: &'a Cubic,
+    pub center: f64,
+}
 
 impl NodeIntegrand<KRONROD_LANES, MOMENTS> for Moments<'_> {
     #[inline(always)]
     fn eval(&self, z: &[f64; KRONROD_LANES], out: &mut [[f64; KRONROD_LANES]; MOMENTS]) {
-        moments(self.0, z, out)
+        moments(self.eta, self.center, z, out)
     }
 }
 
@@ -40,30 +49,32 @@ impl NodeIntegrand<KRONROD_LANES, MOMENTS> for Moments<'_> {
 /// erfcx's asymptotic form is left out for the whole panel (a uniform
 /// branch, so the loop still vectorises), with the same bits.
 #[inline(always)]
-pub(crate) fn slopes<const M: usize>(c: &CellJet, upper: bool, z: &[f64; M], out: &mut [[f64; M]; 3]) {
+pub(crate) fn slopes<const M: usize>(c: &CellJet, center: f64, upper: bool, z: &[f64; M], out: &mut [[f64; M]; 3]) {
     let mut e = [0.0; M];
     let mut near = true;
     for i in 0..M {
-        e[i] = poly_eval(&c.eta, z[i]);
+        e[i] = poly_eval(&c.eta, z[i] - center);
         near &= e[i].abs() * std::f64::consts::FRAC_1_SQRT_2 <= 4.0;
     }
     if near {
-        slopes_from::<M, false>(c, upper, z, &e, out)
+        slopes_from::<M, false>(c, center, upper, z, &e, out)
     } else {
-        slopes_from::<M, true>(c, upper, z, &e, out)
+        slopes_from::<M, true>(c, center, upper, z, &e, out)
     }
 }
 
 #[inline(always)]
 fn slopes_from<const M: usize, const FAR: bool>(
     c: &CellJet,
+    center: f64,
     upper: bool,
     z: &[f64; M],
     e: &[f64; M],
     out: &mut [[f64; M]; 3],
 ) {
     for i in 0..M {
-        let (d1, d2) = (poly_eval(&c.a, z[i]), poly_eval(&c.aa, z[i]));
+        let x = z[i] - center;
+        let (d1, d2) = (poly_eval(&c.a, x), poly_eval(&c.aa, x));
         let (phi, w) = cdf_pdf_and_gauss_in::<FAR>(if upper { -e[i] } else { e[i] }, z[i]);
         out[0][i] = phi;
         out[1][i] = d1 * w;
@@ -73,9 +84,9 @@ fn slopes_from<const M: usize, const FAR: bool>(
 
 /// z^k exp(-(z^2 + eta^2)/2), k < MOMENTS, at M nodes, into `out[k][i]`.
 #[inline(always)]
-pub(crate) fn moments<const M: usize>(eta: &Cubic, z: &[f64; M], out: &mut [[f64; M]; MOMENTS]) {
+pub(crate) fn moments<const M: usize>(eta: &Cubic, center: f64, z: &[f64; M], out: &mut [[f64; M]; MOMENTS]) {
     for i in 0..M {
-        let e = poly_eval(eta, z[i]);
+        let e = poly_eval(eta, z[i] - center);
         let mut zk = exp_branchless(-0.5 * (z[i] * z[i] + e * e));
         for m in out.iter_mut() {
             m[i] = zk;

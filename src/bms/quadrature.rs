@@ -6,8 +6,25 @@ use std::sync::OnceLock;
 
 use crate::dispatch::by_cpu;
 
-/// Most panels one [`adaptive`] call examines.
-const MAX_PANELS: usize = 100_000;
+/// Most panels one [`adaptive`] call examines: a bound on its work where
+/// the tolerance cannot be met (rounding noise above it). The BMS
+/// integrands take at most 8 a call at the seed and fit shapes (depth 2),
+/// and a kink about 2 a level, so 1,000 still resolves one down to the
+/// depth cap. At 100,000 (before), cells whose cubics cancel (issue 38, see
+/// `cells::SHIFT_ABOVE`) took 1.7 million panels for one row's intercept.
+const MAX_PANELS: usize = 1_000;
+
+thread_local! {
+    /// Panels the adaptive rule has evaluated on this thread.
+    static PANELS: std::cell::Cell<u64> = const { std::cell::Cell::new(0) };
+}
+
+/// Panels the adaptive Gauss-Kronrod rule has evaluated on the calling
+/// thread so far (21 integrand values each): the quadrature's work, which
+/// tests bound without timing anything.
+pub fn panels_evaluated() -> u64 {
+    PANELS.with(|p| p.get())
+}
 
 /// The 21-point Gauss-Kronrod rule on [-1, 1] and its embedded 10-point
 /// Gauss rule (QUADPACK's qk21 table): (node, Kronrod weight, Gauss weight,
@@ -358,7 +375,7 @@ pub fn adaptive<const N: usize>(a: f64, b: f64, rel_tol: f64, f: &impl Fn(f64) -
 
 /// [`adaptive`] with a tolerance per component.
 pub fn adaptive_with<const N: usize>(a: f64, b: f64, rel_tol: [f64; N], f: &impl Fn(f64) -> [f64; N]) -> [f64; N] {
-    adaptive_bounded(a, b, rel_tol, f, &|_, _| [f64::INFINITY; N])
+    adaptive_bounded(a, b, rel_tol, f, &|_, _, _| [f64::INFINITY; N])
 }
 
 /// A panel is skipped when its bound is below this fraction of what an
@@ -366,8 +383,8 @@ pub fn adaptive_with<const N: usize>(a: f64, b: f64, rel_tol: [f64; N], f: &impl
 const SKIP_FRACTION: f64 = 1e-3;
 
 /// [`adaptive_with`] for an integrand that is at most a polynomial times
-/// exp(-z^2 / 2), as every integrand of this crate is: `bound(g, z)`, with
-/// g = (hi - lo) exp(-z_near^2 / 2) and z = z_far for a panel away from 0,
+/// exp(-z^2 / 2), as every integrand of this crate is: `bound(g, lo, hi)`,
+/// with g = (hi - lo) exp(-z_near^2 / 2) for a panel [lo, hi] away from 0,
 /// bounds each component's |integral| on it, and a panel whose every bound
 /// is below SKIP_FRACTION of its tolerance times the largest panel |f|
 /// integral seen is skipped. This spares the far panels of the tails (past
@@ -378,7 +395,7 @@ pub fn adaptive_bounded<const N: usize>(
     b: f64,
     rel_tol: [f64; N],
     f: &impl Fn(f64) -> [f64; N],
-    bound: &impl Fn(f64, f64) -> [f64; N],
+    bound: &impl Fn(f64, f64, f64) -> [f64; N],
 ) -> [f64; N] {
     adaptive_panels(a, b, rel_tol, &mut |lo, hi| apply_rule(lo, hi, f), bound)
 }
@@ -391,7 +408,7 @@ pub fn adaptive_bounded_nodes<const N: usize>(
     b: f64,
     rel_tol: [f64; N],
     f: &impl NodeIntegrand<KRONROD_LANES, N>,
-    bound: &impl Fn(f64, f64) -> [f64; N],
+    bound: &impl Fn(f64, f64, f64) -> [f64; N],
 ) -> [f64; N] {
     let mut values = [[0.0; KRONROD_LANES]; N];
     adaptive_panels(
@@ -412,7 +429,7 @@ fn adaptive_panels<const N: usize>(
     b: f64,
     rel_tol: [f64; N],
     rule: &mut impl FnMut(f64, f64) -> PanelSums<N>,
-    bound: &impl Fn(f64, f64) -> [f64; N],
+    bound: &impl Fn(f64, f64, f64) -> [f64; N],
 ) -> [f64; N] {
     let mut out = [0.0; N];
     if b <= a {
@@ -427,6 +444,7 @@ fn adaptive_panels<const N: usize>(
             continue;
         }
         panels += 1;
+        PANELS.with(|p| p.set(p.get() + 1));
         let (value, abs, check) = rule(lo, hi);
         for k in 0..N {
             scale[k] = scale[k].max(abs[k]);
@@ -457,19 +475,25 @@ fn negligible<const N: usize>(
     hi: f64,
     rel_tol: &[f64; N],
     scale: &[f64; N],
-    bound: &impl Fn(f64, f64) -> [f64; N],
+    bound: &impl Fn(f64, f64, f64) -> [f64; N],
 ) -> bool {
     if lo < 0.0 && hi > 0.0 {
         return false;
     }
-    let (near, far) = (lo.abs().min(hi.abs()), lo.abs().max(hi.abs()));
-    let b = bound((hi - lo) * (-0.5 * near * near).exp(), far);
+    let near = lo.abs().min(hi.abs());
+    let b = bound((hi - lo) * (-0.5 * near * near).exp(), lo, hi);
     (0..N).all(|k| b[k] <= SKIP_FRACTION * rel_tol[k] * scale[k])
 }
 
 /// sum_k |p_k| z^k: a bound on |p| over |z| <= z.
 pub fn abs_poly(p: &[f64; 4], z: f64) -> f64 {
     ((p[3].abs() * z + p[2].abs()) * z + p[1].abs()) * z + p[0].abs()
+}
+
+/// The largest |z - center| over [lo, hi]: the radius a panel's bounds
+/// take a cubic in z - center over (center 0: the panel's largest |z|).
+pub fn radius(lo: f64, hi: f64, center: f64) -> f64 {
+    (lo - center).abs().max((hi - center).abs())
 }
 
 #[cfg(test)]
@@ -497,7 +521,11 @@ mod tests {
             let bits = |v: &[f64]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
             let flat = |p: PanelSums<3>| [p.0, p.1, p.2].concat();
             for upper in [false, true] {
-                let f = Slopes { cell: &cell, upper };
+                let f = Slopes {
+                    cell: &cell,
+                    center: 0.0,
+                    upper,
+                };
                 let (mut v1, mut v2) = ([[0.0; KRONROD_LANES]; 3], [[0.0; KRONROD_LANES]; 3]);
                 let got = flat(apply_rule_nodes(lo, hi, &f, &mut v1));
                 let want = flat(apply_rule_nodes_body(lo, hi, &f, &mut v2));
@@ -514,7 +542,10 @@ mod tests {
                 );
                 assert_eq!(bits(&got), bits(&want), "quick slopes on [{lo}, {}]", hi + 4.0);
             }
-            let f = Moments(&cell.eta);
+            let f = Moments {
+                eta: &cell.eta,
+                center: 0.0,
+            };
             let (mut v1, mut v2) = ([[0.0; KRONROD_LANES]; MOMENTS], [[0.0; KRONROD_LANES]; MOMENTS]);
             let (g, w) = (
                 apply_rule_nodes(lo, hi, &f, &mut v1),
@@ -632,7 +663,7 @@ mod tests {
         };
         let full = adaptive_with(1.0, 40.0, [1e-14], &f)[0];
         let all = calls.replace(0);
-        let bounded = adaptive_bounded(1.0, 40.0, [1e-14], &f, &|g, z| [g * z.powi(3)])[0];
+        let bounded = adaptive_bounded(1.0, 40.0, [1e-14], &f, &|g, lo, hi| [g * radius(lo, hi, 0.0).powi(3)])[0];
         let some = calls.get();
         let want = 3.0 * (-0.5f64).exp();
         assert!((full - want).abs() <= 1e-14 * want, "{full} vs {want}");
@@ -640,7 +671,7 @@ mod tests {
         assert!(some < all, "{some} integrand values with the bound, {all} without");
         // A bound that never holds skips nothing.
         calls.set(0);
-        let same = adaptive_bounded(1.0, 40.0, [1e-14], &f, &|_, _| [f64::INFINITY])[0];
+        let same = adaptive_bounded(1.0, 40.0, [1e-14], &f, &|_, _, _| [f64::INFINITY])[0];
         assert_eq!((same.to_bits(), calls.get()), (full.to_bits(), all));
     }
 
