@@ -6,16 +6,11 @@
 //! `python3 tools/messy_data.py 20 7 1`, and `outlier_400_seed3.csv` is
 //! `python3 tools/messy_data.py 400 3 1` with x1 = 1e6 in data row 5.
 
+mod common;
+
+use common::fit_bms_binary as binary;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
-
-fn binary() -> PathBuf {
-    let exe = std::env::current_exe().unwrap();
-    let profile = exe.parent().unwrap().parent().unwrap();
-    profile
-        .join("examples")
-        .join(format!("fit_bms{}", std::env::consts::EXE_SUFFIX))
-}
 
 fn data(name: &str) -> String {
     Path::new(env!("CARGO_MANIFEST_DIR"))

@@ -4,15 +4,12 @@
 //! the exit status tells both the fit's outcome and the outputs'.
 #![cfg(unix)]
 
+mod common;
+
+use common::fit_bms_binary as binary;
 use std::os::unix::fs::FileTypeExt;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
-
-fn binary() -> PathBuf {
-    let exe = std::env::current_exe().unwrap();
-    let profile = exe.parent().unwrap().parent().unwrap();
-    profile.join("examples").join("fit_bms")
-}
 
 /// A small fit at fixed lambda: converges in well under a second.
 const FIT: [&str; 6] = ["--simulate", "300", "--lambda", "10,10", "--backend", "cpu"];

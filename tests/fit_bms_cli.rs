@@ -1,20 +1,13 @@
 //! Runs the `fit_bms` example binary as a user would: on a generated CSV, on
 //! simulated data with REML, and on bad files.
 
+mod common;
+
+use common::fit_bms_binary as binary;
 use std::path::PathBuf;
 use std::process::{Command, Output};
 
 use matfree::bms::generator::{generate, Generated, GeneratorConfig};
-
-/// target/<profile>/examples/fit_bms, next to this test's deps/ folder
-/// (cargo test builds the examples before running the tests).
-fn binary() -> PathBuf {
-    let exe = std::env::current_exe().unwrap();
-    let profile = exe.parent().unwrap().parent().unwrap();
-    profile
-        .join("examples")
-        .join(format!("fit_bms{}", std::env::consts::EXE_SUFFIX))
-}
 
 fn run(args: &[&str]) -> Output {
     Command::new(binary())

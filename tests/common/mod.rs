@@ -1,4 +1,5 @@
-//! Shared test helpers: an independent dense Newton reference for the BMS fit.
+//! Shared test helpers: an independent dense Newton reference for the BMS
+//! fit, and the `fit_bms` binary for the command-line tests.
 
 #![allow(dead_code)]
 
@@ -162,4 +163,14 @@ pub fn device_operator_results(dev: &matfree::cuda::DeviceRowHessian, v: &[f64],
         dev.diagonal_host().unwrap(),
         dev.dense_host().unwrap(),
     ]
+}
+
+/// target/<profile>/examples/fit_bms, next to the test's deps/ folder
+/// (cargo test builds the examples before running the tests).
+pub fn fit_bms_binary() -> std::path::PathBuf {
+    let exe = std::env::current_exe().unwrap();
+    let profile = exe.parent().unwrap().parent().unwrap();
+    profile
+        .join("examples")
+        .join(format!("fit_bms{}", std::env::consts::EXE_SUFFIX))
 }
