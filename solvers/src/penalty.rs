@@ -2,10 +2,15 @@
 //! ([`Penalty`]), its dense copy on a backend ([`PenaltyMatrix`]) and the
 //! penalised Hessian operator `H + S_lambda + ridge I` ([`Penalised`]).
 //!
-//! Each block `S_k` is a dense symmetric matrix placed at a contiguous range
-//! of beta and is positive definite on that range (the BMS penalties are,
-//! after projection). This keeps `log|S_lambda|_+` and its derivatives exact
-//! and cheap: `sum_k (dim_k ln lambda_k + log|S_k|)`.
+//! Each block `S_k` is a dense symmetric positive semi-definite matrix placed
+//! at a contiguous range of beta; blocks do not overlap. A block may have a
+//! null space (a P-spline's difference penalty leaves the polynomials it
+//! does not penalise): its rank r_k and the log of its pseudo-determinant
+//! (the product of its positive eigenvalues) are found once, by an eigen
+//! decomposition, so `log|S_lambda|_+ = sum_k (r_k ln lambda_k + log|S_k|_+)`
+//! and its derivative in `ln lambda_k` is `r_k`, exactly, at any lambda.
+//! (Overlapping blocks, as tensor products have, need mgcv's stable
+//! re-parametrisation and are not accepted yet.)
 
 use serde::{Deserialize, Serialize};
 
@@ -25,7 +30,7 @@ pub struct PenaltyBlock {
     pub start: usize,
     /// Number of coefficients it acts on.
     pub dim: usize,
-    /// The `dim x dim` symmetric positive definite matrix, row-major.
+    /// The `dim x dim` symmetric positive semi-definite matrix, row-major.
     pub s: Vec<f64>,
 }
 
@@ -56,17 +61,20 @@ pub struct Penalty {
     p: usize,
     blocks: Vec<PenaltyBlock>,
     logdets: Vec<f64>,
+    ranks: Vec<usize>,
 }
 
 impl Penalty {
     /// Validate and store the blocks: each must be non-empty, lie inside
-    /// `0..p`, be finite, symmetric (to [`SYMMETRY_TOL`]) and positive
-    /// definite, and no two may overlap.
+    /// `0..p`, be finite, symmetric (to [`SYMMETRY_TOL`]), positive
+    /// semi-definite and not zero (to [`RANK_TOL`]), and no two may overlap.
     pub fn new(p: usize, blocks: Vec<PenaltyBlock>) -> Result<Self> {
         let mut blocks = blocks;
-        let mut logdets = Vec::with_capacity(blocks.len());
+        let (mut logdets, mut ranks) = (Vec::with_capacity(blocks.len()), Vec::with_capacity(blocks.len()));
         for (k, b) in blocks.iter_mut().enumerate() {
-            logdets.push(validate_block(k, p, b)?);
+            let (logdet, rank) = validate_block(k, p, b)?;
+            logdets.push(logdet);
+            ranks.push(rank);
         }
         let mut order: Vec<usize> = (0..blocks.len()).collect();
         order.sort_by_key(|&k| blocks[k].start);
@@ -80,7 +88,12 @@ impl Penalty {
                 ));
             }
         }
-        Ok(Self { p, blocks, logdets })
+        Ok(Self {
+            p,
+            blocks,
+            logdets,
+            ranks,
+        })
     }
 
     /// Number of coefficients.
@@ -98,9 +111,14 @@ impl Penalty {
         &self.blocks
     }
 
-    /// log|S_k| of each unscaled block.
+    /// log|S_k|_+ of each unscaled block (log|S_k| where it has full rank).
     pub fn block_logdets(&self) -> &[f64] {
         &self.logdets
+    }
+
+    /// The rank of each block (its dimension where it is positive definite).
+    pub fn ranks(&self) -> &[usize] {
+        &self.ranks
     }
 
     /// Check that `lambda` has one finite positive entry per block.
@@ -159,23 +177,23 @@ impl Penalty {
             .sum())
     }
 
-    /// log|S_lambda|_+, the log pseudo-determinant: every block is positive
-    /// definite on its range, so it is `sum_k (dim_k ln lambda_k + log|S_k|)`
-    /// and its derivative in `ln lambda_k` is `dim_k`.
+    /// log|S_lambda|_+, the log pseudo-determinant: the blocks do not
+    /// overlap, so it is `sum_k (r_k ln lambda_k + log|S_k|_+)` and its
+    /// derivative in `ln lambda_k` is the rank `r_k`.
     pub fn log_pseudo_det(&self, lambda: &[f64]) -> Result<f64> {
         self.check_lambda(lambda)?;
         Ok(self
-            .blocks
+            .ranks
             .iter()
             .zip(lambda)
             .zip(&self.logdets)
-            .map(|((b, &l), ld)| b.dim as f64 * l.ln() + ld)
+            .map(|((&r, &l), ld)| r as f64 * l.ln() + ld)
             .sum())
     }
 }
 
-/// Check one block and symmetrise it; returns log|S_k|.
-fn validate_block(k: usize, p: usize, b: &mut PenaltyBlock) -> Result<f64> {
+/// Check one block and symmetrise it; returns (log|S_k|_+, rank).
+fn validate_block(k: usize, p: usize, b: &mut PenaltyBlock) -> Result<(f64, usize)> {
     let field = |name: &str| format!("blocks[{k}].{name}");
     if b.dim == 0 {
         return Err(SolverError::invalid(field("dim"), 0, "must be >= 1"));
@@ -208,15 +226,50 @@ fn validate_block(k: usize, p: usize, b: &mut PenaltyBlock) -> Result<f64> {
             b.s[j * n + i] = m;
         }
     }
-    match Cholesky::factor(n, &b.s) {
-        Ok(c) => Ok(c.logdet()),
-        Err(SolverError::NotPositiveDefinite { pivot, value }) => Err(SolverError::invalid(
-            field("s"),
-            format!("pivot {pivot} = {value:e}"),
-            "must be positive definite on its range",
-        )),
-        Err(e) => Err(e),
+    rank_and_logdet(k, n, &b.s)
+}
+
+/// An eigenvalue at most this fraction of a block's largest is zero (its
+/// null space); below minus this fraction the block is not positive
+/// semi-definite. The rounding of an exact null space is about 1e-15 of the
+/// largest eigenvalue; the smallest positive eigenvalue of a 40-column
+/// second-difference penalty is about 1e-5 of it, the BMS blocks' 3.7e-4.
+pub const RANK_TOL: f64 = 1e-10;
+
+/// A block's (log|S|_+, rank). A block of full rank takes its log
+/// determinant from a Cholesky factor, as it always did; one with a null
+/// space from its positive eigenvalues.
+fn rank_and_logdet(k: usize, n: usize, s: &[f64]) -> Result<(f64, usize)> {
+    let field = format!("blocks[{k}].s");
+    let (values, _) = crate::dense::symmetric_eigen(n, s)?;
+    let top = values[n - 1];
+    if top <= 0.0 {
+        return Err(SolverError::invalid(
+            field,
+            format!("largest eigenvalue {top:e}"),
+            "must not be zero",
+        ));
     }
+    if values[0] < -RANK_TOL * top {
+        return Err(SolverError::invalid(
+            field,
+            format!("eigenvalue {:e} (largest {top:e})", values[0]),
+            format!("must be positive semi-definite (to {RANK_TOL:e} of its largest eigenvalue)"),
+        ));
+    }
+    let positive: Vec<f64> = values.into_iter().filter(|&v| v > RANK_TOL * top).collect();
+    if positive.len() == n {
+        return match Cholesky::factor(n, s) {
+            Ok(c) => Ok((c.logdet(), n)),
+            Err(SolverError::NotPositiveDefinite { pivot, value }) => Err(SolverError::invalid(
+                field,
+                format!("pivot {pivot} = {value:e}"),
+                "must be positive semi-definite (its Cholesky factor failed)",
+            )),
+            Err(e) => Err(e),
+        };
+    }
+    Ok((positive.iter().map(|v| v.ln()).sum(), positive.len()))
 }
 
 /// A dense `p x p` penalty held both on the host and on a backend.
@@ -432,7 +485,7 @@ mod tests {
                 dim: 2,
                 s: vec![1.0, 2.0, 2.0, 1.0],
             }],
-            "positive definite",
+            "positive semi-definite",
         );
         bad(
             vec![PenaltyBlock {

@@ -285,10 +285,10 @@ fn with_gradient<'o, B: PcgKernels>(
     } = trial;
     let parts = Derivatives::new(penalty, &lambda, &laml.beta, &factor)?;
     let mut gradient = Vec::with_capacity(lambda.len());
-    for (k, b) in penalty.blocks().iter().enumerate() {
+    for (k, &rank) in penalty.ranks().iter().enumerate() {
         let tr_dh = parts.trace_dh(objective, &laml, &factor, k, opts.fd_step)?;
         let quad = parts.quad[k];
-        gradient.push(0.5 * (quad + lambda[k] * laml.penalty_traces[k] + tr_dh - b.dim as f64));
+        gradient.push(0.5 * (quad + lambda[k] * laml.penalty_traces[k] + tr_dh - rank as f64));
     }
     laml.outer_hessian = parts.outer_hessian(penalty, &lambda, &laml.penalty_traces, &factor)?;
     laml.gradient = gradient;
@@ -641,9 +641,12 @@ pub struct RemlFit {
     pub report: RemlReport,
 }
 
-/// Block k's effective degrees of freedom, `dim_k - lambda_k tr((H + S)^{-1} S_k)`.
-fn block_edf(e: &LamlEvaluation, b: &PenaltyBlock, k: usize) -> f64 {
-    b.dim as f64 - e.rho[k].exp() * e.penalty_traces[k]
+/// Block k's penalised degrees of freedom, `rank_k - lambda_k tr((H +
+/// S)^{-1} S_k)`: its edf less its penalty's null space (the block's edf
+/// where S_k is positive definite), the side of the fixed point `dV/drho_k =
+/// 0` that `d log|S|_+ / d rho_k = rank_k` brings.
+fn penalised_edf(e: &LamlEvaluation, penalty: &Penalty, k: usize) -> f64 {
+    penalty.ranks()[k] as f64 - e.rho[k].exp() * e.penalty_traces[k]
 }
 
 /// A smooth whose effective degrees of freedom and penalty term
@@ -651,15 +654,16 @@ fn block_edf(e: &LamlEvaluation, b: &PenaltyBlock, k: usize) -> f64 {
 /// nothing when its lambda would still grow (see [`Outer::direction`]).
 pub const VANISHED_EDF: f64 = 0.05;
 
-/// Whether block k is shrunk to nothing: its edf and its penalty term both
-/// below [`VANISHED_EDF`]. The edf alone does not say so where H is
+/// Whether block k is shrunk to nothing (to its penalty's null space): its
+/// penalised edf and its penalty term both below [`VANISHED_EDF`]. The edf alone does not say so where H is
 /// indefinite (small data, a non-canonical link): `dim - lambda tr(A^{-1}
 /// S)` can then fall below zero for a smooth in full use (on 5,000 rows a
 /// link deviation with lambda 12 and a penalty term of 2), while a smooth
 /// that is gone has its coefficients, and so its penalty term, near zero
 /// as well.
-fn vanished(e: &LamlEvaluation, b: &PenaltyBlock, k: usize) -> bool {
-    block_edf(e, b, k) < VANISHED_EDF && wiggliness(e, b, k) < VANISHED_EDF
+fn vanished(e: &LamlEvaluation, penalty: &Penalty, k: usize) -> bool {
+    let b = &penalty.blocks()[k];
+    penalised_edf(e, penalty, k) < VANISHED_EDF && wiggliness(e, b, k) < VANISHED_EDF
 }
 
 /// Block k's penalty term `lambda_k beta^T S_k beta`.
@@ -717,8 +721,8 @@ impl Outer<'_> {
             .blocks()
             .iter()
             .enumerate()
-            .map(|(k, b)| {
-                let shrunk = vanished(e, b, k) || prev.is_some_and(|p| exponential_tail(p, e, k));
+            .map(|(k, _)| {
+                let shrunk = vanished(e, penalty, k) || prev.is_some_and(|p| exponential_tail(p, e, k));
                 !self.pinned(e, k) && e.gradient[k] < 0.0 && shrunk && e.rho[k] < self.upper[k]
             })
             .collect();
@@ -726,7 +730,7 @@ impl Outer<'_> {
             .blocks()
             .iter()
             .enumerate()
-            .filter(|&(k, b)| vanishing[k] && !vanished(e, b, k))
+            .filter(|&(k, _)| vanishing[k] && !vanished(e, penalty, k))
             .map(|(k, _)| 0.5 * e.gradient[k].abs())
             .sum();
         let free: Vec<usize> = (0..m).filter(|&k| !self.pinned(e, k) && !vanishing[k]).collect();
@@ -1469,10 +1473,10 @@ fn probe_other_side<'o, B: PcgKernels>(
     probed: &mut [bool],
     start: &mut Start<'o, B>,
 ) -> Result<Option<Probe<'o, B>>> {
-    let candidate = penalty.blocks().iter().enumerate().position(|(k, b)| {
+    let candidate = (0..penalty.n_blocks()).position(|k| {
         // Whatever the gradient's sign: V is flat out there, and rounding
         // can leave a shallow local minimum of its own.
-        let vanishing = vanished(cur, b, k) || cur.rho[k] >= outer.upper[k];
+        let vanishing = vanished(cur, penalty, k) || cur.rho[k] >= outer.upper[k];
         let target = outer.rho_ref[k] - PROBE_DISTANCE;
         !probed[k] && vanishing && target < cur.rho[k] - 1.0
     });
@@ -1547,7 +1551,7 @@ fn edf_and_wiggliness(penalty: &Penalty, e: &LamlEvaluation) -> Vec<(f64, f64)> 
         .blocks()
         .iter()
         .enumerate()
-        .map(|(k, b)| (block_edf(e, b, k), wiggliness(e, b, k)))
+        .map(|(k, b)| (penalised_edf(e, penalty, k), wiggliness(e, b, k)))
         .collect()
 }
 
