@@ -1,0 +1,149 @@
+//! The first phase of the outer solve: Fellner-Schall fixed-point steps
+//! while they are long.
+
+use std::time::Instant;
+
+use crate::newton::{resolution, Objective};
+use crate::pcg_kernels::PcgKernels;
+use crate::penalty::Penalty;
+use crate::{Result, SolverError};
+
+use super::bounds::Outer;
+use super::laml::{laml_value, Trial};
+use super::report::keep;
+use super::vanished::{penalised_edf, wiggliness};
+use super::{LamlEvaluation, OuterStep, RemlIteration};
+
+/// Most Fellner-Schall steps before Newton takes over.
+const FS_STEPS: usize = 4;
+
+/// The Fellner-Schall phase ends once its step is below this in every
+/// component (Newton converges fast from there).
+const FS_MIN_STEP: f64 = 1.0;
+
+/// The generalised Fellner-Schall update (Wood and Fasiolo 2017, Biometrics
+/// 73:1071) in rho: `delta rho_k = ln(edf_k / (lambda_k beta^T S_k beta))`,
+/// the multiplicative fixed-point step toward `dV/drho_k = 0` with the
+/// dH/drho terms left out (so it needs no extra evaluation), capped at
+/// `max_step` and kept within the bounds. From a start several units from
+/// the optimum it moves there in one or two steps, where Newton on V
+/// (whose gradient grows like e^rho far above the optimum) gains about one
+/// unit a step. A smooth with no edf left, or a wiggliness of zero, goes up
+/// by the cap.
+pub fn fellner_schall_step(penalty: &Penalty, e: &LamlEvaluation, max_step: f64) -> Vec<f64> {
+    edf_and_wiggliness(penalty, e)
+        .into_iter()
+        .map(|(edf, quad)| {
+            let ratio = edf / quad;
+            let step = if ratio.is_finite() && ratio > 0.0 {
+                ratio.ln()
+            } else {
+                max_step
+            };
+            step.clamp(-max_step, max_step)
+        })
+        .collect()
+}
+
+/// Per block, its edf and `lambda_k beta^T S_k beta`: the two sides of the
+/// fixed point `dV/drho_k = 0` without the dH/drho terms.
+fn edf_and_wiggliness(penalty: &Penalty, e: &LamlEvaluation) -> Vec<(f64, f64)> {
+    penalty
+        .blocks()
+        .iter()
+        .enumerate()
+        .map(|(k, b)| (penalised_edf(e, penalty, k), wiggliness(e, b, k)))
+        .collect()
+}
+
+/// What the Fellner-Schall phase ended with.
+pub(super) struct FsPhase<'o, B: PcgKernels> {
+    pub(super) trial: Trial<'o, B>,
+    pub(super) iterations: Vec<RemlIteration>,
+    pub(super) evaluations: usize,
+}
+
+/// Halvings of a Fellner-Schall step whose trial is not kept.
+const FS_HALVINGS: usize = 2;
+
+/// Fellner-Schall steps from the converged start while they are long
+/// (some component at least [`FS_MIN_STEP`]), at most [`FS_STEPS`]. A step
+/// is kept where its inner solve converges and V is lower, and otherwise
+/// halved up to [`FS_HALVINGS`] times; the phase ends at the first step
+/// not kept. Each trial costs one warm inner solve and no dH/drho.
+pub(super) fn fellner_schall_phase<'o, B: PcgKernels>(
+    backend: &B,
+    objective: &'o dyn Objective<B>,
+    penalty: &Penalty,
+    outer: &Outer<'_>,
+    mut trial: Trial<'o, B>,
+) -> Result<FsPhase<'o, B>> {
+    let mut iterations = Vec::new();
+    let mut evaluations = 0;
+    while iterations.len() < FS_STEPS {
+        let t0 = Instant::now();
+        let cur = &trial.laml;
+        let step = fellner_schall_step(penalty, cur, outer.opts.max_step);
+        let full = outer.clamp(&cur.rho.iter().zip(&step).map(|(r, d)| r + d).collect::<Vec<_>>());
+        if full.iter().zip(&cur.rho).all(|(x, y)| (x - y).abs() < FS_MIN_STEP) {
+            break;
+        }
+        let mut record = RemlIteration {
+            kind: OuterStep::FellnerSchall,
+            rho: cur.rho.clone(),
+            value: cur.value,
+            gradient: fixed_point_gradient(penalty, cur),
+            decrement: 0.0,
+            hessian_measured: false,
+            step_length: 0.0,
+            halvings: 0,
+            newton_iterations: 0,
+            newton_evaluations: 0,
+            seconds: 0.0,
+        };
+        let mut kept = None;
+        let mut t = 1.0;
+        loop {
+            let rho: Vec<f64> = cur.rho.iter().zip(&full).map(|(r, f)| r + t * (f - r)).collect();
+            let start = Some(trial.at_beta.clone());
+            match laml_value(backend, objective, penalty, &rho, &cur.beta, start, outer.opts) {
+                Ok(next) => {
+                    evaluations += next.laml.newton.evaluations;
+                    record.newton_iterations += next.laml.newton.iterations.len();
+                    record.newton_evaluations += next.laml.newton.evaluations;
+                    if next.laml.newton.converged && next.laml.value < cur.value - resolution(cur.value) {
+                        kept = Some(next);
+                        break;
+                    }
+                }
+                Err(SolverError::NotPositiveDefinite { .. }) => {}
+                Err(e) => return Err(e),
+            }
+            if record.halvings == FS_HALVINGS {
+                break;
+            }
+            record.halvings += 1;
+            t *= 0.5;
+        }
+        record.step_length = if kept.is_some() { t } else { 0.0 };
+        record.seconds = t0.elapsed().as_secs_f64();
+        keep(objective, &mut iterations, record);
+        match kept {
+            Some(next) => trial = next,
+            None => break,
+        }
+    }
+    Ok(FsPhase {
+        trial,
+        iterations,
+        evaluations,
+    })
+}
+
+/// dV/drho without the dH/drho terms: `(lambda_k beta^T S_k beta - edf_k) / 2`.
+fn fixed_point_gradient(penalty: &Penalty, e: &LamlEvaluation) -> Vec<f64> {
+    edf_and_wiggliness(penalty, e)
+        .into_iter()
+        .map(|(edf, quad)| 0.5 * (quad - edf))
+        .collect()
+}

@@ -1,0 +1,135 @@
+//! Guards against the wrong minimum: a vanished smooth's other side is
+//! probed once, and the inner minimum is checked from `beta0` where the
+//! loop would stop (the penalised likelihood can have several).
+
+use crate::newton::{resolution, Evaluation, Objective};
+use crate::pcg_kernels::PcgKernels;
+use crate::penalty::Penalty;
+use crate::{Result, SolverError};
+
+use super::bounds::Outer;
+use super::laml::{laml_value, with_gradient};
+use super::line_search::Start;
+use super::vanished::vanished;
+use super::LamlEvaluation;
+
+/// Penalised objectives closer than this (beyond the values' resolution)
+/// at one rho are one minimum reached twice: solves to the default inner
+/// tolerance agree to about 1e-10.
+const MODE_TOL: f64 = 1e-4;
+
+/// Newton steps allowed to the check of [`lower_mode`]. On 20,000 messy
+/// rows the solve from `beta0` at a small lambda found a minimum 31 above
+/// the warm-started one, so degenerate that Newton converged linearly and
+/// ran to its 100-step cap (250 evaluations); a first inner solve from
+/// `beta0` takes 5-9 steps, and the check that found a lower minimum 14.
+const MODE_CHECK_STEPS: usize = 20;
+
+/// The inner solve at `cur.rho` from `beta0`, the fit's own start, away
+/// from the path the warm starts followed; returned (with its gradient)
+/// where its penalised objective is lower than cur's, with its Newton
+/// iterations and the evaluations spent; a solve that does not converge
+/// within [`MODE_CHECK_STEPS`] says nothing. The penalised objective of a
+/// likelihood that is not convex (the BMS one is not) can have several
+/// local minima at one lambda. Warm starts follow one branch of them as rho
+/// moves; where that branch is not the lowest, V there is not the LAML of
+/// the penalised fit, and near where the branch ends (a fold, H + S
+/// singular) V falls without bound while rho barely moves, so the outer
+/// loop chases the fold: on 5,000 messy rows V fell by 3.3 over 10
+/// iterations, at a penalised objective 0.008 above the lower minimum's,
+/// for 860 evaluations. Moving to the lower minimum and going on did not
+/// help there: the warm starts went back to the other branch within three
+/// steps; nor did solving every later trial from `beta0` as well and
+/// keeping the lower (one step took 221 evaluations). Checked where the loop would stop and after an accepted line
+/// search of [`POOR_MODEL_HALVINGS`](super::curvature::POOR_MODEL_HALVINGS) halvings (requiring the gradient to
+/// grow as well missed a nearly separable chase).
+pub(super) fn lower_mode<B: PcgKernels>(
+    backend: &B,
+    objective: &dyn Objective<B>,
+    penalty: &Penalty,
+    outer: &Outer<'_>,
+    cur: &LamlEvaluation,
+    beta0: &[f64],
+) -> Result<(Option<LamlEvaluation>, usize, usize)> {
+    let mut capped = outer.opts.clone();
+    capped.newton.max_iter = capped.newton.max_iter.min(MODE_CHECK_STEPS);
+    let trial = match laml_value(backend, objective, penalty, &cur.rho, beta0, None, &capped) {
+        Ok(t) => t,
+        Err(SolverError::NotPositiveDefinite { .. }) => return Ok((None, 0, 0)),
+        Err(e) => return Err(e),
+    };
+    let (steps, spent) = (trial.laml.newton.steps(), trial.laml.newton.evaluations);
+    let tol = MODE_TOL + resolution(cur.objective);
+    if !(trial.laml.newton.converged && trial.laml.objective < cur.objective - tol) {
+        return Ok((None, steps, spent));
+    }
+    let (lower, _) = with_gradient(objective, penalty, trial, outer.opts)?;
+    Ok((Some(lower), steps, spent + penalty.n_blocks()))
+}
+
+/// How far below its reference a vanishing smooth's rho is probed.
+pub(super) const PROBE_DISTANCE: f64 = 2.5;
+
+/// What a probe of the other side found.
+pub(super) struct Probe<'o, B: PcgKernels> {
+    /// The probed point with its gradient, if V is lower there.
+    pub(super) better: Option<(LamlEvaluation, Evaluation<'o, B>)>,
+    pub(super) newton_iterations: usize,
+    pub(super) evaluations: usize,
+}
+
+/// A guard against the wrong minimum at lambda = infinity. V(rho_k) can
+/// fall toward a smooth's upper bound from a start that lies past a local
+/// maximum, while a lower minimum with the smooth in use lies below (the
+/// reference start can be on the wrong side at large n). Once per smooth,
+/// when it has vanished (shrunk to nothing, or at its upper bound), V is
+/// evaluated with its rho at `rho_ref - PROBE_DISTANCE`; a lower V there
+/// becomes the current point. Costs one inner solve (and a gradient when taken).
+pub(super) fn probe_other_side<'o, B: PcgKernels>(
+    backend: &B,
+    objective: &'o dyn Objective<B>,
+    penalty: &Penalty,
+    outer: &Outer<'_>,
+    cur: &LamlEvaluation,
+    probed: &mut [bool],
+    start: &mut Start<'o, B>,
+) -> Result<Option<Probe<'o, B>>> {
+    let candidate = (0..penalty.n_blocks()).position(|k| {
+        // Whatever the gradient's sign: V is flat out there, and rounding
+        // can leave a shallow local minimum of its own.
+        let vanishing = vanished(cur, penalty, k) || cur.rho[k] >= outer.upper[k];
+        let target = outer.rho_ref[k] - PROBE_DISTANCE;
+        !probed[k] && vanishing && target < cur.rho[k] - 1.0
+    });
+    let Some(k) = candidate else {
+        return Ok(None);
+    };
+    probed[k] = true;
+    let mut rho = cur.rho.clone();
+    rho[k] = (outer.rho_ref[k] - PROBE_DISTANCE).max(outer.lower[k]);
+    let mut probe = Probe {
+        better: None,
+        newton_iterations: 0,
+        evaluations: 0,
+    };
+    let (beta0, eval) = std::mem::replace(start, (cur.beta.clone(), None));
+    let trial = match laml_value(backend, objective, penalty, &rho, &beta0, eval, outer.opts) {
+        Ok(t) => t,
+        Err(SolverError::NotPositiveDefinite { .. }) => return Ok(Some(probe)),
+        Err(e) => return Err(e),
+    };
+    probe.newton_iterations = trial.laml.newton.iterations.len();
+    probe.evaluations = trial.laml.newton.evaluations;
+    if !trial.laml.newton.converged {
+        return Ok(Some(probe));
+    }
+    if trial.laml.value < cur.value - resolution(cur.value) {
+        probe.evaluations += penalty.n_blocks();
+        probe.better = Some(with_gradient(objective, penalty, trial, outer.opts)?);
+    } else {
+        // The next line search starts from the probe's optimum: a warm
+        // start that evaluates no beta twice.
+        *start = (trial.laml.beta, Some(trial.at_beta));
+    }
+    Ok(Some(probe))
+}

@@ -1,0 +1,170 @@
+//! Smoothing-parameter selection by the Laplace-approximate marginal
+//! likelihood (LAML/REML), over `rho = ln lambda` per penalty block:
+//!
+//! ```text
+//! V(rho) = f(beta_hat) + log|H + S_lambda| / 2 - log|S_lambda|_+ / 2
+//! dV/drho_k = lambda_k beta_hat^T S_k beta_hat / 2
+//!           + tr((H + S)^{-1} (lambda_k S_k + dH/drho_k)) / 2 - dim_k / 2
+//! ```
+//!
+//! with `dH/drho_k` the derivative of H along
+//! `d beta_hat / d rho_k = -(H + S)^{-1} lambda_k S_k beta_hat`
+//! ([`Objective::hessian_derivative`], one evaluation a block, at a step of
+//! `fd_step` standard errors). `beta_hat` comes from [`newton_from`]; the
+//! log-determinant and traces from the exact dense path ([`PenalisedFactor`]).
+//!
+//! The outer minimiser starts with Fellner-Schall steps
+//! ([`fellner_schall_step`]) while they are long: far from the optimum V
+//! grows like e^rho and Newton would gain one unit of rho a step, while the
+//! multiplicative update lands near the optimum in one or two and needs no
+//! dH/drho. Then Newton on rho with the LAML Hessian in which H is held
+//! fixed (exact for a quadratic objective; the neglected terms are the third
+//! derivatives of the likelihood) plus a secant correction, its eigenvalues
+//! made positive, the step capped and projected onto the bounds, and Armijo
+//! backtracking. A smooth whose V decays geometrically toward lambda =
+//! infinity (or whose edf is already gone) jumps to its bound. Each trial's
+//! inner solve starts at the current `beta_hat` with the evaluation kept
+//! from there (so no beta is evaluated twice), a long trial's is cut off
+//! after a few Newton steps, and the gradient is computed for accepted
+//! trials only.
+//!
+//! Start and bounds are relative to the data: `rho_ref` puts each penalty's
+//! mean diagonal at the Hessian's on its block (mgcv's `initial.sp`), and
+//! rho stays within `rho_ref +- rho_range`. Convergence is an absolute test
+//! on the projected gradient: dV/drho is a sum of effective degrees of
+//! freedom, of order one at any n, so `grad_tol` means the same at every n
+//! and under a shifted objective. A block at its upper bound with V still
+//! falling is a smooth the data cannot support: it is accepted there (its
+//! component is pinned), as mgcv accepts lambda -> infinity.
+//!
+//! The files follow the algorithm: `options`, and `laml` (V and its
+//! derivatives at one rho, with `vanished` for what they say of one
+//! smooth); `start` and `bounds`; the `fellner_schall` phase; then the
+//! Newton `walk`, with its `direction`, the `curvature` corrections, the
+//! `line_search`, the `guards` against the wrong minimum and the `stop`
+//! tests; and the `report`.
+//!
+//! [`newton_from`]: crate::newton::newton_from
+//! [`PenalisedFactor`]: crate::logdet::PenalisedFactor
+
+mod bounds;
+mod curvature;
+mod direction;
+mod fellner_schall;
+mod guards;
+mod laml;
+mod line_search;
+mod options;
+mod report;
+mod start;
+mod stop;
+mod vanished;
+mod walk;
+
+use std::time::Instant;
+
+use crate::newton::Objective;
+use crate::operator::expect_len;
+use crate::pcg_kernels::PcgKernels;
+use crate::penalty::Penalty;
+use crate::{Result, SolverError};
+use bounds::Outer;
+use fellner_schall::fellner_schall_phase;
+pub use fellner_schall::fellner_schall_step;
+use laml::with_gradient;
+pub use laml::{evaluate_laml, LamlEvaluation};
+pub use options::RemlOptions;
+pub use report::{OuterStep, RemlFit, RemlIteration, RemlReport, RemlTermination};
+pub use start::reference_rho;
+use start::start_trial;
+pub use stop::STALL_STEPS;
+pub use vanished::VANISHED_EDF;
+use walk::Walk;
+
+/// Minimise V(rho), starting the first inner solve at `beta0`. `rho0`
+/// (clamped into the bounds) is the start; `None` starts at the reference
+/// [`reference_rho`], computed from the Hessian at `beta0`.
+pub fn reml<B: PcgKernels>(
+    backend: &B,
+    objective: &dyn Objective<B>,
+    penalty: &Penalty,
+    rho0: Option<&[f64]>,
+    beta0: &[f64],
+    opts: &RemlOptions,
+) -> Result<RemlFit> {
+    opts.validate()?;
+    if let Some(rho0) = rho0 {
+        expect_len("rho0", rho0.len(), penalty.n_blocks())?;
+        if let Some(k) = rho0.iter().position(|r| !r.is_finite()) {
+            return Err(SolverError::invalid(format!("rho0[{k}]"), rho0[k], "must be finite"));
+        }
+    }
+    expect_len("beta0", beta0.len(), objective.dim())?;
+    let clock = Instant::now();
+    let Some(first) = objective.evaluate(beta0)? else {
+        return Err(SolverError::invalid(
+            "beta0",
+            "a point",
+            "the objective must be finite at the start",
+        ));
+    };
+    let mut diag = backend.zeros(first.hessian.dim())?;
+    first.hessian.diagonal(&mut diag)?;
+    let rho_ref = reference_rho(penalty, &backend.download(&diag)?)?;
+    let ctx = Ctx {
+        backend,
+        objective,
+        penalty,
+        outer: Outer {
+            rho_ref: rho_ref.clone(),
+            lower: rho_ref.iter().map(|r| r - opts.rho_range).collect(),
+            upper: rho_ref.iter().map(|r| r + opts.rho_range).collect(),
+            opts,
+        },
+        beta0,
+    };
+    let start = ctx.outer.clamp(rho0.unwrap_or(&rho_ref));
+    let (trial, tries) = start_trial(backend, objective, penalty, &ctx.outer, &start, beta0, first)?;
+    let start_newton_steps = trial.laml.newton.steps();
+    let (mut walk, termination) = if trial.laml.newton.converged {
+        let fs = fellner_schall_phase(backend, objective, penalty, &ctx.outer, trial)?;
+        let (cur, at_beta) = with_gradient(objective, penalty, fs.trial, opts)?;
+        let mut walk = Walk::new(cur, at_beta, fs.iterations, opts.max_step);
+        walk.evaluations += 1 + tries + fs.evaluations + penalty.n_blocks();
+        let termination = walk.run(&ctx)?;
+        (walk, termination)
+    } else {
+        let mut walk = Walk::new(trial.laml, trial.at_beta, Vec::new(), opts.max_step);
+        walk.evaluations += 1 + tries;
+        (walk, RemlTermination::InnerNotConverged)
+    };
+    let cur = walk.cur;
+    let report = RemlReport {
+        iterations: std::mem::take(&mut walk.iterations),
+        converged: termination.converged(),
+        projected_gradient: (cur.gradient.len() == cur.rho.len()).then(|| ctx.outer.projected_norm(&cur)),
+        termination,
+        rho_ref,
+        rho_lower: ctx.outer.lower,
+        rho_upper: ctx.outer.upper,
+        evaluations: walk.evaluations,
+        start_newton_steps,
+        mode_checks: walk.mode_checks,
+        seconds: clock.elapsed().as_secs_f64(),
+    };
+    Ok(RemlFit {
+        lambda: cur.rho.iter().map(|r| r.exp()).collect(),
+        laml: cur,
+        report,
+    })
+}
+
+/// What every outer iteration reads: the problem, its bounds and options,
+/// and the first inner solve's start.
+struct Ctx<'o, 'a, B: PcgKernels> {
+    backend: &'a B,
+    objective: &'o dyn Objective<B>,
+    penalty: &'a Penalty,
+    outer: Outer<'a>,
+    beta0: &'a [f64],
+}

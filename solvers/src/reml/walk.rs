@@ -1,0 +1,327 @@
+//! The outer Newton loop as a state machine: a probe of a vanished
+//! smooth's other side, or the stopping tests and a Newton step with its
+//! line search, then a check of the inner minimum from `beta0` where the
+//! loop would stop.
+
+use std::time::Instant;
+
+use crate::newton::Evaluation;
+use crate::pcg_kernels::PcgKernels;
+use crate::Result;
+
+use super::curvature::{measured_hessian, secant_update, POOR_MODEL_HALVINGS};
+use super::direction::Direction;
+use super::guards::{lower_mode, probe_other_side};
+use super::laml::with_gradient;
+use super::line_search::{outer_line_search, Search, Start};
+use super::report::{keep, still};
+use super::stop::{falling_in_place, stalled};
+use super::{Ctx, LamlEvaluation, OuterStep, RemlIteration, RemlTermination};
+
+/// The outer loop's state from one iteration to the next.
+pub(super) struct Walk<'o, B: PcgKernels> {
+    pub(super) cur: LamlEvaluation,
+    /// The objective's evaluation at cur.beta, shared by every trial that
+    /// starts there.
+    at_cur: Evaluation<'o, B>,
+    /// Where the next line search's first trial starts (cur.beta, or the
+    /// optimum of a probe that did not improve V).
+    start: Start<'o, B>,
+    /// The last Newton iterate, for the exponential-tail test.
+    prev: Option<LamlEvaluation>,
+    /// The secant correction of the outer Hessian (m x m).
+    correction: Vec<f64>,
+    /// A trust radius on the outer step: cut to the accepted step after a
+    /// line search that needed halvings, doubled (up to max_step) after a
+    /// full step.
+    radius: f64,
+    probed: Vec<bool>,
+    /// Whether the last line search showed the model's curvature wrong, and
+    /// where the outer Hessian was last measured.
+    model_poor: bool,
+    measured_at: Option<Vec<f64>>,
+    /// Whether the last accepted step's line search needed that many
+    /// halvings: the minimum is then checked from beta0, since a branch of
+    /// inner minima nearing its end is one way the model fails
+    /// ([`lower_mode`]).
+    suspect: bool,
+    /// V before and after each of the consecutive accepted Newton steps.
+    values: Vec<(f64, Vec<f64>)>,
+    /// Where the minimum of cur was last checked from beta0, and how often.
+    checked_at: Option<Vec<f64>>,
+    pub(super) mode_checks: usize,
+    pub(super) evaluations: usize,
+    pub(super) iterations: Vec<RemlIteration>,
+}
+
+/// What a Newton iteration leads to.
+enum Next {
+    /// The next iteration, at once.
+    Iterate,
+    /// A check of cur's minimum from beta0 first; then stop with the
+    /// termination, or (`None`) iterate.
+    Check(Option<RemlTermination>),
+}
+
+impl<'o, B: PcgKernels> Walk<'o, B> {
+    pub(super) fn new(
+        cur: LamlEvaluation,
+        at_cur: Evaluation<'o, B>,
+        iterations: Vec<RemlIteration>,
+        radius: f64,
+    ) -> Self {
+        let m = cur.rho.len();
+        Self {
+            start: (cur.beta.clone(), Some(at_cur.clone())),
+            cur,
+            at_cur,
+            prev: None,
+            correction: vec![0.0; m * m],
+            radius,
+            probed: vec![false; m],
+            model_poor: false,
+            measured_at: None,
+            suspect: false,
+            values: Vec::new(),
+            checked_at: None,
+            mode_checks: 0,
+            evaluations: 0,
+            iterations,
+        }
+    }
+
+    /// Outer iterations until a stop.
+    pub(super) fn run(&mut self, ctx: &Ctx<'o, '_, B>) -> Result<RemlTermination> {
+        loop {
+            let t0 = Instant::now();
+            if self.probe(ctx, t0)? {
+                continue;
+            }
+            let stop = match self.newton(ctx, t0)? {
+                Next::Iterate => continue,
+                Next::Check(stop) => stop,
+            };
+            if self.several_minima(ctx, t0)? {
+                return Ok(RemlTermination::SeveralMinima);
+            }
+            if let Some(t) = stop {
+                return Ok(t);
+            }
+        }
+    }
+
+    /// The other side of a vanished smooth ([`probe_other_side`]); true
+    /// where V is lower there and the walk moved to it.
+    fn probe(&mut self, ctx: &Ctx<'o, '_, B>, t0: Instant) -> Result<bool> {
+        let Some(probe) = probe_other_side(
+            ctx.backend,
+            ctx.objective,
+            ctx.penalty,
+            &ctx.outer,
+            &self.cur,
+            &mut self.probed,
+            &mut self.start,
+        )?
+        else {
+            return Ok(false);
+        };
+        self.evaluations += probe.evaluations;
+        let Some((next, next_at_beta)) = probe.better else {
+            return Ok(false);
+        };
+        let record = still(
+            OuterStep::Probe,
+            &self.cur,
+            1.0,
+            probe.newton_iterations,
+            probe.evaluations,
+            t0,
+        );
+        keep(ctx.objective, &mut self.iterations, record);
+        self.correction.iter_mut().for_each(|c| *c = 0.0);
+        self.radius = ctx.outer.opts.max_step;
+        self.values.clear();
+        self.start = (next.beta.clone(), Some(next_at_beta.clone()));
+        self.at_cur = next_at_beta;
+        self.prev = None;
+        self.cur = next;
+        Ok(true)
+    }
+
+    /// The stopping tests at cur, then a Newton step with its line search.
+    fn newton(&mut self, ctx: &Ctx<'o, '_, B>, t0: Instant) -> Result<Next> {
+        let (opts, m) = (ctx.outer.opts, self.cur.rho.len());
+        if ctx.outer.projected_norm(&self.cur) <= opts.grad_tol {
+            return Ok(Next::Check(Some(RemlTermination::Gradient)));
+        }
+        if self.suspect && self.checked_at.as_ref() != Some(&self.cur.rho) {
+            return Ok(Next::Check(None));
+        }
+        let measured = self.measure(ctx)?;
+        let step = self.direction(ctx, measured, true)?;
+        if step.decrement <= opts.decrement_tol && !step.jump {
+            return Ok(Next::Check(Some(RemlTermination::Decrement)));
+        }
+        if stalled(&self.values, opts.value_tol) {
+            return Ok(Next::Check(Some(RemlTermination::ValueChange)));
+        }
+        if falling_in_place(&self.values) {
+            return Ok(Next::Check(Some(RemlTermination::Degenerate)));
+        }
+        if self.iterations.len() == opts.max_iter {
+            return Ok(Next::Check(Some(RemlTermination::MaxIterations)));
+        }
+        let (step, search, tried) = self.search(ctx, step, measured)?;
+        let (cur, outer) = (&self.cur, &ctx.outer);
+        let step_jumped = (0..m).any(|k| cur.rho[k] + step.d[k] >= outer.upper[k] && step.d[k] > self.radius);
+        self.evaluations += tried + search.evaluations;
+        let mut record = RemlIteration {
+            kind: OuterStep::Newton,
+            rho: cur.rho.clone(),
+            value: cur.value,
+            gradient: cur.gradient.clone(),
+            decrement: step.decrement,
+            hessian_measured: measured,
+            step_length: 0.0,
+            halvings: search.halvings,
+            newton_iterations: search.newton_iterations,
+            newton_evaluations: tried + search.evaluations,
+            seconds: 0.0,
+        };
+        self.model_poor = search.halvings >= POOR_MODEL_HALVINGS;
+        self.suspect = self.model_poor && search.accepted.is_some();
+        let Some((t, trial)) = search.accepted else {
+            record.seconds = t0.elapsed().as_secs_f64();
+            keep(ctx.objective, &mut self.iterations, record);
+            if self.measured_at.as_ref() != Some(&self.cur.rho) {
+                // Once per point: measure the curvature and search again.
+                return Ok(Next::Iterate);
+            }
+            return Ok(Next::Check(Some(RemlTermination::LineSearchFailed)));
+        };
+        self.evaluations += ctx.penalty.n_blocks();
+        let (next, next_at_beta) = with_gradient(ctx.objective, ctx.penalty, trial, opts)?;
+        let moved = next
+            .rho
+            .iter()
+            .zip(&self.cur.rho)
+            .fold(0.0f64, |a, (x, y)| a.max((x - y).abs()));
+        let small = t == 1.0 && moved <= opts.step_tol;
+        self.radius = if t == 1.0 {
+            (2.0 * self.radius).min(opts.max_step)
+        } else {
+            moved.clamp(opts.step_tol, opts.max_step)
+        };
+        record.step_length = t;
+        record.seconds = t0.elapsed().as_secs_f64();
+        keep(ctx.objective, &mut self.iterations, record);
+        self.advance(next, next_at_beta, step_jumped);
+        Ok(if small {
+            Next::Check(Some(RemlTermination::Step))
+        } else {
+            Next::Iterate
+        })
+    }
+
+    /// Measure the outer Hessian at cur where the last line search showed
+    /// the model poor (once a point); whether it is measured at cur.
+    fn measure(&mut self, ctx: &Ctx<'o, '_, B>) -> Result<bool> {
+        if self.model_poor && self.measured_at.as_ref() != Some(&self.cur.rho) {
+            let (b, o, p) = (ctx.backend, ctx.objective, ctx.penalty);
+            let (hessian, spent) = measured_hessian(b, o, p, &ctx.outer, &self.cur, &self.at_cur)?;
+            self.evaluations += spent;
+            if let Some(h) = hessian {
+                self.correction = h.iter().zip(&self.cur.outer_hessian).map(|(a, b)| a - b).collect();
+            }
+            self.measured_at = Some(self.cur.rho.clone());
+        }
+        Ok(self.measured_at.as_ref() == Some(&self.cur.rho))
+    }
+
+    /// The outer step at cur (`tail`: with the exponential-tail test).
+    fn direction(&self, ctx: &Ctx<'o, '_, B>, measured: bool, tail: bool) -> Result<Direction> {
+        let prev = if tail { self.prev.as_ref() } else { None };
+        ctx.outer
+            .direction(&self.cur, prev, &self.correction, ctx.penalty, self.radius, measured)
+    }
+
+    /// The line search along `step` (a tail jump is tried whole, once; if V
+    /// is not lower at the bound, the step without the tail test is
+    /// searched as usual): the step searched, the search, and the
+    /// evaluations of a jump tried before it.
+    fn search(
+        &mut self,
+        ctx: &Ctx<'o, '_, B>,
+        step: Direction,
+        measured: bool,
+    ) -> Result<(Direction, Search<'o, B>, usize)> {
+        let opts = ctx.outer.opts;
+        let from = match std::mem::replace(&mut self.start, (self.cur.beta.clone(), None)) {
+            (_, None) => (self.cur.beta.clone(), Some(self.at_cur.clone())),
+            kept => kept,
+        };
+        let here = (&self.cur, &self.at_cur);
+        let along = |d: &[f64], from, halvings| {
+            outer_line_search(
+                ctx.backend,
+                ctx.objective,
+                ctx.penalty,
+                &ctx.outer,
+                here,
+                d,
+                from,
+                halvings,
+            )
+        };
+        if !step.tail {
+            let search = along(&step.d, from, (opts.max_halvings, 0.0))?;
+            return Ok((step, search, 0));
+        }
+        let jump = along(&step.d, from, (0, step.tail_gain))?;
+        if jump.accepted.is_some() {
+            return Ok((step, jump, 0));
+        }
+        let plain = self.direction(ctx, measured, false)?;
+        let from = (self.cur.beta.clone(), Some(self.at_cur.clone()));
+        let search = along(&plain.d, from, (opts.max_halvings, 0.0))?;
+        Ok((plain, search, jump.evaluations))
+    }
+
+    /// Move to an accepted Newton iterate: the secant correction (reset
+    /// after a jump to a bound, which says nothing of the curvature near
+    /// the iterates), V's record, and where the next search starts.
+    fn advance(&mut self, next: LamlEvaluation, next_at_beta: Evaluation<'o, B>, jumped: bool) {
+        if jumped {
+            self.correction.iter_mut().for_each(|c| *c = 0.0);
+        } else {
+            secant_update(&mut self.correction, &self.cur, &next);
+        }
+        if self.values.is_empty() {
+            self.values.push((self.cur.value, self.cur.rho.clone()));
+        }
+        self.values.push((next.value, next.rho.clone()));
+        self.start = (next.beta.clone(), Some(next_at_beta.clone()));
+        self.at_cur = next_at_beta;
+        self.prev = Some(std::mem::replace(&mut self.cur, next));
+    }
+
+    /// The inner solve from beta0 at cur (once a point): true where it
+    /// found a lower minimum, which becomes cur ([`lower_mode`]).
+    fn several_minima(&mut self, ctx: &Ctx<'o, '_, B>, t0: Instant) -> Result<bool> {
+        if self.checked_at.as_ref() == Some(&self.cur.rho) {
+            return Ok(false);
+        }
+        self.checked_at = Some(self.cur.rho.clone());
+        self.mode_checks += 1;
+        let (b, o, p) = (ctx.backend, ctx.objective, ctx.penalty);
+        let (lower, newton_iterations, spent) = lower_mode(b, o, p, &ctx.outer, &self.cur, ctx.beta0)?;
+        self.evaluations += spent;
+        let Some(lower) = lower else {
+            return Ok(false);
+        };
+        let record = still(OuterStep::ColdStart, &self.cur, 0.0, newton_iterations, spent, t0);
+        keep(ctx.objective, &mut self.iterations, record);
+        self.cur = lower;
+        Ok(true)
+    }
+}
