@@ -11,7 +11,17 @@ pub(super) struct Outer<'a> {
     pub(super) opts: &'a RemlOptions,
 }
 
-impl Outer<'_> {
+impl<'a> Outer<'a> {
+    /// The box `rho_ref +- rho_range`.
+    pub(super) fn around(rho_ref: Vec<f64>, opts: &'a RemlOptions) -> Self {
+        Self {
+            lower: rho_ref.iter().map(|r| r - opts.rho_range).collect(),
+            upper: rho_ref.iter().map(|r| r + opts.rho_range).collect(),
+            rho_ref,
+            opts,
+        }
+    }
+
     pub(super) fn clamp(&self, rho: &[f64]) -> Vec<f64> {
         (0..rho.len())
             .map(|k| rho[k].clamp(self.lower[k], self.upper[k]))

@@ -2,14 +2,12 @@
 //! steps taken, and a measurement by differences of the gradient where the
 //! line search shows the model wrong.
 
-use crate::newton::{Evaluation, Objective};
+use crate::newton::Evaluation;
 use crate::pcg_kernels::PcgKernels;
-use crate::penalty::Penalty;
-use crate::{Result, SolverError};
+use crate::Result;
 
-use super::bounds::Outer;
-use super::laml::{dot, laml_value, with_gradient};
-use super::LamlEvaluation;
+use super::laml::dot;
+use super::{Ctx, LamlEvaluation};
 
 /// Line-search halvings that mark the outer model's curvature as wrong.
 pub(super) const POOR_MODEL_HALVINGS: usize = 3;
@@ -26,13 +24,11 @@ const MEASURE_STEP: f64 = 1e-2;
 /// it halves its way down in tens of inner solves. `None` where a
 /// difference's inner solve does not converge.
 pub(super) fn measured_hessian<'o, B: PcgKernels>(
-    backend: &B,
-    objective: &'o dyn Objective<B>,
-    penalty: &Penalty,
-    outer: &Outer<'_>,
+    ctx: &Ctx<'o, '_, B>,
     cur: &LamlEvaluation,
     at_cur: &Evaluation<'o, B>,
 ) -> Result<(Option<Vec<f64>>, usize)> {
+    let outer = &ctx.outer;
     let m = cur.rho.len();
     let mut h = cur.outer_hessian.clone();
     let mut spent = 0;
@@ -45,31 +41,28 @@ pub(super) fn measured_hessian<'o, B: PcgKernels>(
             MEASURE_STEP
         };
         rho[k] += step;
-        let trial = match laml_value(
-            backend,
-            objective,
-            penalty,
-            &rho,
-            &cur.beta,
-            Some(at_cur.clone()),
-            outer.opts,
-        ) {
-            Ok(t) => t,
-            Err(SolverError::NotPositiveDefinite { .. }) => return Ok((None, spent)),
-            Err(e) => return Err(e),
+        let Some(trial) = ctx.trial(&rho, &cur.beta, Some(at_cur.clone()), outer.opts)? else {
+            return Ok((None, spent));
         };
         spent += trial.laml.newton.evaluations;
         if !trial.laml.newton.converged {
             return Ok((None, spent));
         }
-        spent += penalty.n_blocks();
-        let (e, _) = with_gradient(objective, penalty, trial, outer.opts)?;
+        spent += ctx.penalty.n_blocks();
+        let (e, _) = ctx.gradient(trial)?;
         for l in 0..m {
             h[l * m + k] = (e.gradient[l] - cur.gradient[l]) / step;
         }
     }
-    // Column k was measured; make the matrix symmetric from what was.
-    for &k in &measured {
+    symmetrise_measured(&mut h, m, &measured);
+    Ok((Some(h), spent))
+}
+
+/// Column k of the m x m `h` was measured for each k in `measured`; make
+/// the matrix symmetric from what was (the mean of the two differences
+/// where both were measured, else the measured one).
+fn symmetrise_measured(h: &mut [f64], m: usize, measured: &[usize]) {
+    for &k in measured {
         for l in 0..m {
             let v = if measured.contains(&l) {
                 0.5 * (h[l * m + k] + h[k * m + l])
@@ -80,7 +73,6 @@ pub(super) fn measured_hessian<'o, B: PcgKernels>(
             h[k * m + l] = v;
         }
     }
-    Ok((Some(h), spent))
 }
 
 /// The symmetric rank-one update of the correction C that makes the outer

@@ -3,16 +3,15 @@
 
 use std::time::Instant;
 
-use crate::newton::{resolution, Objective};
+use crate::newton::resolution;
 use crate::pcg_kernels::PcgKernels;
 use crate::penalty::Penalty;
-use crate::{Result, SolverError};
+use crate::Result;
 
-use super::bounds::Outer;
-use super::laml::{laml_value, Trial};
+use super::laml::Trial;
 use super::report::keep;
 use super::vanished::{penalised_edf, wiggliness};
-use super::{LamlEvaluation, OuterStep, RemlIteration};
+use super::{Ctx, LamlEvaluation, OuterStep, RemlIteration};
 
 /// Most Fellner-Schall steps before Newton takes over.
 const FS_STEPS: usize = 4;
@@ -72,12 +71,10 @@ const FS_HALVINGS: usize = 2;
 /// halved up to [`FS_HALVINGS`] times; the phase ends at the first step
 /// not kept. Each trial costs one warm inner solve and no dH/drho.
 pub(super) fn fellner_schall_phase<'o, B: PcgKernels>(
-    backend: &B,
-    objective: &'o dyn Objective<B>,
-    penalty: &Penalty,
-    outer: &Outer<'_>,
+    ctx: &Ctx<'o, '_, B>,
     mut trial: Trial<'o, B>,
 ) -> Result<FsPhase<'o, B>> {
+    let (penalty, outer) = (ctx.penalty, &ctx.outer);
     let mut iterations = Vec::new();
     let mut evaluations = 0;
     while iterations.len() < FS_STEPS {
@@ -101,33 +98,10 @@ pub(super) fn fellner_schall_phase<'o, B: PcgKernels>(
             newton_evaluations: 0,
             seconds: 0.0,
         };
-        let mut kept = None;
-        let mut t = 1.0;
-        loop {
-            let rho: Vec<f64> = cur.rho.iter().zip(&full).map(|(r, f)| r + t * (f - r)).collect();
-            let start = Some(trial.at_beta.clone());
-            match laml_value(backend, objective, penalty, &rho, &cur.beta, start, outer.opts) {
-                Ok(next) => {
-                    evaluations += next.laml.newton.evaluations;
-                    record.newton_iterations += next.laml.newton.iterations.len();
-                    record.newton_evaluations += next.laml.newton.evaluations;
-                    if next.laml.newton.converged && next.laml.value < cur.value - resolution(cur.value) {
-                        kept = Some(next);
-                        break;
-                    }
-                }
-                Err(SolverError::NotPositiveDefinite { .. }) => {}
-                Err(e) => return Err(e),
-            }
-            if record.halvings == FS_HALVINGS {
-                break;
-            }
-            record.halvings += 1;
-            t *= 0.5;
-        }
-        record.step_length = if kept.is_some() { t } else { 0.0 };
+        let kept = halved_until_lower(ctx, &trial, &full, &mut record)?;
+        evaluations += record.newton_evaluations;
         record.seconds = t0.elapsed().as_secs_f64();
-        keep(objective, &mut iterations, record);
+        keep(ctx.objective, &mut iterations, record);
         match kept {
             Some(next) => trial = next,
             None => break,
@@ -138,6 +112,36 @@ pub(super) fn fellner_schall_phase<'o, B: PcgKernels>(
         iterations,
         evaluations,
     })
+}
+
+/// The trial at `full` from `trial`, the step halved up to [`FS_HALVINGS`]
+/// times until its inner solve converges with V lower; `None` where none
+/// does. The halvings, the inner work and the length kept go into `record`.
+fn halved_until_lower<'o, B: PcgKernels>(
+    ctx: &Ctx<'o, '_, B>,
+    trial: &Trial<'o, B>,
+    full: &[f64],
+    record: &mut RemlIteration,
+) -> Result<Option<Trial<'o, B>>> {
+    let cur = &trial.laml;
+    let mut t = 1.0;
+    loop {
+        let rho: Vec<f64> = cur.rho.iter().zip(full).map(|(r, f)| r + t * (f - r)).collect();
+        let start = Some(trial.at_beta.clone());
+        if let Some(next) = ctx.trial(&rho, &cur.beta, start, ctx.outer.opts)? {
+            record.newton_iterations += next.laml.newton.iterations.len();
+            record.newton_evaluations += next.laml.newton.evaluations;
+            if next.laml.newton.converged && next.laml.value < cur.value - resolution(cur.value) {
+                record.step_length = t;
+                return Ok(Some(next));
+            }
+        }
+        if record.halvings == FS_HALVINGS {
+            return Ok(None);
+        }
+        record.halvings += 1;
+        t *= 0.5;
+    }
 }
 
 /// dV/drho without the dH/drho terms: `(lambda_k beta^T S_k beta - edf_k) / 2`.

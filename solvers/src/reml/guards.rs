@@ -2,16 +2,15 @@
 //! probed once, and the inner minimum is checked from `beta0` where the
 //! loop would stop (the penalised likelihood can have several).
 
-use crate::newton::{resolution, Evaluation, Objective};
+use crate::newton::{resolution, Evaluation};
 use crate::pcg_kernels::PcgKernels;
 use crate::penalty::Penalty;
-use crate::{Result, SolverError};
+use crate::Result;
 
 use super::bounds::Outer;
-use super::laml::{laml_value, with_gradient};
 use super::line_search::Start;
 use super::vanished::vanished;
-use super::LamlEvaluation;
+use super::{Ctx, LamlEvaluation};
 
 /// Penalised objectives closer than this (beyond the values' resolution)
 /// at one rho are one minimum reached twice: solves to the default inner
@@ -40,31 +39,26 @@ const MODE_CHECK_STEPS: usize = 20;
 /// for 860 evaluations. Moving to the lower minimum and going on did not
 /// help there: the warm starts went back to the other branch within three
 /// steps; nor did solving every later trial from `beta0` as well and
-/// keeping the lower (one step took 221 evaluations). Checked where the loop would stop and after an accepted line
-/// search of [`POOR_MODEL_HALVINGS`](super::curvature::POOR_MODEL_HALVINGS) halvings (requiring the gradient to
-/// grow as well missed a nearly separable chase).
+/// keeping the lower (one step took 221 evaluations). Checked where the
+/// loop would stop and after an accepted line search of
+/// [`POOR_MODEL_HALVINGS`](super::curvature::POOR_MODEL_HALVINGS) halvings
+/// (requiring the gradient to grow as well missed a nearly separable chase).
 pub(super) fn lower_mode<B: PcgKernels>(
-    backend: &B,
-    objective: &dyn Objective<B>,
-    penalty: &Penalty,
-    outer: &Outer<'_>,
+    ctx: &Ctx<'_, '_, B>,
     cur: &LamlEvaluation,
-    beta0: &[f64],
 ) -> Result<(Option<LamlEvaluation>, usize, usize)> {
-    let mut capped = outer.opts.clone();
+    let mut capped = ctx.outer.opts.clone();
     capped.newton.max_iter = capped.newton.max_iter.min(MODE_CHECK_STEPS);
-    let trial = match laml_value(backend, objective, penalty, &cur.rho, beta0, None, &capped) {
-        Ok(t) => t,
-        Err(SolverError::NotPositiveDefinite { .. }) => return Ok((None, 0, 0)),
-        Err(e) => return Err(e),
+    let Some(trial) = ctx.trial(&cur.rho, ctx.beta0, None, &capped)? else {
+        return Ok((None, 0, 0));
     };
     let (steps, spent) = (trial.laml.newton.steps(), trial.laml.newton.evaluations);
     let tol = MODE_TOL + resolution(cur.objective);
     if !(trial.laml.newton.converged && trial.laml.objective < cur.objective - tol) {
         return Ok((None, steps, spent));
     }
-    let (lower, _) = with_gradient(objective, penalty, trial, outer.opts)?;
-    Ok((Some(lower), steps, spent + penalty.n_blocks()))
+    let (lower, _) = ctx.gradient(trial)?;
+    Ok((Some(lower), steps, spent + ctx.penalty.n_blocks()))
 }
 
 /// How far below its reference a vanishing smooth's rho is probed.
@@ -86,22 +80,13 @@ pub(super) struct Probe<'o, B: PcgKernels> {
 /// evaluated with its rho at `rho_ref - PROBE_DISTANCE`; a lower V there
 /// becomes the current point. Costs one inner solve (and a gradient when taken).
 pub(super) fn probe_other_side<'o, B: PcgKernels>(
-    backend: &B,
-    objective: &'o dyn Objective<B>,
-    penalty: &Penalty,
-    outer: &Outer<'_>,
+    ctx: &Ctx<'o, '_, B>,
     cur: &LamlEvaluation,
     probed: &mut [bool],
     start: &mut Start<'o, B>,
 ) -> Result<Option<Probe<'o, B>>> {
-    let candidate = (0..penalty.n_blocks()).position(|k| {
-        // Whatever the gradient's sign: V is flat out there, and rounding
-        // can leave a shallow local minimum of its own.
-        let vanishing = vanished(cur, penalty, k) || cur.rho[k] >= outer.upper[k];
-        let target = outer.rho_ref[k] - PROBE_DISTANCE;
-        !probed[k] && vanishing && target < cur.rho[k] - 1.0
-    });
-    let Some(k) = candidate else {
+    let (penalty, outer) = (ctx.penalty, &ctx.outer);
+    let Some(k) = probe_candidate(penalty, outer, cur, probed) else {
         return Ok(None);
     };
     probed[k] = true;
@@ -113,10 +98,8 @@ pub(super) fn probe_other_side<'o, B: PcgKernels>(
         evaluations: 0,
     };
     let (beta0, eval) = std::mem::replace(start, (cur.beta.clone(), None));
-    let trial = match laml_value(backend, objective, penalty, &rho, &beta0, eval, outer.opts) {
-        Ok(t) => t,
-        Err(SolverError::NotPositiveDefinite { .. }) => return Ok(Some(probe)),
-        Err(e) => return Err(e),
+    let Some(trial) = ctx.trial(&rho, &beta0, eval, outer.opts)? else {
+        return Ok(Some(probe));
     };
     probe.newton_iterations = trial.laml.newton.iterations.len();
     probe.evaluations = trial.laml.newton.evaluations;
@@ -125,11 +108,23 @@ pub(super) fn probe_other_side<'o, B: PcgKernels>(
     }
     if trial.laml.value < cur.value - resolution(cur.value) {
         probe.evaluations += penalty.n_blocks();
-        probe.better = Some(with_gradient(objective, penalty, trial, outer.opts)?);
+        probe.better = Some(ctx.gradient(trial)?);
     } else {
         // The next line search starts from the probe's optimum: a warm
         // start that evaluates no beta twice.
         *start = (trial.laml.beta, Some(trial.at_beta));
     }
     Ok(Some(probe))
+}
+
+/// The first smooth not probed yet that has vanished (shrunk to nothing,
+/// or at its upper bound) with its probe point more than one unit below.
+fn probe_candidate(penalty: &Penalty, outer: &Outer<'_>, cur: &LamlEvaluation, probed: &[bool]) -> Option<usize> {
+    (0..penalty.n_blocks()).position(|k| {
+        // Whatever the gradient's sign: V is flat out there, and rounding
+        // can leave a shallow local minimum of its own.
+        let vanishing = vanished(cur, penalty, k) || cur.rho[k] >= outer.upper[k];
+        let target = outer.rho_ref[k] - PROBE_DISTANCE;
+        !probed[k] && vanishing && target < cur.rho[k] - 1.0
+    })
 }

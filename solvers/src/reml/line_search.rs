@@ -2,14 +2,13 @@
 //! projected onto the bounds, each trial an inner solve warm-started at the
 //! current beta_hat.
 
-use crate::newton::{resolution, Evaluation, Objective};
+use crate::newton::{resolution, Evaluation};
 use crate::pcg_kernels::PcgKernels;
-use crate::penalty::Penalty;
-use crate::{Result, SolverError};
+use crate::Result;
 
 use super::bounds::Outer;
-use super::laml::{laml_value, Trial};
-use super::LamlEvaluation;
+use super::laml::Trial;
+use super::{Ctx, LamlEvaluation};
 
 /// Where the next inner solve starts: a beta with the objective's
 /// evaluation there when one is in hand.
@@ -45,18 +44,15 @@ const UNCAPPED_AFTER: usize = 2;
 /// Newton step is the exact optimum of the quadratic model at the trial's
 /// lambda, so no evaluation is repeated and no trial starts from a failed
 /// trial's distant optimum.
-#[allow(clippy::too_many_arguments)]
 pub(super) fn outer_line_search<'o, B: PcgKernels>(
-    backend: &B,
-    objective: &'o dyn Objective<B>,
-    penalty: &Penalty,
-    outer: &Outer<'_>,
+    ctx: &Ctx<'o, '_, B>,
     (cur, at_cur): (&LamlEvaluation, &Evaluation<'o, B>),
     dir: &[f64],
     mut start: Start<'o, B>,
-    (max_halvings, gain): (usize, f64),
+    max_halvings: usize,
+    gain: f64,
 ) -> Result<Search<'o, B>> {
-    let opts = outer.opts;
+    let opts = ctx.outer.opts;
     let mut capped = opts.clone();
     capped.newton.max_iter = opts.newton.max_iter.min(TRIAL_STEPS);
     let mut s = Search {
@@ -67,30 +63,20 @@ pub(super) fn outer_line_search<'o, B: PcgKernels>(
     };
     let mut t = 1.0;
     loop {
-        let rho: Vec<f64> = cur.rho.iter().zip(dir).map(|(r, d)| r + t * d).collect();
-        let rho = outer.clamp(&rho);
-        let decrease: f64 = rho
-            .iter()
-            .zip(&cur.rho)
-            .zip(&cur.gradient)
-            .map(|((a, b), g)| g * (a - b))
-            .sum();
+        let (rho, decrease) = projected_point(&ctx.outer, cur, dir, t);
         let (beta0, eval) = std::mem::replace(&mut start, (cur.beta.clone(), Some(at_cur.clone())));
         let trial_opts = if s.halvings < UNCAPPED_AFTER { &capped } else { opts };
-        match laml_value(backend, objective, penalty, &rho, &beta0, eval, trial_opts) {
-            Ok(trial) => {
-                let newton = &trial.laml.newton;
-                s.newton_iterations += newton.iterations.len();
-                s.evaluations += newton.evaluations;
-                let ok = trial.laml.value <= cur.value + opts.armijo * decrease - gain + resolution(cur.value);
-                if newton.converged && ok {
-                    s.accepted = Some((t, trial));
-                    return Ok(s);
-                }
+        // `None`: H + S not positive definite at this rho's inner end, so
+        // back off.
+        if let Some(trial) = ctx.trial(&rho, &beta0, eval, trial_opts)? {
+            let newton = &trial.laml.newton;
+            s.newton_iterations += newton.iterations.len();
+            s.evaluations += newton.evaluations;
+            let ok = trial.laml.value <= cur.value + opts.armijo * decrease - gain + resolution(cur.value);
+            if newton.converged && ok {
+                s.accepted = Some((t, trial));
+                return Ok(s);
             }
-            // H + S not positive definite at this rho's inner end: back off.
-            Err(SolverError::NotPositiveDefinite { .. }) => {}
-            Err(e) => return Err(e),
         }
         if s.halvings == max_halvings {
             return Ok(s);
@@ -98,4 +84,18 @@ pub(super) fn outer_line_search<'o, B: PcgKernels>(
         s.halvings += 1;
         t *= 0.5;
     }
+}
+
+/// `rho + t dir` projected onto the bounds, with the first-order change of
+/// V to there, `g^T (rho_t - rho)`.
+fn projected_point(outer: &Outer<'_>, cur: &LamlEvaluation, dir: &[f64], t: f64) -> (Vec<f64>, f64) {
+    let rho: Vec<f64> = cur.rho.iter().zip(dir).map(|(r, d)| r + t * d).collect();
+    let rho = outer.clamp(&rho);
+    let decrease: f64 = rho
+        .iter()
+        .zip(&cur.rho)
+        .zip(&cur.gradient)
+        .map(|((a, b), g)| g * (a - b))
+        .sum();
+    (rho, decrease)
 }

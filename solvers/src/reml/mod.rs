@@ -63,7 +63,7 @@ mod walk;
 
 use std::time::Instant;
 
-use crate::newton::Objective;
+use crate::newton::{Evaluation, Objective};
 use crate::operator::expect_len;
 use crate::pcg_kernels::PcgKernels;
 use crate::penalty::Penalty;
@@ -71,8 +71,8 @@ use crate::{Result, SolverError};
 use bounds::Outer;
 use fellner_schall::fellner_schall_phase;
 pub use fellner_schall::fellner_schall_step;
-use laml::with_gradient;
 pub use laml::{evaluate_laml, LamlEvaluation};
+use laml::{laml_value, with_gradient, Trial};
 pub use options::RemlOptions;
 pub use report::{OuterStep, RemlFit, RemlIteration, RemlReport, RemlTermination};
 pub use start::reference_rho;
@@ -92,14 +92,7 @@ pub fn reml<B: PcgKernels>(
     beta0: &[f64],
     opts: &RemlOptions,
 ) -> Result<RemlFit> {
-    opts.validate()?;
-    if let Some(rho0) = rho0 {
-        expect_len("rho0", rho0.len(), penalty.n_blocks())?;
-        if let Some(k) = rho0.iter().position(|r| !r.is_finite()) {
-            return Err(SolverError::invalid(format!("rho0[{k}]"), rho0[k], "must be finite"));
-        }
-    }
-    expect_len("beta0", beta0.len(), objective.dim())?;
+    check_inputs(objective, penalty, rho0, beta0, opts)?;
     let clock = Instant::now();
     let Some(first) = objective.evaluate(beta0)? else {
         return Err(SolverError::invalid(
@@ -115,20 +108,15 @@ pub fn reml<B: PcgKernels>(
         backend,
         objective,
         penalty,
-        outer: Outer {
-            rho_ref: rho_ref.clone(),
-            lower: rho_ref.iter().map(|r| r - opts.rho_range).collect(),
-            upper: rho_ref.iter().map(|r| r + opts.rho_range).collect(),
-            opts,
-        },
+        outer: Outer::around(rho_ref, opts),
         beta0,
     };
-    let start = ctx.outer.clamp(rho0.unwrap_or(&rho_ref));
-    let (trial, tries) = start_trial(backend, objective, penalty, &ctx.outer, &start, beta0, first)?;
+    let start = ctx.outer.clamp(rho0.unwrap_or(&ctx.outer.rho_ref));
+    let (trial, tries) = start_trial(&ctx, &start, first)?;
     let start_newton_steps = trial.laml.newton.steps();
     let (mut walk, termination) = if trial.laml.newton.converged {
-        let fs = fellner_schall_phase(backend, objective, penalty, &ctx.outer, trial)?;
-        let (cur, at_beta) = with_gradient(objective, penalty, fs.trial, opts)?;
+        let fs = fellner_schall_phase(&ctx, trial)?;
+        let (cur, at_beta) = ctx.gradient(fs.trial)?;
         let mut walk = Walk::new(cur, at_beta, fs.iterations, opts.max_step);
         walk.evaluations += 1 + tries + fs.evaluations + penalty.n_blocks();
         let termination = walk.run(&ctx)?;
@@ -144,7 +132,7 @@ pub fn reml<B: PcgKernels>(
         converged: termination.converged(),
         projected_gradient: (cur.gradient.len() == cur.rho.len()).then(|| ctx.outer.projected_norm(&cur)),
         termination,
-        rho_ref,
+        rho_ref: ctx.outer.rho_ref,
         rho_lower: ctx.outer.lower,
         rho_upper: ctx.outer.upper,
         evaluations: walk.evaluations,
@@ -159,6 +147,24 @@ pub fn reml<B: PcgKernels>(
     })
 }
 
+/// The options, and the starts' lengths and values.
+fn check_inputs<B: PcgKernels>(
+    objective: &dyn Objective<B>,
+    penalty: &Penalty,
+    rho0: Option<&[f64]>,
+    beta0: &[f64],
+    opts: &RemlOptions,
+) -> Result<()> {
+    opts.validate()?;
+    if let Some(rho0) = rho0 {
+        expect_len("rho0", rho0.len(), penalty.n_blocks())?;
+        if let Some(k) = rho0.iter().position(|r| !r.is_finite()) {
+            return Err(SolverError::invalid(format!("rho0[{k}]"), rho0[k], "must be finite"));
+        }
+    }
+    expect_len("beta0", beta0.len(), objective.dim())
+}
+
 /// What every outer iteration reads: the problem, its bounds and options,
 /// and the first inner solve's start.
 struct Ctx<'o, 'a, B: PcgKernels> {
@@ -167,4 +173,30 @@ struct Ctx<'o, 'a, B: PcgKernels> {
     penalty: &'a Penalty,
     outer: Outer<'a>,
     beta0: &'a [f64],
+}
+
+impl<'o, B: PcgKernels> Ctx<'o, '_, B> {
+    /// V at `rho` ([`laml_value`]) from `beta0`, with the objective's
+    /// evaluation there when `start` has it; `None` where H + S is not
+    /// positive definite at the inner solve's end. That is a failed trial
+    /// (the caller backs off or gives the step up), not an error.
+    fn trial(
+        &self,
+        rho: &[f64],
+        beta0: &[f64],
+        start: Option<Evaluation<'o, B>>,
+        opts: &RemlOptions,
+    ) -> Result<Option<Trial<'o, B>>> {
+        match laml_value(self.backend, self.objective, self.penalty, rho, beta0, start, opts) {
+            Ok(trial) => Ok(Some(trial)),
+            Err(SolverError::NotPositiveDefinite { .. }) => Ok(None),
+            Err(e) => Err(e),
+        }
+    }
+
+    /// A kept trial with its gradient ([`with_gradient`]), and the
+    /// objective's evaluation at its beta_hat.
+    fn gradient(&self, trial: Trial<'o, B>) -> Result<(LamlEvaluation, Evaluation<'o, B>)> {
+        with_gradient(self.objective, self.penalty, trial, self.outer.opts)
+    }
 }

@@ -2,15 +2,15 @@
 //! diagonal, and the first inner solve (retried more heavily penalised
 //! where it finds no minimum).
 
-use crate::newton::{Evaluation, Objective};
+use crate::newton::Evaluation;
 use crate::operator::expect_len;
 use crate::pcg_kernels::PcgKernels;
 use crate::penalty::Penalty;
 use crate::{Result, SolverError};
 
-use super::bounds::Outer;
 use super::guards::PROBE_DISTANCE;
 use super::laml::{laml_value, Trial};
+use super::Ctx;
 
 /// The reference log smoothing parameters (mgcv's `initial.sp`): each
 /// lambda_k puts the mean diagonal of `lambda_k S_k` at the mean absolute
@@ -60,23 +60,20 @@ const START_RETRIES: usize = 2;
 /// likelihood without one within reach, e.g. against the edge of the
 /// model's domain), at a start more heavily penalised, up to
 /// [`START_RETRIES`] times. Returns the trial and the evaluations spent.
-#[allow(clippy::too_many_arguments)]
 pub(super) fn start_trial<'o, B: PcgKernels>(
-    backend: &B,
-    objective: &'o dyn Objective<B>,
-    penalty: &Penalty,
-    outer: &Outer<'_>,
+    ctx: &Ctx<'o, '_, B>,
     start: &[f64],
-    beta0: &[f64],
     first: Evaluation<'o, B>,
 ) -> Result<(Trial<'o, B>, usize)> {
+    let (b, o, p, outer) = (ctx.backend, ctx.objective, ctx.penalty, &ctx.outer);
     let mut first = Some(first);
     let mut evaluations = 0;
     let mut last = None;
     for retry in 0..=START_RETRIES {
         let rho: Vec<f64> = start.iter().map(|r| r + PROBE_DISTANCE * retry as f64).collect();
         let rho = outer.clamp(&rho);
-        match laml_value(backend, objective, penalty, &rho, beta0, first.take(), outer.opts) {
+        // Not `Ctx::trial`: the last start's pivot goes into the error.
+        match laml_value(b, o, p, &rho, ctx.beta0, first.take(), outer.opts) {
             Ok(trial) => {
                 evaluations += trial.laml.newton.evaluations;
                 if trial.laml.newton.converged {
@@ -88,14 +85,20 @@ pub(super) fn start_trial<'o, B: PcgKernels>(
             Err(e) => return Err(e),
         }
     }
-    match last.unwrap_or_else(|| Err(SolverError::invalid("REML start", "none", "no start was tried"))) {
-        Ok(trial) => Ok((trial, evaluations)),
+    let last = last.unwrap_or_else(|| Err(SolverError::invalid("REML start", "none", "no start was tried")));
+    Ok((no_minimum_error(last)?, evaluations))
+}
+
+/// The last start's trial (not converged), or where its H + S was not
+/// positive definite, an error that says what that means for the model.
+fn no_minimum_error<B: PcgKernels>(last: Result<Trial<'_, B>>) -> Result<Trial<'_, B>> {
+    match last {
         Err(SolverError::NotPositiveDefinite { pivot, value }) => Err(SolverError::numerical(
             "REML start",
             format!("H + S pivot {pivot} = {value:e}"),
             "the inner Newton solve found no minimum (H + S positive definite) at the reference smoothing \
              parameters nor at more heavily penalised ones: the data may not identify the model",
         )),
-        Err(e) => Err(e),
+        last => last,
     }
 }

@@ -12,7 +12,6 @@ use crate::Result;
 use super::curvature::{measured_hessian, secant_update, POOR_MODEL_HALVINGS};
 use super::direction::Direction;
 use super::guards::{lower_mode, probe_other_side};
-use super::laml::with_gradient;
 use super::line_search::{outer_line_search, Search, Start};
 use super::report::{keep, still};
 use super::stop::{falling_in_place, stalled};
@@ -113,16 +112,7 @@ impl<'o, B: PcgKernels> Walk<'o, B> {
     /// The other side of a vanished smooth ([`probe_other_side`]); true
     /// where V is lower there and the walk moved to it.
     fn probe(&mut self, ctx: &Ctx<'o, '_, B>, t0: Instant) -> Result<bool> {
-        let Some(probe) = probe_other_side(
-            ctx.backend,
-            ctx.objective,
-            ctx.penalty,
-            &ctx.outer,
-            &self.cur,
-            &mut self.probed,
-            &mut self.start,
-        )?
-        else {
+        let Some(probe) = probe_other_side(ctx, &self.cur, &mut self.probed, &mut self.start)? else {
             return Ok(false);
         };
         self.evaluations += probe.evaluations;
@@ -200,7 +190,7 @@ impl<'o, B: PcgKernels> Walk<'o, B> {
             return Ok(Next::Check(Some(RemlTermination::LineSearchFailed)));
         };
         self.evaluations += ctx.penalty.n_blocks();
-        let (next, next_at_beta) = with_gradient(ctx.objective, ctx.penalty, trial, opts)?;
+        let (next, next_at_beta) = ctx.gradient(trial)?;
         let moved = next
             .rho
             .iter()
@@ -227,8 +217,7 @@ impl<'o, B: PcgKernels> Walk<'o, B> {
     /// the model poor (once a point); whether it is measured at cur.
     fn measure(&mut self, ctx: &Ctx<'o, '_, B>) -> Result<bool> {
         if self.model_poor && self.measured_at.as_ref() != Some(&self.cur.rho) {
-            let (b, o, p) = (ctx.backend, ctx.objective, ctx.penalty);
-            let (hessian, spent) = measured_hessian(b, o, p, &ctx.outer, &self.cur, &self.at_cur)?;
+            let (hessian, spent) = measured_hessian(ctx, &self.cur, &self.at_cur)?;
             self.evaluations += spent;
             if let Some(h) = hessian {
                 self.correction = h.iter().zip(&self.cur.outer_hessian).map(|(a, b)| a - b).collect();
@@ -261,29 +250,18 @@ impl<'o, B: PcgKernels> Walk<'o, B> {
             kept => kept,
         };
         let here = (&self.cur, &self.at_cur);
-        let along = |d: &[f64], from, halvings| {
-            outer_line_search(
-                ctx.backend,
-                ctx.objective,
-                ctx.penalty,
-                &ctx.outer,
-                here,
-                d,
-                from,
-                halvings,
-            )
-        };
+        let along = |d: &[f64], from, max_halvings, gain| outer_line_search(ctx, here, d, from, max_halvings, gain);
         if !step.tail {
-            let search = along(&step.d, from, (opts.max_halvings, 0.0))?;
+            let search = along(&step.d, from, opts.max_halvings, 0.0)?;
             return Ok((step, search, 0));
         }
-        let jump = along(&step.d, from, (0, step.tail_gain))?;
+        let jump = along(&step.d, from, 0, step.tail_gain)?;
         if jump.accepted.is_some() {
             return Ok((step, jump, 0));
         }
         let plain = self.direction(ctx, measured, false)?;
         let from = (self.cur.beta.clone(), Some(self.at_cur.clone()));
-        let search = along(&plain.d, from, (opts.max_halvings, 0.0))?;
+        let search = along(&plain.d, from, opts.max_halvings, 0.0)?;
         Ok((plain, search, jump.evaluations))
     }
 
@@ -313,8 +291,7 @@ impl<'o, B: PcgKernels> Walk<'o, B> {
         }
         self.checked_at = Some(self.cur.rho.clone());
         self.mode_checks += 1;
-        let (b, o, p) = (ctx.backend, ctx.objective, ctx.penalty);
-        let (lower, newton_iterations, spent) = lower_mode(b, o, p, &ctx.outer, &self.cur, ctx.beta0)?;
+        let (lower, newton_iterations, spent) = lower_mode(ctx, &self.cur)?;
         self.evaluations += spent;
         let Some(lower) = lower else {
             return Ok(false);
