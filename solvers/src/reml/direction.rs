@@ -16,11 +16,13 @@ impl Outer<'_> {
     /// plus the secant `correction`, its eigenvalues raised to a floor (so
     /// it is a descent direction), capped at `radius`; a component whose
     /// smooth is already shrunk to nothing (block edf below
-    /// [`VANISHED_EDF`](super::VANISHED_EDF)) with V still falling as its lambda grows goes
+    /// [`VANISHED_EDF`]) with V still falling as its lambda grows goes
     /// straight to its upper bound. There V decays like exp(-rho) (each
     /// Newton step gains about one unit of rho), so walking out would cost
     /// an inner solve per unit for a change in V below its gradient, while
     /// the jump is one trial that the line search checks.
+    ///
+    /// [`VANISHED_EDF`]: super::VANISHED_EDF
     pub(super) fn direction(
         &self,
         e: &LamlEvaluation,
@@ -31,15 +33,7 @@ impl Outer<'_> {
         measured: bool,
     ) -> Result<Direction> {
         let m = e.rho.len();
-        let vanishing: Vec<bool> = penalty
-            .blocks()
-            .iter()
-            .enumerate()
-            .map(|(k, _)| {
-                let shrunk = vanished(e, penalty, k) || prev.is_some_and(|p| exponential_tail(p, e, k));
-                !self.pinned(e, k) && e.gradient[k] < 0.0 && shrunk && e.rho[k] < self.upper[k]
-            })
-            .collect();
+        let vanishing = self.vanishing(e, prev, penalty);
         let tail_gain: f64 = penalty
             .blocks()
             .iter()
@@ -55,21 +49,8 @@ impl Outer<'_> {
                 e.outer_hessian[a * m + b] + correction[a * m + b]
             })
             .collect();
-        let top = sub.iter().fold(0.0f64, |a, v| a.max(v.abs()));
-        let floor = (1e-6 * top).max(1e-8);
         let g: Vec<f64> = free.iter().map(|&k| -e.gradient[k]).collect();
-        let indefinite = symmetric_eigen(f, &sub)?.0.first().is_some_and(|&l| l < -floor);
-        let step = if indefinite {
-            // Where the model has negative curvature its coupling cannot be
-            // trusted (it leaves out the third derivatives): a step along a
-            // negative eigenvector can push a smooth uphill in its own
-            // coordinate, into the wrong basin. Diagonal Newton moves each
-            // component downhill.
-            (0..f).map(|i| g[i] / sub[i * f + i].abs().max(floor)).collect()
-        } else {
-            let fixed = clip_eigenvalues(f, &sub, floor)?;
-            crate::dense::Cholesky::factor(f, &fixed)?.solve(&g, 1)?
-        };
+        let step = newton_step(f, &sub, &g)?;
         let mut d = vec![0.0; m];
         for (i, &k) in free.iter().enumerate() {
             d[k] = step[i];
@@ -104,6 +85,21 @@ impl Outer<'_> {
             tail_gain,
         })
     }
+
+    /// Per component, whether it jumps to its upper bound: free to move
+    /// up, V falling as lambda grows, below the bound, and its smooth
+    /// shrunk to nothing or (with `prev`) on an exponential tail.
+    fn vanishing(&self, e: &LamlEvaluation, prev: Option<&LamlEvaluation>, penalty: &Penalty) -> Vec<bool> {
+        penalty
+            .blocks()
+            .iter()
+            .enumerate()
+            .map(|(k, _)| {
+                let shrunk = vanished(e, penalty, k) || prev.is_some_and(|p| exponential_tail(p, e, k));
+                !self.pinned(e, k) && e.gradient[k] < 0.0 && shrunk && e.rho[k] < self.upper[k]
+            })
+            .collect()
+    }
 }
 
 /// `g^T B^{-1} g` with B's eigenvalues raised to a floor relative to its
@@ -112,9 +108,33 @@ fn clipped_decrement(f: usize, b: &[f64], g: &[f64]) -> Result<f64> {
     if f == 0 {
         return Ok(0.0);
     }
-    let top = b.iter().fold(0.0f64, |a, v| a.max(v.abs()));
-    let fixed = clip_eigenvalues(f, b, (1e-6 * top).max(1e-8))?;
+    let fixed = clip_eigenvalues(f, b, eigenvalue_floor(b))?;
     Ok(dot(g, &crate::dense::Cholesky::factor(f, &fixed)?.solve(g, 1)?))
+}
+
+/// `B^{-1} g` on the f free components with B's eigenvalues raised to
+/// [`eigenvalue_floor`]; where B has a clearly negative eigenvalue, the
+/// diagonal Newton step instead.
+fn newton_step(f: usize, b: &[f64], g: &[f64]) -> Result<Vec<f64>> {
+    let floor = eigenvalue_floor(b);
+    let indefinite = symmetric_eigen(f, b)?.0.first().is_some_and(|&l| l < -floor);
+    if indefinite {
+        // Where the model has negative curvature its coupling cannot be
+        // trusted (it leaves out the third derivatives): a step along a
+        // negative eigenvector can push a smooth uphill in its own
+        // coordinate, into the wrong basin. Diagonal Newton moves each
+        // component downhill.
+        return Ok((0..f).map(|i| g[i] / b[i * f + i].abs().max(floor)).collect());
+    }
+    let fixed = clip_eigenvalues(f, b, floor)?;
+    crate::dense::Cholesky::factor(f, &fixed)?.solve(g, 1)
+}
+
+/// The least eigenvalue kept of an outer model Hessian: 1e-6 of its
+/// largest entry, and at least 1e-8.
+fn eigenvalue_floor(b: &[f64]) -> f64 {
+    let top = b.iter().fold(0.0f64, |a, v| a.max(v.abs()));
+    (1e-6 * top).max(1e-8)
 }
 
 /// The least move of rho_k between two iterates for the tail test.

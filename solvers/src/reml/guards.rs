@@ -41,8 +41,10 @@ const MODE_CHECK_STEPS: usize = 20;
 /// steps; nor did solving every later trial from `beta0` as well and
 /// keeping the lower (one step took 221 evaluations). Checked where the
 /// loop would stop and after an accepted line search of
-/// [`POOR_MODEL_HALVINGS`](super::curvature::POOR_MODEL_HALVINGS) halvings
+/// [`POOR_MODEL_HALVINGS`] halvings
 /// (requiring the gradient to grow as well missed a nearly separable chase).
+///
+/// [`POOR_MODEL_HALVINGS`]: super::curvature::POOR_MODEL_HALVINGS
 pub(super) fn lower_mode<B: PcgKernels>(
     ctx: &Ctx<'_, '_, B>,
     cur: &LamlEvaluation,

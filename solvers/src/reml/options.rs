@@ -5,7 +5,10 @@ use serde::{Deserialize, Serialize};
 use crate::newton::NewtonOptions;
 use crate::{Result, SolverError};
 
-/// Options of [`reml`](super::reml) (the fit) and [`evaluate_laml`](super::evaluate_laml) (V at one rho).
+/// Options of [`reml`] (the fit) and [`evaluate_laml`] (V at one rho).
+///
+/// [`reml`]: super::reml
+/// [`evaluate_laml`]: super::evaluate_laml
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct RemlOptions {
     /// Inner Newton options (default: [`NewtonOptions::default`] with
@@ -28,13 +31,15 @@ pub struct RemlOptions {
     /// step_tol` (default 1e-4).
     pub step_tol: f64,
     /// Converged when V fell by at most this over the last
-    /// [`STALL_STEPS`](super::STALL_STEPS) outer Newton steps (default 1e-3; mgcv's score-change
+    /// [`STALL_STEPS`] outer Newton steps (default 1e-3; mgcv's score-change
     /// test, but absolute: V is a log-likelihood, and a change of 1e-3 in it
     /// is far below its sampling noise, which is of order 1 at every n).
     /// This is the stop where V is kinked, as it is where many tied rows
     /// cross a spline knot of the link together: the gradient jumps across
     /// the kink, so neither it nor the Newton decrement can become small,
     /// while V has stopped falling.
+    ///
+    /// [`STALL_STEPS`]: super::STALL_STEPS
     #[serde(default = "default_value_tol")]
     pub value_tol: f64,
     /// Half-width of the range of every rho around its reference start

@@ -61,9 +61,13 @@ impl RemlTermination {
 /// How an outer iteration chose its step.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub enum OuterStep {
-    /// A Fellner-Schall update from the start ([`fellner_schall_step`](super::fellner_schall_step)).
+    /// A Fellner-Schall update from the start ([`fellner_schall_step`]).
+    ///
+    /// [`fellner_schall_step`]: super::fellner_schall_step
     FellnerSchall,
-    /// A vanished smooth's other side, probed ([`PROBE_DISTANCE`](super::guards::PROBE_DISTANCE)).
+    /// A vanished smooth's other side, probed ([`PROBE_DISTANCE`]).
+    ///
+    /// [`PROBE_DISTANCE`]: super::guards::PROBE_DISTANCE
     Probe,
     /// Newton on rho with a line search.
     Newton,
@@ -117,7 +121,9 @@ pub struct RemlReport {
     /// (the first inner solve failed).
     #[serde(default)]
     pub projected_gradient: Option<f64>,
-    /// The reference start (see [`reference_rho`](super::reference_rho)).
+    /// The reference start (see [`reference_rho`]).
+    ///
+    /// [`reference_rho`]: super::reference_rho
     pub rho_ref: Vec<f64>,
     /// Lower bounds on rho (`rho_ref - rho_range`).
     pub rho_lower: Vec<f64>,
@@ -130,7 +136,9 @@ pub struct RemlReport {
     pub start_newton_steps: usize,
     /// Inner solves from `beta0` run to check that the warm-started ones
     /// found the lowest minimum: where the loop would stop, and after an
-    /// accepted line search of [`POOR_MODEL_HALVINGS`](super::curvature::POOR_MODEL_HALVINGS) halvings.
+    /// accepted line search of [`POOR_MODEL_HALVINGS`] halvings.
+    ///
+    /// [`POOR_MODEL_HALVINGS`]: super::curvature::POOR_MODEL_HALVINGS
     #[serde(default)]
     pub mode_checks: usize,
     /// Wall time in seconds.
@@ -188,7 +196,9 @@ impl RemlReport {
     }
 }
 
-/// The result of [`reml`](super::reml).
+/// The result of [`reml`].
+///
+/// [`reml`]: super::reml
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct RemlFit {
     /// The final LAML evaluation (rho, V, gradient, beta_hat, ...): the

@@ -1,20 +1,76 @@
-//! The outer loop's stopping tests on V's recent history.
+//! The outer loop's stopping tests, each a named predicate: the three
+//! convergence tests (the projected gradient, the outer Newton decrement,
+//! a short full step), V's stall (converged as well: V is kinked or flat
+//! there), and the stops that are not convergence, V falling in place and
+//! the iteration cap. The gradient test runs before any work at a point,
+//! the step test after its step, the others in between
+//! ([`before_search`]).
 
-/// How many consecutive outer Newton steps [`RemlOptions::value_tol`](super::RemlOptions::value_tol)
+use super::bounds::Outer;
+use super::direction::Direction;
+use super::{LamlEvaluation, RemlOptions, RemlTermination};
+
+/// How many consecutive outer Newton steps [`RemlOptions::value_tol`]
 /// looks back over: one step that barely moves V is no stall (a step cut
 /// short by the line search is one), three in a row are.
 pub const STALL_STEPS: usize = 3;
 
+/// The gradient test: the projected `||dV/drho||_inf` (the components
+/// pinned at a bound left out) is at most `grad_tol`.
+pub(super) fn gradient_met(outer: &Outer<'_>, cur: &LamlEvaluation) -> bool {
+    outer.projected_norm(cur) <= outer.opts.grad_tol
+}
+
+/// The decrement test: the outer Newton decrement is at most
+/// `decrement_tol`, and no vanishing smooth still jumps to its bound with a
+/// gradient above `grad_tol`.
+pub(super) fn decrement_met(step: &Direction, opts: &RemlOptions) -> bool {
+    step.decrement <= opts.decrement_tol && !step.jump
+}
+
+/// The step test: a full step (`t` = 1) that moved rho by at most
+/// `step_tol`.
+pub(super) fn step_met(t: f64, moved: f64, opts: &RemlOptions) -> bool {
+    t == 1.0 && moved <= opts.step_tol
+}
+
+/// The tests between a point's direction and its line search, in order:
+/// the decrement, V's stall, V falling in place, and the iteration cap
+/// (`iterations` outer iterations so far).
+pub(super) fn before_search(
+    step: &Direction,
+    values: &[(f64, Vec<f64>)],
+    iterations: usize,
+    opts: &RemlOptions,
+) -> Option<RemlTermination> {
+    if decrement_met(step, opts) {
+        Some(RemlTermination::Decrement)
+    } else if stalled(values, opts.value_tol) {
+        Some(RemlTermination::ValueChange)
+    } else if falling_in_place(values) {
+        Some(RemlTermination::Degenerate)
+    } else if iterations == opts.max_iter {
+        Some(RemlTermination::MaxIterations)
+    } else {
+        None
+    }
+}
+
+/// The largest `|a_k - b_k|`.
+pub(super) fn max_move(a: &[f64], b: &[f64]) -> f64 {
+    a.iter().zip(b).fold(0.0f64, |m, (x, y)| m.max((x - y).abs()))
+}
+
 /// Whether V fell by at most `tol` over the last [`STALL_STEPS`] steps of
 /// `values` (V before and after consecutive accepted Newton steps).
-pub(super) fn stalled(values: &[(f64, Vec<f64>)], tol: f64) -> bool {
+fn stalled(values: &[(f64, Vec<f64>)], tol: f64) -> bool {
     let n = values.len();
     n > STALL_STEPS && values[n - 1 - STALL_STEPS].0 - values[n - 1].0 <= tol
 }
 
 /// V's least fall, and rho's largest move, over [`STALL_STEPS`] Newton
 /// steps that mark V as falling without bound in place
-/// ([`RemlTermination::Degenerate`](super::RemlTermination::Degenerate)): a slope of 100 or more in edf units,
+/// ([`RemlTermination::Degenerate`]): a slope of 100 or more in edf units,
 /// which no regular point gives over steps that short (early steps, where
 /// V is steep, move rho by units).
 pub(super) const DEGENERATE_FALL: f64 = 1.0;
@@ -24,14 +80,13 @@ pub(super) const DEGENERATE_MOVE: f64 = 1e-2;
 /// [`STALL_STEPS`] steps of `values` (V and rho before and after
 /// consecutive accepted Newton steps) while rho moved by at most
 /// [`DEGENERATE_MOVE`] in every component.
-pub(super) fn falling_in_place(values: &[(f64, Vec<f64>)]) -> bool {
+fn falling_in_place(values: &[(f64, Vec<f64>)]) -> bool {
     let n = values.len();
     if n <= STALL_STEPS {
         return false;
     }
     let ((v0, r0), (v1, r1)) = (&values[n - 1 - STALL_STEPS], &values[n - 1]);
-    let moved = r0.iter().zip(r1).fold(0.0f64, |m, (a, b)| m.max((a - b).abs()));
-    v0 - v1 > DEGENERATE_FALL && moved <= DEGENERATE_MOVE
+    v0 - v1 > DEGENERATE_FALL && max_move(r0, r1) <= DEGENERATE_MOVE
 }
 
 #[cfg(test)]

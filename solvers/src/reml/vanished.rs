@@ -16,7 +16,9 @@ pub(super) fn penalised_edf(e: &LamlEvaluation, penalty: &Penalty, k: usize) -> 
 
 /// A smooth whose effective degrees of freedom and penalty term
 /// `lambda_k beta^T S_k beta` are both below this is treated as shrunk to
-/// nothing when its lambda would still grow (see [`Outer::direction`](super::bounds::Outer::direction)).
+/// nothing when its lambda would still grow (see [`Outer::direction`]).
+///
+/// [`Outer::direction`]: super::bounds::Outer::direction
 pub const VANISHED_EDF: f64 = 0.05;
 
 /// Whether block k is shrunk to nothing (to its penalty's null space): its

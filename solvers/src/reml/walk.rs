@@ -12,9 +12,10 @@ use crate::Result;
 use super::curvature::{measured_hessian, secant_update, POOR_MODEL_HALVINGS};
 use super::direction::Direction;
 use super::guards::{lower_mode, probe_other_side};
+use super::laml::Trial;
 use super::line_search::{outer_line_search, Search, Start};
 use super::report::{keep, still};
-use super::stop::{falling_in_place, stalled};
+use super::stop::{before_search, gradient_met, max_move, step_met};
 use super::{Ctx, LamlEvaluation, OuterStep, RemlIteration, RemlTermination};
 
 /// The outer loop's state from one iteration to the next.
@@ -140,8 +141,7 @@ impl<'o, B: PcgKernels> Walk<'o, B> {
 
     /// The stopping tests at cur, then a Newton step with its line search.
     fn newton(&mut self, ctx: &Ctx<'o, '_, B>, t0: Instant) -> Result<Next> {
-        let (opts, m) = (ctx.outer.opts, self.cur.rho.len());
-        if ctx.outer.projected_norm(&self.cur) <= opts.grad_tol {
+        if gradient_met(&ctx.outer, &self.cur) {
             return Ok(Next::Check(Some(RemlTermination::Gradient)));
         }
         if self.suspect && self.checked_at.as_ref() != Some(&self.cur.rho) {
@@ -149,23 +149,14 @@ impl<'o, B: PcgKernels> Walk<'o, B> {
         }
         let measured = self.measure(ctx)?;
         let step = self.direction(ctx, measured, true)?;
-        if step.decrement <= opts.decrement_tol && !step.jump {
-            return Ok(Next::Check(Some(RemlTermination::Decrement)));
-        }
-        if stalled(&self.values, opts.value_tol) {
-            return Ok(Next::Check(Some(RemlTermination::ValueChange)));
-        }
-        if falling_in_place(&self.values) {
-            return Ok(Next::Check(Some(RemlTermination::Degenerate)));
-        }
-        if self.iterations.len() == opts.max_iter {
-            return Ok(Next::Check(Some(RemlTermination::MaxIterations)));
+        if let Some(stop) = before_search(&step, &self.values, self.iterations.len(), ctx.outer.opts) {
+            return Ok(Next::Check(Some(stop)));
         }
         let (step, search, tried) = self.search(ctx, step, measured)?;
-        let (cur, outer) = (&self.cur, &ctx.outer);
-        let step_jumped = (0..m).any(|k| cur.rho[k] + step.d[k] >= outer.upper[k] && step.d[k] > self.radius);
+        let (cur, upper) = (&self.cur, &ctx.outer.upper);
+        let jumped = (0..cur.rho.len()).any(|k| cur.rho[k] + step.d[k] >= upper[k] && step.d[k] > self.radius);
         self.evaluations += tried + search.evaluations;
-        let mut record = RemlIteration {
+        let record = RemlIteration {
             kind: OuterStep::Newton,
             rho: cur.rho.clone(),
             value: cur.value,
@@ -180,7 +171,23 @@ impl<'o, B: PcgKernels> Walk<'o, B> {
         };
         self.model_poor = search.halvings >= POOR_MODEL_HALVINGS;
         self.suspect = self.model_poor && search.accepted.is_some();
-        let Some((t, trial)) = search.accepted else {
+        self.accept(ctx, t0, record, search.accepted, jumped)
+    }
+
+    /// Record a Newton iteration and move to its accepted (t, trial), if
+    /// any (`jumped`: the step jumped to a bound): the step test there, or
+    /// where none was accepted, the curvature measured and the search run
+    /// again once a point before the line search counts as failed.
+    fn accept(
+        &mut self,
+        ctx: &Ctx<'o, '_, B>,
+        t0: Instant,
+        mut record: RemlIteration,
+        accepted: Option<(f64, Trial<'o, B>)>,
+        jumped: bool,
+    ) -> Result<Next> {
+        let opts = ctx.outer.opts;
+        let Some((t, trial)) = accepted else {
             record.seconds = t0.elapsed().as_secs_f64();
             keep(ctx.objective, &mut self.iterations, record);
             if self.measured_at.as_ref() != Some(&self.cur.rho) {
@@ -191,12 +198,8 @@ impl<'o, B: PcgKernels> Walk<'o, B> {
         };
         self.evaluations += ctx.penalty.n_blocks();
         let (next, next_at_beta) = ctx.gradient(trial)?;
-        let moved = next
-            .rho
-            .iter()
-            .zip(&self.cur.rho)
-            .fold(0.0f64, |a, (x, y)| a.max((x - y).abs()));
-        let small = t == 1.0 && moved <= opts.step_tol;
+        let moved = max_move(&next.rho, &self.cur.rho);
+        let small = step_met(t, moved, opts);
         self.radius = if t == 1.0 {
             (2.0 * self.radius).min(opts.max_step)
         } else {
@@ -205,7 +208,7 @@ impl<'o, B: PcgKernels> Walk<'o, B> {
         record.step_length = t;
         record.seconds = t0.elapsed().as_secs_f64();
         keep(ctx.objective, &mut self.iterations, record);
-        self.advance(next, next_at_beta, step_jumped);
+        self.advance(next, next_at_beta, jumped);
         Ok(if small {
             Next::Check(Some(RemlTermination::Step))
         } else {
