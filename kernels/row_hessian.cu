@@ -1,25 +1,44 @@
 // Row-Hessian products: H = sum_i P_i^T H_i P_i with H_i r x r row-major
 // (symmetric), P_i pulling beta back to the row's primary coordinates.
 //
-// The pullback of beta column a is described by three small device arrays:
-// col_kind[a] (0: marginal design column col_j[a], 1: slope design column
-// col_j[a], 2: copied), and col_u[a], the primary coordinate it lands on.
+// A row's coordinates are its L linear predictors (coordinate d = x_{i,d}
+// . beta_d through design d) then the copied (direct) coordinates. The
+// designs live in one buffer x: design d (n x pw[d], row-major) starts at
+// element pb[d], its coefficients at beta index pbeta[d], and poff[d] is
+// the sum of the widths before it (dw the sum of all). The pullback of beta
+// column a is described by col_kind[a] (its design, or -1: copied),
+// col_j[a] (its column in that design) and col_u[a], the coordinate it
+// lands on; primary_to_beta[s] is the beta index copied to coordinate s >= L.
 // Every reduction over rows is split into fixed chunks whose partials are
 // summed by reduce_partials in a fixed tree: no atomics, bitwise repeatable.
 
-#define KIND_MARGINAL 0
-#define KIND_SLOPE 1
-
 typedef long long i64;
 
-// P_i[u(a), a] for beta column a.
-__device__ __forceinline__ double pull_coef(
-    int kind, int j, i64 row, const double* __restrict__ x_m, int p_m,
-    const double* __restrict__ x_g, int p_g)
+#define DESIGN_PARAMS                                                                                  \
+    int L, const double *__restrict__ x, const int *__restrict__ pw, const i64 *__restrict__ pb,      \
+        const int *__restrict__ pbeta, const int *__restrict__ poff
+#define DESIGN_ARGS L, x, pw, pb, pbeta, poff
+
+// Where column a's coefficient sits for row `row`: x[base + row * stride],
+// or the constant 1 for a copied column (stride 0, base -1).
+struct PullCol {
+    i64 base;
+    int stride;
+};
+
+__device__ __forceinline__ PullCol pull_col(int kind, int j, const int* __restrict__ pw,
+                                            const i64* __restrict__ pb)
 {
-    if (kind == KIND_MARGINAL) return x_m[row * p_m + j];
-    if (kind == KIND_SLOPE) return x_g[row * p_g + j];
-    return 1.0;
+    PullCol c;
+    c.base = kind >= 0 ? pb[kind] + j : -1;
+    c.stride = kind >= 0 ? pw[kind] : 0;
+    return c;
+}
+
+// P_i[u(a), a] for beta column a.
+__device__ __forceinline__ double pull_coef(PullCol c, i64 row, const double* __restrict__ x)
+{
+    return c.base >= 0 ? x[c.base + row * c.stride] : 1.0;
 }
 
 // Warp-wide sum in a fixed butterfly order (every lane gets the total).
@@ -52,17 +71,18 @@ __device__ __forceinline__ i64 hstride(int r, int packed)
 }
 
 // Phase 1 of H V for k right-hand sides: t[j, i, :] = H_i (P_i v_j).
-// One warp per (row, rhs) pair; lanes stride over the designs for q and b,
-// then over the output coordinates u (reading column u of H_i, which by
-// symmetry is row u, with coalesced loads). The storage is a template
-// parameter so the inner loop's index has no run-time branch.
+// One warp per (row, rhs) pair; lanes stride over each design for the
+// row's predictors (kept in the warp's L doubles of shared memory), then
+// over the output coordinates u (reading column u of H_i, which by symmetry
+// is row u, with coalesced loads). The storage is a template parameter so
+// the inner loop's index has no run-time branch.
 template <int P>
 __device__ __forceinline__ void row_action_body(
-    i64 n, int r, int p_m, int p_g, int p_total, int k,
-    const double* __restrict__ hess, const double* __restrict__ x_m,
-    const double* __restrict__ x_g, const int* __restrict__ primary_to_beta,
-    const double* __restrict__ v, double* __restrict__ t)
+    i64 n, int r, int p_total, int k, DESIGN_PARAMS, const double* __restrict__ hess,
+    const int* __restrict__ primary_to_beta, const double* __restrict__ v, double* __restrict__ t)
 {
+    extern __shared__ double sh_eta[];
+    double* eta = sh_eta + (threadIdx.x >> 5) * L;
     const int lane = threadIdx.x & 31;
     const i64 warp = ((i64)blockIdx.x * blockDim.x + threadIdx.x) >> 5;
     const i64 warps = ((i64)gridDim.x * blockDim.x) >> 5;
@@ -70,30 +90,35 @@ __device__ __forceinline__ void row_action_body(
         const i64 row = w % n;
         const int j = (int)(w / n);
         const double* vj = v + (i64)j * p_total;
-        double q = 0.0, b = 0.0;
-        for (int c = lane; c < p_m; c += 32) q += x_m[row * p_m + c] * vj[c];
-        for (int c = lane; c < p_g; c += 32) b += x_g[row * p_g + c] * vj[p_m + c];
-        q = warp_sum(q);
-        b = warp_sum(b);
+        for (int d = 0; d < L; ++d) {
+            const double* xr = x + pb[d] + row * pw[d];
+            const double* vd = vj + pbeta[d];
+            double e = 0.0;
+            for (int c = lane; c < pw[d]; c += 32) e += xr[c] * vd[c];
+            e = warp_sum(e);
+            if (lane == 0) eta[d] = e;
+        }
+        __syncwarp();
         const double* h = hess + row * hstride(r, P);
         for (int u = lane; u < r; u += 32) {
-            double acc = h[hidx_t<P>(0, u, r)] * q + h[hidx_t<P>(1, u, r)] * b;
-            for (int s = 2; s < r; ++s) acc += h[hidx_t<P>(s, u, r)] * vj[primary_to_beta[s]];
+            double acc = L > 0 ? h[hidx_t<P>(0, u, r)] * eta[0] : 0.0;
+            for (int s = 1; s < L; ++s) acc += h[hidx_t<P>(s, u, r)] * eta[s];
+            for (int s = L; s < r; ++s) acc += h[hidx_t<P>(s, u, r)] * vj[primary_to_beta[s]];
             t[((i64)j * n + row) * r + u] = acc;
         }
+        __syncwarp(); // eta is rewritten for the warp's next row
     }
 }
 
+// Dynamic shared memory: L doubles per warp.
 extern "C" __global__ void row_action(
-    i64 n, int r, int packed, int p_m, int p_g, int p_total, int k,
-    const double* __restrict__ hess, const double* __restrict__ x_m,
-    const double* __restrict__ x_g, const int* __restrict__ primary_to_beta,
-    const double* __restrict__ v, double* __restrict__ t)
+    i64 n, int r, int packed, int p_total, int k, DESIGN_PARAMS, const double* __restrict__ hess,
+    const int* __restrict__ primary_to_beta, const double* __restrict__ v, double* __restrict__ t)
 {
     if (packed)
-        row_action_body<1>(n, r, p_m, p_g, p_total, k, hess, x_m, x_g, primary_to_beta, v, t);
+        row_action_body<1>(n, r, p_total, k, DESIGN_ARGS, hess, primary_to_beta, v, t);
     else
-        row_action_body<0>(n, r, p_m, p_g, p_total, k, hess, x_m, x_g, primary_to_beta, v, t);
+        row_action_body<0>(n, r, p_total, k, DESIGN_ARGS, hess, primary_to_beta, v, t);
 }
 
 // Phase 2: partial[chunk, j, a] = sum over the chunk's rows of
@@ -102,10 +127,10 @@ extern "C" __global__ void row_action(
 // pullback of H V; with t = hess (t_row = r*r, t_col = r + 1, power 2) it is
 // the diagonal; with t = per-row gradients it is the joint gradient.
 extern "C" __global__ void pullback_partial(
-    i64 n, int rows_per_chunk, int p_m, int p_g, int p_total, int k,
+    i64 n, int rows_per_chunk, int p_total, int k,
     const int* __restrict__ col_kind, const int* __restrict__ col_j,
-    const int* __restrict__ col_u, const double* __restrict__ x_m,
-    const double* __restrict__ x_g, const double* __restrict__ t,
+    const int* __restrict__ col_u, const double* __restrict__ x, const int* __restrict__ pw,
+    const i64* __restrict__ pb, const double* __restrict__ t,
     i64 t_rhs_stride, int t_row, int t_col, int power, int packed_r,
     double* __restrict__ partial)
 {
@@ -115,12 +140,12 @@ extern "C" __global__ void pullback_partial(
     const i64 last = min(first + rows_per_chunk, n);
     const double* tj = t + (i64)j * t_rhs_stride;
     for (int a = threadIdx.x; a < p_total; a += blockDim.x) {
-        const int kind = col_kind[a], cj = col_j[a];
+        const PullCol col = pull_col(col_kind[a], col_j[a], pw, pb);
         // packed_r > 0: t is packed row Hessians and the term is H[u][u].
         const i64 off = packed_r > 0 ? hidx(col_u[a], col_u[a], packed_r, 1) : (i64)col_u[a] * t_col;
         double acc = 0.0;
         for (i64 row = first; row < last; ++row) {
-            double c = pull_coef(kind, cj, row, x_m, p_m, x_g, p_g);
+            double c = pull_coef(col, row, x);
             if (power == 2) c *= c;
             acc += c * tj[row * t_row + off];
         }
@@ -132,10 +157,10 @@ extern "C" __global__ void pullback_partial(
 // chunk's sum of coef(a) coef(b) H_i[u(a), u(b)]; the lower triangle is
 // mirrored after the reduction. One thread per entry: no width ceiling.
 extern "C" __global__ void dense_partial(
-    i64 n, int rows_per_chunk, int r, int packed, int p_m, int p_g, int p_total,
+    i64 n, int rows_per_chunk, int r, int packed, int p_total,
     const int* __restrict__ col_kind, const int* __restrict__ col_j,
     const int* __restrict__ col_u, const double* __restrict__ hess,
-    const double* __restrict__ x_m, const double* __restrict__ x_g,
+    const double* __restrict__ x, const int* __restrict__ pw, const i64* __restrict__ pb,
     double* __restrict__ partial)
 {
     const i64 entries = (i64)p_total * p_total;
@@ -147,11 +172,11 @@ extern "C" __global__ void dense_partial(
     if (a <= b) {
         const i64 first = chunk * rows_per_chunk;
         const i64 last = min(first + rows_per_chunk, n);
-        const int ka = col_kind[a], ja = col_j[a], kb = col_kind[b], jb = col_j[b];
+        const PullCol pa = pull_col(col_kind[a], col_j[a], pw, pb), pc = pull_col(col_kind[b], col_j[b], pw, pb);
         const i64 hoff = hidx(col_u[a], col_u[b], r, packed), hs = hstride(r, packed);
         for (i64 row = first; row < last; ++row) {
-            const double ca = pull_coef(ka, ja, row, x_m, p_m, x_g, p_g);
-            const double cb = pull_coef(kb, jb, row, x_m, p_m, x_g, p_g);
+            const double ca = pull_coef(pa, row, x);
+            const double cb = pull_coef(pc, row, x);
             acc += ca * cb * hess[row * hs + hoff];
         }
     }
@@ -166,27 +191,29 @@ extern "C" __global__ void dense_partial(
 // from memory once per tile instead of once per entry. Lower-triangle
 // partials are left as they are (zero); mirror_upper fills them after.
 extern "C" __global__ void dense_staged_partial(
-    i64 n, int rows_per_chunk, int stage, int r, int packed, int p_m, int p_g, int p_total,
+    i64 n, int rows_per_chunk, int stage, int r, int packed, int p_total,
     const int* __restrict__ col_kind, const int* __restrict__ col_j,
-    const int* __restrict__ col_u, const double* __restrict__ hess,
-    const double* __restrict__ x_m, const double* __restrict__ x_g,
+    const int* __restrict__ col_u, const double* __restrict__ hess, DESIGN_PARAMS,
     double* __restrict__ partial)
 {
     extern __shared__ double sh[];
     const i64 rr = hstride(r, packed);
     double* sh_h = sh;
-    double* sh_m = sh + stage * rr;
-    double* sh_g = sh_m + stage * p_m;
+    double* sh_x = sh + stage * rr; // design d's rows at sh_x + stage * poff[d]
     const i64 upper = (i64)p_total * (p_total + 1) / 2;
     const i64 t = (i64)blockIdx.x * blockDim.x + threadIdx.x;
     const bool active = t < upper;
-    int a = 0, b = 0, ka = 0, ja = 0, kb = 0, jb = 0;
+    int a = 0, b = 0;
+    PullCol pa = {-1, 0}, pc = {-1, 0};
     i64 hoff = 0;
     if (active) {
         i64 k = t;
         while (k >= p_total - a) { k -= p_total - a; ++a; }
         b = a + (int)k;
-        ka = col_kind[a]; ja = col_j[a]; kb = col_kind[b]; jb = col_j[b];
+        // Staged coefficients: base within sh_x, stride the design's width.
+        const int ka = col_kind[a], kb = col_kind[b];
+        if (ka >= 0) { pa.base = (i64)stage * poff[ka] + col_j[a]; pa.stride = pw[ka]; }
+        if (kb >= 0) { pc.base = (i64)stage * poff[kb] + col_j[b]; pc.stride = pw[kb]; }
         hoff = hidx(col_u[a], col_u[b], r, packed);
     }
     const i64 first = (i64)blockIdx.y * rows_per_chunk;
@@ -196,13 +223,16 @@ extern "C" __global__ void dense_staged_partial(
         const int rows = (int)min((i64)stage, last - r0);
         __syncthreads();
         for (i64 k = threadIdx.x; k < rows * rr; k += blockDim.x) sh_h[k] = hess[r0 * rr + k];
-        for (int k = threadIdx.x; k < rows * p_m; k += blockDim.x) sh_m[k] = x_m[r0 * p_m + k];
-        for (int k = threadIdx.x; k < rows * p_g; k += blockDim.x) sh_g[k] = x_g[r0 * p_g + k];
+        for (int d = 0; d < L; ++d) {
+            double* dst = sh_x + stage * poff[d];
+            const double* src = x + pb[d] + r0 * pw[d];
+            for (int k = threadIdx.x; k < rows * pw[d]; k += blockDim.x) dst[k] = src[k];
+        }
         __syncthreads();
         if (!active) continue;
         for (int i = 0; i < rows; ++i) {
-            const double ca = pull_coef(ka, ja, i, sh_m, p_m, sh_g, p_g);
-            const double cb = pull_coef(kb, jb, i, sh_m, p_m, sh_g, p_g);
+            const double ca = pull_coef(pa, i, sh_x);
+            const double cb = pull_coef(pc, i, sh_x);
             acc += ca * cb * sh_h[i * rr + hoff];
         }
     }
@@ -254,19 +284,19 @@ extern "C" __global__ void chunk_sum_partial(
     partial[chunk] = acc;
 }
 
-// sum over s >= 2 of H[s, u] dc[s]: the part of (H_i P_i v)_u that does not
-// depend on the row's design (dc[s] = v at primary coordinate s, dc[0] =
-// dc[1] = 0), so its loads can be issued before q and b are known.
-// HT is the storage's type (double, or float for single-precision rows):
-// every product and sum is taken in double.
+// sum over s >= s0 of H[s, u] dc[s]: the part of (H_i P_i v)_u that does
+// not depend on the row's designs (s0 = L, the number of predictors; dc[s] =
+// v at coordinate s), so its loads can be issued before the predictors are
+// known. HT is the storage's type (double, or float for single-precision
+// rows): every product and sum is taken in double.
 template <int PACKED, typename HT>
-__device__ __forceinline__ double column_direct(const HT* __restrict__ h, int r, int u,
+__device__ __forceinline__ double column_direct(const HT* __restrict__ h, int r, int s0, int u,
                                                 const double* __restrict__ dc)
 {
     double t = 0.0;
     if (!PACKED) {
 #pragma unroll 8
-        for (int s = 2; s < r; ++s) t += (double)h[(i64)s * r + u] * dc[s];
+        for (int s = s0; s < r; ++s) t += (double)h[(i64)s * r + u] * dc[s];
         return t;
     }
     // Packed: row s starts at off_s = s r - s (s - 1) / 2, so H[s][u] sits
@@ -274,10 +304,10 @@ __device__ __forceinline__ double column_direct(const HT* __restrict__ h, int r,
     // moves that index by r - s - 1 while s < u and by 1 after, so it is
     // carried in 32-bit arithmetic (the general index costs a 64-bit
     // multiply, a division and min/max per term, which bound the kernel).
-    int k = u >= 2 ? 2 * r + u - 3 : (u == 0 ? 2 : r + 1);
-    int step = r - 3;
+    int k = (int)hidx_t<1>(s0, u, r);
+    int step = r - s0 - 1;
 #pragma unroll 4
-    for (int s = 2; s < r; ++s) {
+    for (int s = s0; s < r; ++s) {
         t += (double)h[k] * dc[s];
         k += s < u ? step : 1;
         --step;
@@ -294,12 +324,23 @@ __device__ __forceinline__ int first_rows_index(int s, int u, int r)
     return u >= 1 ? r + u - 1 : 1;
 }
 
-// Column u of a row's H times (q, b, dc): the row's action at coordinate u.
+// Column u of a row's H times (eta, dc): the row's action at coordinate u,
+// for a row whose L predictors are eta[0..L).
 template <int PACKED, typename HT>
-__device__ __forceinline__ double row_column(const HT* __restrict__ h, int r, int u, const double* dc, double q,
-                                             double b)
+__device__ __forceinline__ double row_column(const HT* __restrict__ h, int r, int L, int u, const double* dc,
+                                             const double* eta)
 {
-    return column_direct<PACKED>(h, r, u, dc) + (double)h[first_rows_index<PACKED>(0, u, r)] * q +
+    double t = column_direct<PACKED>(h, r, L, u, dc);
+    for (int d = 0; d < L; ++d) t += (double)h[hidx_t<PACKED>(d, u, r)] * eta[d];
+    return t;
+}
+
+// row_column for the two-predictor rows of the fused kernel.
+template <int PACKED, typename HT>
+__device__ __forceinline__ double row_column2(const HT* __restrict__ h, int r, int u, const double* dc, double q,
+                                              double b)
+{
+    return column_direct<PACKED>(h, r, 2, u, dc) + (double)h[first_rows_index<PACKED>(0, u, r)] * q +
            (double)h[first_rows_index<PACKED>(1, u, r)] * b;
 }
 
@@ -315,7 +356,8 @@ __device__ __forceinline__ void scatter_row(double* mine, int lane, int r, int p
     for (int c = lane; c < p_g; c += 32) mine[p_m + c] += t1 * xg[c];
 }
 
-// Single-vector H v fused in one pass: each block owns a contiguous range of
+// Single-vector H v fused in one pass, for layouts of two leading
+// predictors (beta = (beta_0, beta_1, copied...), as the BMS model's): each block owns a contiguous range of
 // rows; each warp takes rows in pairs (two rows' loads in flight at once),
 // every W-th pair of the range, and accumulates P_i^T H_i P_i v into its own
 // shared-memory p-vector; the block then adds its W vectors in warp order
@@ -370,7 +412,7 @@ __device__ __forceinline__ void hvp_fused_body(
         for (int c = lane; c < p_m; c += 32) { qa += xma[c] * vs[c]; qb += xmb[c] * vs[c]; }
         for (int c = lane; c < p_g; c += 32) { ba += xga[c] * vs[p_m + c]; bb += xgb[c] * vs[p_m + c]; }
         const int u = lane < r ? lane : 0;
-        double ta = column_direct<P>(ha, r, u, dc), tb = column_direct<P>(hb, r, u, dc);
+        double ta = column_direct<P>(ha, r, 2, u, dc), tb = column_direct<P>(hb, r, 2, u, dc);
         qa = warp_sum(qa); ba = warp_sum(ba); qb = warp_sum(qb); bb = warp_sum(bb);
         const int h0 = first_rows_index<P>(0, u, r), h1 = first_rows_index<P>(1, u, r);
         ta += ha[h0] * qa + ha[h1] * ba;
@@ -379,10 +421,10 @@ __device__ __forceinline__ void hvp_fused_body(
         const double tb0 = __shfl_sync(0xffffffffu, tb, 0), tb1 = __shfl_sync(0xffffffffu, tb, 1);
         scatter_row(mine, lane, r, p_m, p_g, xma, xga, p2b, ta, ta0, ta1);
         // Columns past the first 32 (r > 32).
-        for (int uu = lane + 32; uu < r; uu += 32) mine[p2b[uu]] += row_column<P>(ha, r, uu, dc, qa, ba);
+        for (int uu = lane + 32; uu < r; uu += 32) mine[p2b[uu]] += row_column2<P>(ha, r, uu, dc, qa, ba);
         if (has_b) {
             scatter_row(mine, lane, r, p_m, p_g, xmb, xgb, p2b, tb, tb0, tb1);
-            for (int uu = lane + 32; uu < r; uu += 32) mine[p2b[uu]] += row_column<P>(hb, r, uu, dc, qb, bb);
+            for (int uu = lane + 32; uu < r; uu += 32) mine[p2b[uu]] += row_column2<P>(hb, r, uu, dc, qb, bb);
         }
     }
     __syncthreads();
@@ -566,35 +608,34 @@ __device__ __forceinline__ int h_region(int stage, int hs)
 // One stage of rows, already in shared memory, added to the block's
 // accumulators in three block-wide phases (every phase spreads its work over
 // all threads, whatever r is, so no lane idles on rows narrower than a warp):
-//   A. q_i = x_m,i . v_m and b_i = x_g,i . v_g, a thread per (row, design);
-//   B. t_i = H_i (q_i, b_i, dc), a thread per (row, coordinate), starting at
+//   A. eta_{i,d} = x_{i,d} . v_d, a thread per (row, design);
+//   B. t_i = H_i (eta_i, dc), a thread per (row, coordinate), starting at
 //      (i0, u0) and stepping by the block size without a division;
 //   C. acc[a] += coef_i(a) t_i[u(a)] over the stage's rows in order, a
 //      thread per beta column a (it owns acc[a]: no two threads write it);
 //      coef_i(a) is read at buf + coff[a] + i cstride[a] (a design column)
 //      or is the constant 1 (stride 0).
 template <int P, typename HT>
-__device__ __forceinline__ void staged_stage(const double* buf, int stage, int rows, int r, int p_m, int p_g,
-                                             int p_total, const double* vs, const double* dc, double* qb,
-                                             double* tb, double* acc, const double* one, const int* coff,
-                                             const int* cstride, const int* cu, int i0, int u0)
+__device__ __forceinline__ void staged_stage(const double* buf, int stage, int rows, int r, int L,
+                                             const int* pw, const int* pbeta, const int* poff, int p_total,
+                                             const double* vs, const double* dc, double* eb, double* tb,
+                                             double* acc, const double* one, const int* coff, const int* cstride,
+                                             const int* cu, int i0, int u0)
 {
     const int hs = (int)hstride(r, P);
-    const double* xm = buf + h_region<HT>(stage, hs);
-    const double* xg = xm + stage * p_m;
-    for (int e = threadIdx.x; e < 2 * rows; e += blockDim.x) {
-        const int i = e >> 1;
-        double d = 0.0;
-        if (e & 1)
-            for (int c = 0; c < p_g; ++c) d += xg[i * p_g + c] * vs[p_m + c];
-        else
-            for (int c = 0; c < p_m; ++c) d += xm[i * p_m + c] * vs[c];
-        qb[e] = d;
+    const double* xs = buf + h_region<HT>(stage, hs);
+    for (int e = threadIdx.x; e < L * rows; e += blockDim.x) {
+        const int i = e / L, d = e - i * L, p = pw[d];
+        const double* xr = xs + stage * poff[d] + i * p;
+        const double* vd = vs + pbeta[d];
+        double sum = 0.0;
+        for (int c = 0; c < p; ++c) sum += xr[c] * vd[c];
+        eb[e] = sum;
     }
     __syncthreads();
     const int di = (int)blockDim.x / r, du = (int)blockDim.x - di * r;
     for (int i = i0, u = u0; i < rows;) {
-        tb[i * r + u] = row_column<P>((const HT*)buf + i * hs, r, u, dc, qb[2 * i], qb[2 * i + 1]);
+        tb[i * r + u] = row_column<P>((const HT*)buf + i * hs, r, L, u, dc, eb + i * L);
         i += di;
         u += du;
         if (u >= r) {
@@ -614,29 +655,30 @@ __device__ __forceinline__ void staged_stage(const double* buf, int stage, int r
 }
 
 // Shared memory: RING mbarriers (4 slots), RING buffers of `stage` rows
-// (their H_i, then their x_m rows, then their x_g rows; `stage` is even so
-// every region stays 16-byte aligned), then v, the accumulators, dc,
-// (q, b) and t for a stage's rows, the constant 1, and the column maps.
+// (their H_i, then their rows of each design in turn; `stage` is even and
+// every design starts 256-byte aligned in x, so every region stays 16-byte
+// aligned), then v, the accumulators, dc, the predictors (L a row) and t
+// for a stage's rows, the constant 1, and the column maps.
 // Block b owns rows [b * rows_per_block, ...), a multiple of `stage`, taken
 // in order: results are bitwise repeatable.
 template <int P, int RING, typename HT>
 __device__ __forceinline__ void hvp_staged_body(
-    double* sh, i64 n, int rows_per_block, int stage, int r, int p_m, int p_g, int p_total,
-    const HT* __restrict__ hess, const double* __restrict__ x_m, const double* __restrict__ x_g,
-    const int* __restrict__ primary_to_beta, const int* __restrict__ col_kind, const int* __restrict__ col_j,
-    const int* __restrict__ col_u, const double* __restrict__ v, double* __restrict__ partial)
+    double* sh, i64 n, int rows_per_block, int stage, int r, int p_total, const HT* __restrict__ hess, int dw,
+    DESIGN_PARAMS, const int* __restrict__ primary_to_beta, const int* __restrict__ col_kind,
+    const int* __restrict__ col_j, const int* __restrict__ col_u, const double* __restrict__ v,
+    double* __restrict__ partial)
 {
     const i64 hs = hstride(r, P);
     const int hreg = h_region<HT>(stage, (int)hs);
-    const i64 buf_len = hreg + (i64)stage * (p_m + p_g);
+    const i64 buf_len = hreg + (i64)stage * dw;
     after_previous(); // launched as a dependent of the kernel that wrote v
     unsigned long long* bars = (unsigned long long*)sh;
     double* bufs = sh + 4;
     double* vs = bufs + RING * buf_len;
     double* acc = vs + p_total;
     double* dc = acc + p_total;
-    double* qb = dc + r;
-    double* tb = qb + 2 * stage;
+    double* eb = dc + r;
+    double* tb = eb + L * stage;
     double* one = tb + stage * r;
     int* coff = (int*)(one + 1);
     int* cstride = coff + p_total;
@@ -644,8 +686,7 @@ __device__ __forceinline__ void hvp_staged_body(
     const i64 first = (i64)blockIdx.x * rows_per_block;
     const i64 last = min(first + rows_per_block, n);
     const int stages = (int)((last - first + stage - 1) / stage);
-    const bool bulk = HAVE_BULK && ((((unsigned long long)hess | (unsigned long long)x_m |
-                                      (unsigned long long)x_g) & 15) == 0);
+    const bool bulk = HAVE_BULK && ((((unsigned long long)hess | (unsigned long long)x) & 15) == 0);
     if (bulk && threadIdx.x == 0)
         for (int k = 0; k < RING; ++k) bar_init(bars + k);
     __syncthreads();
@@ -657,13 +698,13 @@ __device__ __forceinline__ void hvp_staged_body(
         const int h_bytes = rows * (int)hs * (int)sizeof(HT);
         if (!bulk) {
             stage_region(buf, hess + r0 * hs, h_bytes);
-            stage_region(buf + hreg, x_m + r0 * p_m, rows * p_m * 8);
-            stage_region(buf + hreg + stage * p_m, x_g + r0 * p_g, rows * p_g * 8);
+            for (int d = 0; d < L; ++d)
+                stage_region(buf + hreg + stage * poff[d], x + pb[d] + r0 * pw[d], rows * pw[d] * 8);
         } else if (threadIdx.x == 0) {
             unsigned long long* bar = bars + k % RING;
             unsigned bytes = bulk_region(buf, hess + r0 * hs, h_bytes, bar);
-            bytes += bulk_region(buf + hreg, x_m + r0 * p_m, rows * p_m * 8, bar);
-            bytes += bulk_region(buf + hreg + stage * p_m, x_g + r0 * p_g, rows * p_g * 8, bar);
+            for (int d = 0; d < L; ++d)
+                bytes += bulk_region(buf + hreg + stage * poff[d], x + pb[d] + r0 * pw[d], rows * pw[d] * 8, bar);
             bar_expect(bar, bytes);
         }
     };
@@ -675,11 +716,11 @@ __device__ __forceinline__ void hvp_staged_body(
         vs[a] = v[a];
         acc[a] = 0.0;
         const int kind = col_kind[a], j = col_j[a];
-        coff[a] = kind == KIND_MARGINAL ? hreg + j : kind == KIND_SLOPE ? hreg + stage * p_m + j : 0;
-        cstride[a] = kind == KIND_MARGINAL ? p_m : kind == KIND_SLOPE ? p_g : 0;
+        coff[a] = kind >= 0 ? hreg + stage * poff[kind] + j : 0;
+        cstride[a] = kind >= 0 ? pw[kind] : 0;
         cu[a] = col_u[a];
     }
-    for (int u = threadIdx.x; u < r; u += blockDim.x) dc[u] = u >= 2 ? v[primary_to_beta[u]] : 0.0;
+    for (int u = threadIdx.x; u < r; u += blockDim.x) dc[u] = u >= L ? v[primary_to_beta[u]] : 0.0;
     if (threadIdx.x == 0) *one = 1.0;
     const int i0 = (int)threadIdx.x / r, u0 = (int)threadIdx.x - i0 * r;
     for (int k = 0; k < stages; ++k) {
@@ -697,24 +738,23 @@ __device__ __forceinline__ void hvp_staged_body(
         __syncthreads();
         const int rows = (int)min((i64)stage, last - (first + (i64)k * stage));
         const double* buf = bufs + (k % RING) * buf_len;
-        staged_stage<P, HT>(buf, stage, rows, r, p_m, p_g, p_total, vs, dc, qb, tb, acc, one, coff, cstride, cu, i0,
-                            u0);
+        staged_stage<P, HT>(buf, stage, rows, r, L, pw, pbeta, poff, p_total, vs, dc, eb, tb, acc, one, coff, cstride,
+                            cu, i0, u0);
         __syncthreads();
     }
     let_next_start(); // only now: a full wave of stages needs its SMs
     for (int a = threadIdx.x; a < p_total; a += blockDim.x) partial[(i64)blockIdx.x * p_total + a] = acc[a];
 }
 
-#define HVP_STAGED_ARGS                                                                                      \
-    sh_staged, n, rows_per_block, stage, r, p_m, p_g, p_total, hess, x_m, x_g, primary_to_beta, col_kind, col_j, \
+#define HVP_STAGED_ARGS                                                                                   \
+    sh_staged, n, rows_per_block, stage, r, p_total, hess, dw, DESIGN_ARGS, primary_to_beta, col_kind, col_j, \
         col_u, v, partial
 
-#define HVP_STAGED_PARAMS                                                                                     \
-    i64 n, int rows_per_block, int stage, int ring, int r, int packed, int p_m, int p_g, int p_total,         \
-        const double *__restrict__ hess, const double *__restrict__ x_m, const double *__restrict__ x_g,      \
-        const int *__restrict__ primary_to_beta, const int *__restrict__ col_kind,                            \
-        const int *__restrict__ col_j, const int *__restrict__ col_u, const double *__restrict__ v,           \
-        double *__restrict__ partial
+#define HVP_STAGED_PARAMS                                                                                 \
+    i64 n, int rows_per_block, int stage, int ring, int r, int packed, int p_total,                       \
+        const double *__restrict__ hess, int dw, DESIGN_PARAMS, const int *__restrict__ primary_to_beta,  \
+        const int *__restrict__ col_kind, const int *__restrict__ col_j, const int *__restrict__ col_u,   \
+        const double *__restrict__ v, double *__restrict__ partial
 
 #define HVP_STAGED_DISPATCH                                          \
     extern __shared__ __align__(16) double sh_staged[];              \
@@ -736,10 +776,10 @@ extern "C" __global__ void hvp_staged(HVP_STAGED_PARAMS) { HVP_STAGED_DISPATCH }
 // used, so the products and every sum are taken in double, as above. The
 // host keeps `stage` a multiple of 4 so each stage's rows end on 16 bytes.
 extern "C" __global__ void hvp_staged_f32(
-    i64 n, int rows_per_block, int stage, int ring, int r, int p_m, int p_g, int p_total,
-    const float* __restrict__ hess, const double* __restrict__ x_m, const double* __restrict__ x_g,
-    const int* __restrict__ primary_to_beta, const int* __restrict__ col_kind, const int* __restrict__ col_j,
-    const int* __restrict__ col_u, const double* __restrict__ v, double* __restrict__ partial)
+    i64 n, int rows_per_block, int stage, int ring, int r, int p_total, const float* __restrict__ hess, int dw,
+    DESIGN_PARAMS, const int* __restrict__ primary_to_beta, const int* __restrict__ col_kind,
+    const int* __restrict__ col_j, const int* __restrict__ col_u, const double* __restrict__ v,
+    double* __restrict__ partial)
 {
     extern __shared__ __align__(16) double sh_staged[];
     if (ring == 2) hvp_staged_body<1, 2, float>(HVP_STAGED_ARGS);

@@ -63,20 +63,30 @@ fn same_rows(arrays: &[(&str, usize)]) -> Result<()> {
 }
 
 impl Designs {
-    /// The designs from owned n x p_m and n x p_g arrays, without a copy
-    /// where an array is in standard layout.
-    pub fn from_arrays(x_m: Array2<f64>, x_g: Array2<f64>) -> Result<Self> {
-        same_rows(&[("x_m", x_m.nrows()), ("x_g", x_g.nrows())])?;
-        let (n, p_m, p_g) = (x_m.nrows(), x_m.ncols(), x_g.ncols());
-        Self::new(n, p_m, p_g, matrix_vec(x_m), matrix_vec(x_g))
+    /// The designs from owned n x p_j arrays, one per linear predictor,
+    /// without a copy where an array is in standard layout.
+    pub fn from_arrays(designs: Vec<Array2<f64>>) -> Result<Self> {
+        let n = check_design_rows(designs.iter().map(|x| x.nrows()))?;
+        Self::new(n, designs.into_iter().map(|x| (x.ncols(), matrix_vec(x))).collect())
     }
 
     /// The designs from views of any layout (copied once, row-major).
-    pub fn from_views(x_m: ArrayView2<f64>, x_g: ArrayView2<f64>) -> Result<Self> {
-        same_rows(&[("x_m", x_m.nrows()), ("x_g", x_g.nrows())])?;
-        let rows = |a: ArrayView2<f64>| a.iter().copied().collect::<Vec<_>>();
-        Self::new(x_m.nrows(), x_m.ncols(), x_g.ncols(), rows(x_m), rows(x_g))
+    pub fn from_views(designs: &[ArrayView2<f64>]) -> Result<Self> {
+        let n = check_design_rows(designs.iter().map(|x| x.nrows()))?;
+        let rows = |a: &ArrayView2<f64>| a.iter().copied().collect::<Vec<_>>();
+        Self::new(n, designs.iter().map(|x| (x.ncols(), rows(x))).collect())
     }
+}
+
+/// The designs' common row count (at least one design).
+fn check_design_rows(rows: impl Iterator<Item = usize>) -> Result<usize> {
+    let names: Vec<(String, usize)> = rows.enumerate().map(|(j, n)| (format!("designs[{j}]"), n)).collect();
+    if names.is_empty() {
+        return Err(Error::invalid("designs", "[]", "at least one design is required"));
+    }
+    let refs: Vec<(&str, usize)> = names.iter().map(|(s, n)| (s.as_str(), *n)).collect();
+    same_rows(&refs)?;
+    Ok(names[0].1)
 }
 
 impl BmsData {
@@ -125,7 +135,7 @@ impl BmsFit {
         z: ArrayView1<f64>,
     ) -> Result<Predictions> {
         same_rows(&[("x_m", x_m.nrows()), ("z", z.len())])?;
-        let designs = Arc::new(Designs::from_views(x_m, x_g)?);
+        let designs = Arc::new(Designs::from_views(&[x_m.view(), x_g.view()])?);
         self.predict(device, model, designs, &view_vec(z))
     }
 }
@@ -152,13 +162,14 @@ mod tests {
     use ndarray::{s, Array2};
 
     use super::*;
+    use crate::bms::MarginalSlope;
 
     #[test]
     fn standard_layout_arrays_are_taken_without_a_copy() {
         let x_m = Array2::from_shape_fn((5, 2), |(i, j)| (i * 2 + j) as f64);
         let x_g = Array2::from_elem((5, 1), 1.0);
         let (pm, pg) = (x_m.as_ptr(), x_g.as_ptr());
-        let d = Designs::from_arrays(x_m, x_g).unwrap();
+        let d = Designs::from_arrays(vec![x_m, x_g]).unwrap();
         assert_eq!(d.x_m().as_ptr(), pm);
         assert_eq!(d.x_g().as_ptr(), pg);
         let z = Array1::from_vec(vec![0.1, 0.2, 0.3, 0.4, 0.5]);
@@ -178,24 +189,24 @@ mod tests {
         let strided = big.slice(s![..;2, ..]);
         let g = Array2::from_elem((8, 1), 1.0);
         for d in [
-            Designs::from_arrays(column_major.clone(), g.clone()).unwrap(),
-            Designs::from_views(column_major.view(), g.view()).unwrap(),
-            Designs::from_views(strided, g.view()).unwrap(),
+            Designs::from_arrays(vec![column_major.clone(), g.clone()]).unwrap(),
+            Designs::from_views(&[column_major.view(), g.view()]).unwrap(),
+            Designs::from_views(&[strided, g.view()]).unwrap(),
         ] {
             assert_eq!(d.x_m(), &want[..]);
         }
         // A sliced owned array in standard layout starts past its buffer's start.
         let tail = base.clone().slice_move(s![1.., ..]);
         assert!(tail.is_standard_layout());
-        let d = Designs::from_arrays(tail, Array2::from_elem((7, 1), 1.0)).unwrap();
+        let d = Designs::from_arrays(vec![tail, Array2::from_elem((7, 1), 1.0)]).unwrap();
         assert_eq!(d.x_m(), &want[3..]);
     }
 
     #[test]
     fn mismatched_rows_and_bad_values_are_named() {
-        let e = Designs::from_arrays(Array2::zeros((4, 2)), Array2::zeros((3, 1))).unwrap_err();
-        assert!(e.to_string().contains("x_g.rows"), "{e}");
-        let d = Designs::from_arrays(Array2::ones((4, 1)), Array2::ones((4, 1))).unwrap();
+        let e = Designs::from_arrays(vec![Array2::zeros((4, 2)), Array2::zeros((3, 1))]).unwrap_err();
+        assert!(e.to_string().contains("designs[1].rows"), "{e}");
+        let d = Designs::from_arrays(vec![Array2::ones((4, 1)), Array2::ones((4, 1))]).unwrap();
         let y = Array1::from_vec(vec![0.0, 1.0, 2.0, 1.0]);
         let e = BmsData::from_arrays(d, Array1::zeros(4), y, None).unwrap_err();
         assert!(e.to_string().contains("y[2]"), "{e}");

@@ -1,17 +1,16 @@
-//! The two dense row-major designs that pull beta back to each row's q and b.
+//! The dense row-major designs, one per linear predictor, that pull beta
+//! back to each row's predictors (see [`crate::layout`]).
 
 use rayon::prelude::*;
 
 use crate::{Error, Result};
 
-/// Marginal (n x p_m) and slope (n x p_g) designs, row-major, finite.
+/// One design per linear predictor: n x p_j, row-major, finite.
 #[derive(Clone, Debug)]
 pub struct Designs {
     n: usize,
-    p_m: usize,
-    p_g: usize,
-    x_m: Vec<f64>,
-    x_g: Vec<f64>,
+    widths: Vec<usize>,
+    matrices: Vec<Vec<f64>>,
 }
 
 /// The index of the first non-finite value. Checked a chunk at a time with
@@ -44,63 +43,72 @@ pub(crate) fn check_matrix(field: &str, values: &[f64], rows: usize, cols: usize
 }
 
 impl Designs {
-    /// Validate and wrap the designs: `n >= 1` rows, lengths `n * p_m` and
-    /// `n * p_g`, every entry finite.
-    pub fn new(n: usize, p_m: usize, p_g: usize, x_m: Vec<f64>, x_g: Vec<f64>) -> Result<Self> {
+    /// Validate and wrap the designs: `n >= 1` rows; each entry of
+    /// `designs` is (width p_j >= 1, n * p_j values, every one finite).
+    /// No designs at all is allowed (a layout of direct blocks only).
+    pub fn new(n: usize, designs: Vec<(usize, Vec<f64>)>) -> Result<Self> {
         if n == 0 {
             return Err(Error::invalid("n", 0, "at least one row is required"));
         }
-        for (field, p) in [("p_m", p_m), ("p_g", p_g)] {
+        let (mut widths, mut matrices) = (Vec::new(), Vec::new());
+        for (j, (p, x)) in designs.into_iter().enumerate() {
             if p == 0 {
-                return Err(Error::invalid(field, 0, "a design needs at least one column"));
+                return Err(Error::invalid(
+                    format!("designs[{j}].width"),
+                    0,
+                    "a design needs at least one column",
+                ));
             }
+            check_matrix(&format!("designs[{j}]"), &x, n, p)?;
+            widths.push(p);
+            matrices.push(x);
         }
-        check_matrix("x_m", &x_m, n, p_m)?;
-        check_matrix("x_g", &x_g, n, p_g)?;
-        Ok(Self { n, p_m, p_g, x_m, x_g })
+        Ok(Self { n, widths, matrices })
+    }
+
+    /// One design: a GLM's.
+    pub fn single(n: usize, p: usize, x: Vec<f64>) -> Result<Self> {
+        Self::new(n, vec![(p, x)])
     }
 
     /// Number of rows.
     pub fn n(&self) -> usize {
         self.n
     }
-    /// Marginal design width.
-    pub fn p_m(&self) -> usize {
-        self.p_m
+    /// Number of designs.
+    pub fn count(&self) -> usize {
+        self.widths.len()
     }
-    /// Slope design width.
-    pub fn p_g(&self) -> usize {
-        self.p_g
+    /// The widths p_j.
+    pub fn widths(&self) -> &[usize] {
+        &self.widths
     }
-    /// The marginal design, row-major.
-    pub fn x_m(&self) -> &[f64] {
-        &self.x_m
+    /// Design j, row-major n x p_j.
+    pub fn matrix(&self, j: usize) -> &[f64] {
+        &self.matrices[j]
     }
-    /// The slope design, row-major.
-    pub fn x_g(&self) -> &[f64] {
-        &self.x_g
+    /// Row i of design j.
+    pub fn row(&self, j: usize, i: usize) -> &[f64] {
+        let p = self.widths[j];
+        &self.matrices[j][i * p..(i + 1) * p]
     }
+
     /// The rows in `rows` as designs of their own (a shard of the data).
     pub fn rows(&self, rows: std::ops::Range<usize>) -> Result<Self> {
         if rows.start >= rows.end || rows.end > self.n {
             let rule = format!("must be a non-empty range within 0..{}", self.n);
             return Err(Error::invalid("rows", format!("{rows:?}"), rule));
         }
+        let matrices = self
+            .matrices
+            .iter()
+            .zip(&self.widths)
+            .map(|(x, &p)| x[rows.start * p..rows.end * p].to_vec())
+            .collect();
         Ok(Self {
             n: rows.len(),
-            p_m: self.p_m,
-            p_g: self.p_g,
-            x_m: self.x_m[rows.start * self.p_m..rows.end * self.p_m].to_vec(),
-            x_g: self.x_g[rows.start * self.p_g..rows.end * self.p_g].to_vec(),
+            widths: self.widths.clone(),
+            matrices,
         })
-    }
-
-    /// Row i of the marginal design.
-    pub fn x_m_row(&self, i: usize) -> &[f64] {
-        &self.x_m[i * self.p_m..(i + 1) * self.p_m]
-    }
-    /// Row i of the slope design.
-    pub fn x_g_row(&self, i: usize) -> &[f64] {
-        &self.x_g[i * self.p_g..(i + 1) * self.p_g]
     }
 }

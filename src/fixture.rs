@@ -5,8 +5,6 @@
 
 use std::sync::Arc;
 
-use crate::designs::Designs;
-use crate::layout::Layout;
 pub use crate::rng::Rng;
 use crate::row_hessian::RowHessian;
 use crate::Result;
@@ -61,12 +59,27 @@ pub fn random_row_hessians(rng: &mut Rng, n: usize, r: usize) -> Vec<f64> {
 pub fn random_row_problem(shape: Shape, decades: f64, seed: u64) -> Result<RowHessian> {
     let mut rng = Rng::new(seed);
     let Shape { n, p_m, p_g, p_h, p_w } = shape;
-    let layout = Layout::standard(p_m, p_g, p_h, p_w)?;
+    let layout = crate::bms::standard_layout(p_m, p_g, p_h, p_w)?;
     let scale = |j: usize, p: usize| 10f64.powf(-decades * j as f64 / (p.max(2) - 1) as f64);
     let design = |rng: &mut Rng, p: usize| -> Vec<f64> { (0..n * p).map(|k| rng.normal() * scale(k % p, p)).collect() };
     let x_m = design(&mut rng, p_m);
     let x_g = design(&mut rng, p_g);
-    let designs = Arc::new(Designs::new(n, p_m, p_g, x_m, x_g)?);
+    let designs = Arc::new(crate::bms::marginal_slope_designs(n, p_m, p_g, x_m, x_g)?);
+    let hess = random_row_hessians(&mut rng, n, layout.r());
+    RowHessian::new(layout, designs, hess)
+}
+
+/// A random full-rank row-Hessian problem for any layout: one standard
+/// normal design per predictor, random row Hessians.
+pub fn random_layout_problem(n: usize, blocks: &[crate::layout::Block], seed: u64) -> Result<RowHessian> {
+    let mut rng = Rng::new(seed);
+    let layout = crate::layout::Layout::new(blocks)?;
+    let designs = layout
+        .design_widths()
+        .into_iter()
+        .map(|p| (p, (0..n * p).map(|_| rng.normal()).collect()))
+        .collect();
+    let designs = Arc::new(crate::designs::Designs::new(n, designs)?);
     let hess = random_row_hessians(&mut rng, n, layout.r());
     RowHessian::new(layout, designs, hess)
 }

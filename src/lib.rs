@@ -26,7 +26,7 @@ pub mod row_hessian;
 
 pub use designs::Designs;
 pub use error::{Error, Result};
-pub use layout::{BlockLayout, Layout, PrimaryLayout};
+pub use layout::{Block, Layout};
 pub use matfree_solvers as solvers;
 /// The ndarray this crate takes and returns (`matfree::arrays`).
 pub use ndarray;

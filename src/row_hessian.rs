@@ -44,22 +44,23 @@ impl JointGradient {
     }
 }
 
-/// Check that the layout's design widths match the designs.
+/// Check that the layout has one design per predictor, of its width.
 pub(crate) fn check_layout_designs(layout: &Layout, designs: &Designs) -> Result<()> {
-    let b = layout.block();
-    if b.p_m != designs.p_m() {
-        return Err(Error::invalid(
-            "layout.p_m",
-            b.p_m,
-            format!("must equal x_m's width {}", designs.p_m()),
-        ));
+    check_design_widths(layout, designs.widths())
+}
+
+/// Check design widths against the layout's predictors.
+pub(crate) fn check_design_widths(layout: &Layout, widths: &[usize]) -> Result<()> {
+    let want = layout.design_widths();
+    if widths.len() != want.len() {
+        let rule = format!("must equal the layout's number of linear predictors, {}", want.len());
+        return Err(Error::invalid("designs.count", widths.len(), rule));
     }
-    if b.p_g != designs.p_g() {
-        return Err(Error::invalid(
-            "layout.p_g",
-            b.p_g,
-            format!("must equal x_g's width {}", designs.p_g()),
-        ));
+    for (j, (&got, &p)) in widths.iter().zip(&want).enumerate() {
+        if got != p {
+            let rule = format!("must equal the width of the layout's predictor {j}, {p}");
+            return Err(Error::invalid(format!("designs[{j}].width"), got, rule));
+        }
     }
     Ok(())
 }
@@ -182,8 +183,7 @@ impl RowHessian {
     /// The value P_i[u(a), a] for a beta column reached `via`.
     fn coef(&self, i: usize, via: Via) -> f64 {
         match via {
-            Via::Marginal(j) => self.designs.x_m_row(i)[j],
-            Via::Slope(j) => self.designs.x_g_row(i)[j],
+            Via::Design { design, col } => self.designs.row(design, i)[col],
             Via::Direct => 1.0,
         }
     }
@@ -246,22 +246,25 @@ pub fn joint_gradient(layout: &Layout, designs: &Designs, neglog: &[f64], grad: 
 
 /// theta-direction of row i: d = P_i v.
 fn row_direction(layout: &Layout, designs: &Designs, i: usize, v: &[f64], d: &mut [f64]) {
-    let b = layout.block();
-    d[0] = dot(designs.x_m_row(i), &v[b.m_range()]);
-    d[1] = dot(designs.x_g_row(i), &v[b.g_range()]);
-    for (range, u0) in layout.direct_blocks() {
-        d[u0..u0 + range.len()].copy_from_slice(&v[range]);
+    for (j, range) in layout.predictors().iter().enumerate() {
+        d[j] = dot(designs.row(j, i), &v[range.clone()]);
+    }
+    for (range, u0) in layout.direct() {
+        d[*u0..u0 + range.len()].copy_from_slice(&v[range.clone()]);
     }
 }
 
 /// out += P_i^T t.
 fn row_scatter(layout: &Layout, designs: &Designs, i: usize, t: &[f64], out: &mut [f64]) {
-    let b = layout.block();
-    axpy(t[0], designs.x_m_row(i), &mut out[b.m_range()]);
-    axpy(t[1], designs.x_g_row(i), &mut out[b.g_range()]);
-    for (range, u0) in layout.direct_blocks() {
+    for (j, range) in layout.predictors().iter().enumerate() {
+        axpy(t[j], designs.row(j, i), &mut out[range.clone()]);
+    }
+    for (range, u0) in layout.direct() {
         let len = range.len();
-        out[range].iter_mut().zip(&t[u0..u0 + len]).for_each(|(o, ti)| *o += ti);
+        out[range.clone()]
+            .iter_mut()
+            .zip(&t[*u0..u0 + len])
+            .for_each(|(o, ti)| *o += ti);
     }
 }
 

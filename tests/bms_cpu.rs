@@ -4,6 +4,7 @@
 
 use matfree::bms::generator::{generate, GeneratorConfig};
 use matfree::bms::probit::{log_ndtr, norm_cdf};
+use matfree::bms::MarginalSlope;
 use matfree::bms::{evaluate_rows, row_neglog, Bases, BmsModel, CubicBasis, RowKernelInputs, RowStage1};
 use matfree::solvers::LinearOperator;
 use matfree::Error;
@@ -460,7 +461,6 @@ fn fused_evaluation_matches_the_bundle_path() {
 #[test]
 fn fused_and_bundled_evaluations_reject_the_same_row() {
     use matfree::bms::BmsData;
-    use matfree::Designs;
     use std::sync::Arc;
     let link = CubicBasis::uniform(-2.0, 2.0, 2).unwrap();
     let bw = [-2.0 / link.segment(0)[0][1], 0.0];
@@ -470,7 +470,7 @@ fn fused_and_bundled_evaluations_reject_the_same_row() {
     for (bad, want) in [(330, 330), (150, 150), (0, 0)] {
         qs[bad] = -2.0;
         let n = qs.len();
-        let designs = Designs::new(n, 1, 1, qs.clone(), vec![1.0; n]).unwrap();
+        let designs = matfree::bms::marginal_slope_designs(n, 1, 1, qs.clone(), vec![1.0; n]).unwrap();
         let data = BmsData::new(Arc::new(designs), vec![0.3; n], vec![1.0; n], vec![1.0; n]).unwrap();
         let fused = model.evaluate(&data, &beta);
         let bundled = model.evaluate_bundled(&data, &beta, &mut RowKernelInputs::default());

@@ -7,15 +7,17 @@ use std::sync::Arc;
 
 use matfree::fixture::{random_row_problem, Rng, Shape};
 use matfree::solvers::{CpuBackend, LinearOperator};
-use matfree::{BlockLayout, Designs, Error, Layout, PrimaryLayout, RowHessian};
+use matfree::{Block, Designs, Error, Layout, RowHessian};
 
-/// The explicit r x p matrix P_i.
+/// The explicit r x p matrix P_i: row j holds design j's row i in
+/// predictor j's columns; a direct coordinate a 1 in its column.
 fn explicit_p(op: &RowHessian, i: usize) -> Vec<f64> {
     let (l, d) = (op.layout(), op.designs());
     let (r, p) = (l.r(), l.p_total());
     let mut m = vec![0.0; r * p];
-    m[..d.p_m()].copy_from_slice(d.x_m_row(i));
-    m[p + d.p_m()..p + d.p_m() + d.p_g()].copy_from_slice(d.x_g_row(i));
+    for (j, range) in l.predictors().iter().enumerate() {
+        m[j * p + range.start..j * p + range.end].copy_from_slice(d.row(j, i));
+    }
     for (range, u0) in l.direct_blocks() {
         for (k, j) in range.enumerate() {
             m[(u0 + k) * p + j] = 1.0;
@@ -72,28 +74,74 @@ fn shapes() -> Vec<Shape> {
     ]
 }
 
+/// The operator's dense matrix, product and diagonal against the explicit
+/// pullback.
+fn check_against_oracle(op: &RowHessian) {
+    let dense = dense_oracle(op);
+    let p = op.dim();
+    let r = op.layout().r();
+    common::assert_close(
+        &format!("dense r={r} p={p}"),
+        &LinearOperator::<CpuBackend>::to_dense(op).unwrap(),
+        &dense,
+        1e-13,
+    );
+    let v = Rng::new(5).normals(p);
+    let mut hv = vec![0.0; p];
+    op.apply(&v, &mut hv).unwrap();
+    let want: Vec<f64> = (0..p).map(|a| (0..p).map(|b| dense[a * p + b] * v[b]).sum()).collect();
+    common::assert_close(&format!("hvp r={r} p={p}"), &hv, &want, 1e-12);
+    let mut diag = vec![0.0; p];
+    op.diagonal(&mut diag).unwrap();
+    let want: Vec<f64> = (0..p).map(|a| dense[a * p + a]).collect();
+    common::assert_close(&format!("diag r={r} p={p}"), &diag, &want, 1e-13);
+}
+
 #[test]
 fn hvp_diagonal_and_dense_match_explicit_pullback() {
     for (s, shape) in shapes().into_iter().enumerate() {
-        let op = random_row_problem(shape, 0.0, 11 + s as u64).unwrap();
-        let dense = dense_oracle(&op);
-        let p = op.dim();
-        common::assert_close(
-            "dense",
-            &LinearOperator::<CpuBackend>::to_dense(&op).unwrap(),
-            &dense,
-            1e-13,
-        );
-        let v = Rng::new(5).normals(p);
-        let mut hv = vec![0.0; p];
-        op.apply(&v, &mut hv).unwrap();
-        let want: Vec<f64> = (0..p).map(|a| (0..p).map(|b| dense[a * p + b] * v[b]).sum()).collect();
-        common::assert_close("hvp", &hv, &want, 1e-12);
-        let mut diag = vec![0.0; p];
-        op.diagonal(&mut diag).unwrap();
-        let want: Vec<f64> = (0..p).map(|a| dense[a * p + a]).collect();
-        common::assert_close("diag", &diag, &want, 1e-13);
+        check_against_oracle(&random_row_problem(shape, 0.0, 11 + s as u64).unwrap());
     }
+}
+
+/// Any layout (r = 1, 2, 3 and wider; predictors anywhere in beta; no
+/// predictor at all) against the explicit pullback, and its joint gradient.
+#[test]
+fn any_layout_matches_explicit_pullback() {
+    for (s, (n, blocks)) in common::generic_layouts().into_iter().enumerate() {
+        let op = matfree::fixture::random_layout_problem(n, &blocks, 40 + s as u64).unwrap();
+        assert_eq!(op.layout().blocks(), &blocks[..]);
+        check_against_oracle(&op);
+        let r = op.layout().r();
+        let mut rng = Rng::new(3);
+        let (neglog, grad) = (rng.normals(n), rng.normals(n * r));
+        let got = op.joint_gradient(&neglog, &grad).unwrap();
+        let p = op.dim();
+        let mut want = vec![0.0; p];
+        for i in 0..n {
+            let pm = explicit_p(&op, i);
+            for (a, w) in want.iter_mut().enumerate() {
+                *w += (0..r).map(|u| pm[u * p + a] * grad[i * r + u]).sum::<f64>();
+            }
+        }
+        common::assert_close(&format!("joint gradient {blocks:?}"), &got.gradient, &want, 1e-12);
+    }
+}
+
+/// A GLM's layout: one predictor, r = 1, and H = X^T diag(w) X.
+#[test]
+fn glm_layout_is_x_transpose_w_x() {
+    let (n, p) = (50, 4);
+    let mut rng = Rng::new(8);
+    let x = rng.normals(n * p);
+    let w: Vec<f64> = (0..n).map(|_| 0.1 + rng.uniform()).collect();
+    let designs = Arc::new(Designs::single(n, p, x.clone()).unwrap());
+    let op = RowHessian::new(Layout::glm(p).unwrap(), designs, w.clone()).unwrap();
+    let got = LinearOperator::<CpuBackend>::to_dense(&op).unwrap();
+    let want: Vec<f64> = (0..p * p)
+        .map(|e| (0..n).map(|i| x[i * p + e / p] * w[i] * x[i * p + e % p]).sum())
+        .collect();
+    common::assert_close("X^T W X", &got, &want, 1e-13);
 }
 
 #[test]
@@ -190,33 +238,28 @@ fn expect_invalid(result: Result<impl std::fmt::Debug, Error>, field: &str) {
 
 #[test]
 fn bad_inputs_are_rejected_with_the_field_named() {
-    expect_invalid(Designs::new(0, 1, 1, vec![], vec![]), "n");
-    expect_invalid(Designs::new(2, 2, 1, vec![1.0; 3], vec![1.0; 2]), "x_m.len");
+    expect_invalid(matfree::bms::marginal_slope_designs(0, 1, 1, vec![], vec![]), "n");
+    expect_invalid(
+        matfree::bms::marginal_slope_designs(2, 2, 1, vec![1.0; 3], vec![1.0; 2]),
+        "designs[0].len",
+    );
     let mut x_g = vec![1.0; 6];
     x_g[4] = f64::NAN;
-    expect_invalid(Designs::new(3, 1, 2, vec![1.0; 3], x_g), "x_g[2, 0]");
-    // Layouts: overlapping blocks, r inconsistent with the blocks, mismatched h lengths.
-    let block = BlockLayout {
-        p_m: 2,
-        p_g: 2,
-        h: Some(3..5),
-        w: None,
-        p_total: 5,
-    };
-    expect_invalid(Layout::new(block, PrimaryLayout::standard(2, 0)), "block.h");
-    let primary = PrimaryLayout {
-        r: 5,
-        h: Some(2..4),
-        w: None,
-    };
-    expect_invalid(Layout::new(BlockLayout::standard(2, 2, 2, 0), primary), "primary.total");
     expect_invalid(
-        Layout::new(BlockLayout::standard(2, 2, 3, 0), PrimaryLayout::standard(2, 1)),
-        "block",
+        matfree::bms::marginal_slope_designs(3, 1, 2, vec![1.0; 3], x_g),
+        "designs[1][2, 0]",
     );
+    expect_invalid(Designs::new(2, vec![(0, vec![])]), "designs[0].width");
+    // Layouts: no blocks, a block of no columns.
+    expect_invalid(Layout::new(&[]), "blocks");
+    expect_invalid(Layout::new(&[Block::Predictor(2), Block::Direct(0)]), "blocks[1]");
+    // Designs that do not match the layout's predictors.
+    let glm = Layout::glm(2).unwrap();
+    let two = Arc::new(matfree::bms::marginal_slope_designs(2, 2, 1, vec![1.0; 4], vec![1.0; 2]).unwrap());
+    expect_invalid(RowHessian::new(glm, two, vec![1.0; 2]), "designs.count");
     // Operator: hessian length and design widths.
-    let layout = Layout::standard(2, 1, 1, 0).unwrap();
-    let designs = Arc::new(Designs::new(2, 2, 1, vec![1.0; 4], vec![1.0; 2]).unwrap());
+    let layout = matfree::bms::standard_layout(2, 1, 1, 0).unwrap();
+    let designs = Arc::new(matfree::bms::marginal_slope_designs(2, 2, 1, vec![1.0; 4], vec![1.0; 2]).unwrap());
     expect_invalid(
         RowHessian::new(layout.clone(), designs.clone(), vec![1.0; 17]),
         "hess.len",
@@ -224,8 +267,11 @@ fn bad_inputs_are_rejected_with_the_field_named() {
     let mut hess = vec![1.0; 18];
     hess[10] = f64::INFINITY;
     expect_invalid(RowHessian::new(layout.clone(), designs.clone(), hess), "hess[1, 1]");
-    let wide = Layout::standard(3, 1, 1, 0).unwrap();
-    expect_invalid(RowHessian::new(wide, designs.clone(), vec![1.0; 18]), "layout.p_m");
+    let wide = matfree::bms::standard_layout(3, 1, 1, 0).unwrap();
+    expect_invalid(
+        RowHessian::new(wide, designs.clone(), vec![1.0; 18]),
+        "designs[0].width",
+    );
     let op = RowHessian::new(layout, designs, vec![1.0; 18]).unwrap();
     let mut y = vec![0.0; 4];
     assert!(op.apply(&vec![1.0; 3], &mut y).is_err(), "wrong x length must fail");
@@ -237,8 +283,9 @@ fn bad_inputs_are_rejected_with_the_field_named() {
 /// asymmetry is accepted.
 #[test]
 fn asymmetric_row_hessians_are_rejected() {
-    let layout = Layout::standard(2, 1, 0, 0).unwrap();
-    let designs = Arc::new(Designs::new(2, 2, 1, vec![1.0, 0.5, 1.0, -0.5], vec![1.0, 1.0]).unwrap());
+    let layout = matfree::bms::standard_layout(2, 1, 0, 0).unwrap();
+    let designs =
+        Arc::new(matfree::bms::marginal_slope_designs(2, 2, 1, vec![1.0, 0.5, 1.0, -0.5], vec![1.0, 1.0]).unwrap());
     let sym = vec![2.0, 0.3, 0.3, 1.0, 1.5, -0.2, -0.2, 0.8];
     assert!(RowHessian::new(layout.clone(), designs.clone(), sym.clone()).is_ok());
     let mut rounding = sym.clone();

@@ -72,7 +72,7 @@ fn weights_default_to_one_and_designs_may_be_intercept_only() {
     assert_eq!(ds.weights, [1.0; 3]);
     assert_eq!((ds.p_g, ds.x_g.clone()), (1, vec![1.0; 3]));
     assert_eq!(ds.slope_names, [INTERCEPT]);
-    matfree::Designs::new(ds.n, ds.p_m, ds.p_g, ds.x_m, ds.x_g).unwrap();
+    matfree::bms::marginal_slope_designs(ds.n, ds.p_m, ds.p_g, ds.x_m, ds.x_g).unwrap();
 }
 
 #[test]

@@ -4,6 +4,7 @@
 mod common;
 
 use common::fit_bms_binary as binary;
+use matfree::bms::MarginalSlope;
 use std::path::PathBuf;
 use std::process::{Command, Output};
 

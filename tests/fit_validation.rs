@@ -10,12 +10,12 @@ use std::sync::Arc;
 
 use matfree::bms::fit::{fit, BmsFit, FitOptions};
 use matfree::bms::rigid::RigidObjective;
+use matfree::bms::MarginalSlope;
 use matfree::bms::{bms_penalty, Bases, BmsData, BmsModel, BmsObjective, CubicBasis};
 use matfree::fixture::Rng;
 use matfree::solvers::newton::Objective;
 use matfree::solvers::reml::{evaluate_laml, RemlOptions};
 use matfree::solvers::{Cholesky, CpuBackend};
-use matfree::Designs;
 
 fn logistic(t: f64) -> f64 {
     1.0 / (1.0 + (-t).exp())
@@ -42,7 +42,9 @@ fn data(marginal: &[Vec<f64>], slope: &[Vec<f64>], z: Vec<f64>, y: Vec<f64>) -> 
             .flat_map(|i| std::iter::once(1.0).chain(cols.iter().map(move |c| c[i])))
             .collect()
     };
-    let designs = Designs::new(n, marginal.len() + 1, slope.len() + 1, rows(marginal), rows(slope)).unwrap();
+    let designs =
+        matfree::bms::marginal_slope_designs(n, marginal.len() + 1, slope.len() + 1, rows(marginal), rows(slope))
+            .unwrap();
     BmsData::new(Arc::new(designs), z, y, vec![1.0; n]).unwrap()
 }
 
@@ -222,7 +224,7 @@ fn rescaled_covariate_gives_the_same_fit() {
                 .map(|(k, v)| if k % p == 1 { v * c } else { *v })
                 .collect()
         };
-        let designs = Designs::new(d.n(), 3, 2, scale(d.x_m(), 3), scale(d.x_g(), 2)).unwrap();
+        let designs = matfree::bms::marginal_slope_designs(d.n(), 3, 2, scale(d.x_m(), 3), scale(d.x_g(), 2)).unwrap();
         let data = BmsData::new(
             Arc::new(designs),
             g.data.z.clone(),

@@ -5,6 +5,7 @@ mod common;
 
 use matfree::bms::generator::{generate, Generated, GeneratorConfig};
 use matfree::bms::row_kernel::evaluate_rows;
+use matfree::bms::MarginalSlope;
 use matfree::cuda::{
     evaluate_rows_device, gpu_for_test, BmsDeviceObjective, CudaBackend, DeviceDesigns, DeviceRowEvaluation,
     DeviceStage1, Gpu,
@@ -31,7 +32,7 @@ fn fixture(n: usize, p_h: usize, p_w: usize, seed: u64) -> Generated {
 /// (t in [-6, 6]) maps to |z| far outside the score knots' range.
 fn small_slope(g: &Generated) -> Vec<f64> {
     let mut beta = g.beta.clone();
-    for j in g.model.layout().block().g_range() {
+    for j in g.model.blocks().g_range() {
         beta[j] *= 0.01;
     }
     beta
@@ -206,7 +207,7 @@ fn stage1_variants(g: &Generated) -> Vec<(&'static str, Vec<f64>)> {
         rigid[range].iter_mut().for_each(|v| *v = 0.0);
     }
     let mut flat = g.beta.clone();
-    flat[layout.block().g_range()].iter_mut().for_each(|v| *v = 0.0);
+    flat[g.model.blocks().g_range()].iter_mut().for_each(|v| *v = 0.0);
     vec![
         ("generated", g.beta.clone()),
         ("small slope", small_slope(g)),
@@ -299,7 +300,6 @@ fn device_stage1_is_bitwise_repeatable() {
 #[ignore = "needs a GPU: runs on the device with --include-ignored (tools/gpu-tests.sh)"]
 fn device_stage1_brackets_non_monotone_calibrations_like_the_cpu() {
     use matfree::bms::{solve_intercept, Bases, BmsData, BmsModel, CubicBasis};
-    use matfree::Designs;
     use std::sync::Arc;
     let Some(gpu) = gpu_for_test("device_stage1_brackets_non_monotone_calibrations_like_the_cpu") else {
         return;
@@ -311,7 +311,7 @@ fn device_stage1_brackets_non_monotone_calibrations_like_the_cpu() {
     let beta = [1.0, 0.0, bw[0], bw[1]];
     let data = |qs: &[f64]| {
         let n = qs.len();
-        let designs = Designs::new(n, 1, 1, qs.to_vec(), vec![1.0; n]).unwrap();
+        let designs = matfree::bms::marginal_slope_designs(n, 1, 1, qs.to_vec(), vec![1.0; n]).unwrap();
         BmsData::new(Arc::new(designs), vec![0.3; n], vec![1.0; n], vec![1.0; n]).unwrap()
     };
     // q in [-1, 1.9]: the CPU finds a root for each, several only after bracketing.
@@ -363,7 +363,7 @@ fn device_stage1_rejects_designs_of_another_shape() {
     };
     let g = fixture(50, 3, 3, 9);
     let other = fixture(50, 3, 3, 9);
-    let wide = matfree::Designs::new(
+    let wide = matfree::bms::marginal_slope_designs(
         50,
         4,
         2,

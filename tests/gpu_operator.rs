@@ -4,10 +4,11 @@
 
 mod common;
 
+use matfree::bms::MarginalSlope;
 use matfree::cuda::{gpu_for_test, select_device, Device, DeviceRowHessian, GpuPolicy, HvpPrecision, SingleKernel};
 use matfree::fixture::{random_row_problem, Rng, Shape};
 use matfree::solvers::LinearOperator;
-use matfree::{Designs, Error};
+use matfree::Error;
 
 /// (r, p_total) = (4, 44), (20, 44), (33, 44), (64, 300), (20, 300), (33, 300), (6, 700),
 /// (82, 89), whose rows are too big for the staged dense kernel, and r = 130
@@ -32,6 +33,57 @@ fn shapes() -> Vec<Shape> {
     ]
 }
 
+/// The device operator (full and packed rows) against the CPU operator:
+/// products, multi-RHS, diagonal, dense matrix, joint gradient, and
+/// bitwise repeats. Returns the HVP paths it took.
+fn check_device_parity(
+    gpu: &std::sync::Arc<matfree::cuda::Gpu>,
+    op: &matfree::RowHessian,
+    s: usize,
+) -> Vec<&'static str> {
+    let dev = DeviceRowHessian::from_cpu(gpu.clone(), op).unwrap();
+    let mut paths = vec![dev.hvp_path()];
+    let (p, r, k) = (op.dim(), op.layout().r(), 3 + s);
+    let v = Rng::new(7 + s as u64).normals(p * k);
+    let want = common::cpu_operator_results(op, &v, k);
+    let got = common::device_operator_results(&dev, &v, k);
+    for (label, (g, w)) in ["hvp", "hvp_multi", "diagonal", "dense"]
+        .iter()
+        .zip(got.iter().zip(&want))
+    {
+        common::assert_close(&format!("{label} r={r} p={p}"), g, w, 1e-12);
+    }
+    let mut rng = Rng::new(3);
+    let (neglog, grad) = (rng.normals(op.n()), rng.normals(op.n() * r));
+    let jg_cpu = op.joint_gradient(&neglog, &grad).unwrap();
+    let jg_gpu = dev.joint_gradient_host(&neglog, &grad).unwrap();
+    common::assert_close("joint gradient", &jg_gpu.gradient, &jg_cpu.gradient, 1e-12);
+    common::assert_close("joint neglog", &[jg_gpu.neglog], &[jg_cpu.neglog], 1e-12);
+    // Repeated runs are bitwise equal.
+    assert_eq!(common::device_operator_results(&dev, &v, k), got, "repeat r={r} p={p}");
+    assert_eq!(dev.joint_gradient_host(&neglog, &grad).unwrap(), jg_gpu);
+    // Packed storage: every operation reads the upper triangle only.
+    let packed = dev.packed().unwrap();
+    assert!(packed.is_packed());
+    let got_packed = common::device_operator_results(&packed, &v, k);
+    for (label, (g, w)) in ["hvp", "hvp_multi", "diagonal", "dense"]
+        .iter()
+        .zip(got_packed.iter().zip(&want))
+    {
+        common::assert_close(&format!("packed {label} r={r} p={p}"), g, w, 1e-12);
+    }
+    common::assert_close("packed rows", &packed.hess_host().unwrap(), op.hess(), 1e-14);
+    println!(
+        "r = {r}, p = {p}, n = {}, layout {:?}: parity ok (full and packed), HVP {} / {}",
+        op.n(),
+        op.layout().blocks(),
+        paths[0],
+        packed.hvp_path()
+    );
+    paths.push(packed.hvp_path());
+    paths
+}
+
 #[test]
 #[ignore = "needs a GPU: runs on the device with --include-ignored (tools/gpu-tests.sh)"]
 fn device_operations_match_cpu_operator() {
@@ -41,47 +93,40 @@ fn device_operations_match_cpu_operator() {
     let mut paths = std::collections::BTreeSet::new();
     for (s, shape) in shapes().into_iter().enumerate() {
         let op = random_row_problem(shape, 1.0, 100 + s as u64).unwrap();
-        let dev = DeviceRowHessian::from_cpu(gpu.clone(), &op).unwrap();
-        paths.insert(dev.hvp_path());
-        let (p, r, k) = (op.dim(), op.layout().r(), 3 + s);
-        let v = Rng::new(7 + s as u64).normals(p * k);
-        let want = common::cpu_operator_results(&op, &v, k);
-        let got = common::device_operator_results(&dev, &v, k);
-        for (label, (g, w)) in ["hvp", "hvp_multi", "diagonal", "dense"]
-            .iter()
-            .zip(got.iter().zip(&want))
-        {
-            common::assert_close(&format!("{label} r={r} p={p}"), g, w, 1e-12);
-        }
-        let mut rng = Rng::new(3);
-        let (neglog, grad) = (rng.normals(op.n()), rng.normals(op.n() * r));
-        let jg_cpu = op.joint_gradient(&neglog, &grad).unwrap();
-        let jg_gpu = dev.joint_gradient_host(&neglog, &grad).unwrap();
-        common::assert_close("joint gradient", &jg_gpu.gradient, &jg_cpu.gradient, 1e-12);
-        common::assert_close("joint neglog", &[jg_gpu.neglog], &[jg_cpu.neglog], 1e-12);
-        // Repeated runs are bitwise equal.
-        assert_eq!(common::device_operator_results(&dev, &v, k), got, "repeat r={r} p={p}");
-        assert_eq!(dev.joint_gradient_host(&neglog, &grad).unwrap(), jg_gpu);
-        // Packed storage: every operation reads the upper triangle only.
-        let packed = dev.packed().unwrap();
-        assert!(packed.is_packed());
-        let got_packed = common::device_operator_results(&packed, &v, k);
-        for (label, (g, w)) in ["hvp", "hvp_multi", "diagonal", "dense"]
-            .iter()
-            .zip(got_packed.iter().zip(&want))
-        {
-            common::assert_close(&format!("packed {label} r={r} p={p}"), g, w, 1e-12);
-        }
-        common::assert_close("packed rows", &packed.hess_host().unwrap(), op.hess(), 1e-14);
-        println!(
-            "r = {r}, p = {p}, n = {}: parity ok (full and packed), HVP {}",
-            op.n(),
-            packed.hvp_path()
-        );
-        paths.insert(packed.hvp_path());
+        paths.extend(check_device_parity(&gpu, &op, s));
     }
     let want: std::collections::BTreeSet<_> = ["fused", "staged", "two-phase"].into();
     assert_eq!(paths, want, "every HVP path exercised");
+}
+
+/// Every layout, not only the BMS shape: r = 1 (a GLM), 2 and 3, predictors
+/// anywhere in beta, several designs, no design, r and p above the warp
+/// width; and the single-precision HVP over them equal to the CPU operator
+/// over the rows rounded to f32 (the staged kernel serves layouts that are
+/// not two leading predictors).
+#[test]
+#[ignore = "needs a GPU: runs on the device with --include-ignored (tools/gpu-tests.sh)"]
+fn device_operations_match_cpu_for_any_layout() {
+    let Some(gpu) = gpu_for_test("device_operations_match_cpu_for_any_layout") else {
+        return;
+    };
+    for (s, (n, blocks)) in common::generic_layouts().into_iter().enumerate() {
+        let op = matfree::fixture::random_layout_problem(n, &blocks, 500 + s as u64).unwrap();
+        check_device_parity(&gpu, &op, s);
+        let single = DeviceRowHessian::from_cpu(gpu.clone(), &op)
+            .unwrap()
+            .with_single_precision_hvp_kernel(SingleKernel::Staged)
+            .unwrap();
+        assert_eq!(format!("{:?}", single.hvp_precision()), "F32", "{blocks:?}");
+        let v = Rng::new(2).normals(op.dim());
+        let want = common::cpu_operator_results(&rounded(&op, false), &v, 1);
+        common::assert_close(
+            &format!("f32 hvp {blocks:?}"),
+            &single.hvp_host(&v).unwrap(),
+            &want[0],
+            1e-12,
+        );
+    }
 }
 
 /// The CPU operator over `op`'s rows rounded to f32, and its designs too
@@ -91,7 +136,10 @@ fn rounded(op: &matfree::RowHessian, designs_too: bool) -> matfree::RowHessian {
     let round = |x: &[f64]| x.iter().map(|v| *v as f32 as f64).collect::<Vec<_>>();
     let d = op.designs();
     let designs = match designs_too {
-        true => std::sync::Arc::new(Designs::new(d.n(), d.p_m(), d.p_g(), round(d.x_m()), round(d.x_g())).unwrap()),
+        true => {
+            let each = (0..d.count()).map(|j| (d.widths()[j], round(d.matrix(j)))).collect();
+            std::sync::Arc::new(matfree::Designs::new(d.n(), each).unwrap())
+        }
         false => d.clone(),
     };
     matfree::RowHessian::new(op.layout().clone(), designs, round(op.hess())).unwrap()
@@ -200,7 +248,7 @@ fn values_beyond_single_precision_keep_double_reads() {
     let with_design = |x: f64| {
         let mut x_m = d.x_m().to_vec();
         x_m[7 * d.p_m() + 2] = x;
-        let designs = Designs::new(d.n(), d.p_m(), d.p_g(), x_m, d.x_g().to_vec()).unwrap();
+        let designs = matfree::bms::marginal_slope_designs(d.n(), d.p_m(), d.p_g(), x_m, d.x_g().to_vec()).unwrap();
         matfree::RowHessian::new(op.layout().clone(), std::sync::Arc::new(designs), op.hess().to_vec()).unwrap()
     };
     let mut big_row = op.hess().to_vec();

@@ -33,7 +33,7 @@ fn gpu_predictions_match_the_cpu() {
     }
     // A steeper slope, so that z = -39 reaches eta < -33 (the CPU's rows).
     let mut beta = g.beta.clone();
-    beta[g.model.layout().block().g_range().start] *= 1.5;
+    beta[g.model.blocks().g_range().start] *= 1.5;
     let p = beta.len();
     let mut rng = Rng::new(3);
     let l: Vec<f64> = (0..p * p).map(|_| 0.02 * rng.normal()).collect();

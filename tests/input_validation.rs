@@ -9,7 +9,7 @@ use matfree::bms::fit::{fit, FitOptions};
 use matfree::bms::{Bases, BmsData, BmsModel, BmsObjective, CubicBasis};
 use matfree::fixture::Rng;
 use matfree::solvers::{cg, CpuBackend, DenseOperator, Jacobi, PcgOptions, Penalty, PenaltyBlock};
-use matfree::{Designs, Error, Layout, RowHessian};
+use matfree::{Error, RowHessian};
 
 /// A value that is usually fine and sometimes not finite.
 fn value(rng: &mut Rng) -> f64 {
@@ -59,7 +59,7 @@ fn random_shapes_and_entries_never_panic() {
         };
         let x_m: Vec<f64> = (0..len(&mut rng, n * p_m)).map(|_| value(&mut rng)).collect();
         let x_g: Vec<f64> = (0..len(&mut rng, n * p_g)).map(|_| value(&mut rng)).collect();
-        let designs = match Designs::new(n, p_m, p_g, x_m, x_g) {
+        let designs = match matfree::bms::marginal_slope_designs(n, p_m, p_g, x_m, x_g) {
             Ok(d) => Arc::new(d),
             Err(e) => {
                 named(&e);
@@ -73,7 +73,7 @@ fn random_shapes_and_entries_never_panic() {
         }
         let r = 2 + small(&mut rng, 2);
         let hess: Vec<f64> = (0..len(&mut rng, n * r * r)).map(|_| value(&mut rng)).collect();
-        if let Ok(layout) = Layout::standard(p_m, p_g, r - 2, 0) {
+        if let Ok(layout) = matfree::bms::standard_layout(p_m, p_g, r - 2, 0) {
             if let Err(e) = RowHessian::new(layout, designs, hess) {
                 named(&e);
             }
@@ -121,7 +121,7 @@ fn random_tiny_fits_never_panic() {
         let x: Vec<f64> = (0..n)
             .flat_map(|_| [1.0, rng.normal() * 10f64.powf(rng.normal() * 3.0)])
             .collect();
-        let designs = Arc::new(Designs::new(n, 2, 1, x, vec![1.0; n]).unwrap());
+        let designs = Arc::new(matfree::bms::marginal_slope_designs(n, 2, 1, x, vec![1.0; n]).unwrap());
         let z: Vec<f64> = (0..n).map(|_| rng.normal() * 3.0).collect();
         let y: Vec<f64> = (0..n).map(|_| f64::from(rng.uniform() < 0.5)).collect();
         let data = BmsData::new(designs, z, y, vec![1.0; n]).unwrap();

@@ -13,6 +13,7 @@
 
 mod common;
 
+use matfree::bms::MarginalSlope;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
@@ -50,8 +51,8 @@ fn basis_arrays(basis: Option<&CubicBasis>, beta: &[f64]) -> [Vec<f64>; 3] {
 
 /// The problem in the driver's input order (tests/replay/driver.cpp).
 fn problem_bytes(g: &Generated) -> Vec<u8> {
-    let (layout, bases, data, beta) = (g.model.layout(), g.model.bases(), &g.data, &g.beta);
-    let blk = layout.block();
+    let (bases, data, beta) = (g.model.bases(), &g.data, &g.beta);
+    let blk = g.model.blocks();
     let direct = g.model.direct_beta(beta);
     let (beta_h, beta_w) = direct.split_at(bases.p_h());
     let dim = |b: Option<&CubicBasis>| b.map_or(0, |b| b.dim()) as f64;
@@ -250,14 +251,13 @@ fn host_replay_of_the_device_kernels_matches_the_cpu_model() {
 /// several rows find their root only after bracketing.
 fn non_monotone() -> Generated {
     use matfree::bms::{Bases, BmsData, BmsModel};
-    use matfree::Designs;
     use std::sync::Arc;
     let link = CubicBasis::uniform(-2.0, 2.0, 2).unwrap();
     let bw = -2.0 / link.segment(0)[0][1];
     let model = BmsModel::new(Bases::new(None, Some(link), 1.0).unwrap(), 1, 1).unwrap();
     let qs: Vec<f64> = (0..30).map(|k| -1.0 + 0.1 * k as f64).collect();
     let n = qs.len();
-    let designs = Designs::new(n, 1, 1, qs, vec![1.0; n]).unwrap();
+    let designs = matfree::bms::marginal_slope_designs(n, 1, 1, qs, vec![1.0; n]).unwrap();
     let data = BmsData::new(Arc::new(designs), vec![0.3; n], vec![1.0; n], vec![1.0; n]).unwrap();
     Generated {
         model,

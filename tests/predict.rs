@@ -3,6 +3,7 @@
 //! of eta, accuracy against the truth as n grows, linear extrapolation past
 //! the knots, and named errors for bad input.
 
+use matfree::bms::MarginalSlope;
 use std::sync::Arc;
 
 use matfree::bms::calibration::solve_intercept;
@@ -13,7 +14,7 @@ use matfree::bms::probit::norm_cdf;
 use matfree::bms::BmsObjective;
 use matfree::fixture::Rng;
 use matfree::solvers::CpuBackend;
-use matfree::{Designs, Error};
+use matfree::Error;
 
 fn simulated(n: usize, seed: u64) -> Generated {
     generate(GeneratorConfig::fit_shape(n, seed)).unwrap()
@@ -143,7 +144,8 @@ fn scores_past_the_knots_extrapolate_linearly() {
         let etas: Vec<Vec<f64>> = [z0, z0 + 1.0, z0 + 2.0]
             .iter()
             .map(|&z| {
-                let designs = Arc::new(Designs::new(rows, p_m, p_g, x_m.clone(), x_g.clone()).unwrap());
+                let designs =
+                    Arc::new(matfree::bms::marginal_slope_designs(rows, p_m, p_g, x_m.clone(), x_g.clone()).unwrap());
                 let est = Estimates {
                     beta: &g.beta,
                     covariance: None,
@@ -189,7 +191,7 @@ fn bad_inputs_are_named_errors() {
     };
     let e = predict_cpu(&g.model, with_cov, g.data.designs.clone(), &g.data.z).unwrap_err();
     assert!(e.to_string().contains("covariance"), "{e}");
-    let narrow = Arc::new(Designs::new(30, 1, 1, vec![1.0; 30], vec![1.0; 30]).unwrap());
+    let narrow = Arc::new(matfree::bms::marginal_slope_designs(30, 1, 1, vec![1.0; 30], vec![1.0; 30]).unwrap());
     assert!(predict_cpu(&g.model, est(&g.beta), narrow, &g.data.z).is_err());
 }
 
@@ -203,7 +205,7 @@ fn a_rejected_row_does_not_fail_the_others() {
     let (mut x_m, mut x_g) = (g.data.designs.x_m().to_vec(), g.data.designs.x_g().to_vec());
     x_m[7 * p_m + 1] = 1e6;
     x_g[7 * p_g + 1] = 1e6;
-    let designs = Arc::new(Designs::new(40, p_m, p_g, x_m, x_g).unwrap());
+    let designs = Arc::new(matfree::bms::marginal_slope_designs(40, p_m, p_g, x_m, x_g).unwrap());
     let est = Estimates {
         beta: &g.beta,
         covariance: None,

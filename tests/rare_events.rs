@@ -17,7 +17,6 @@ use matfree::bms::quadrature::panels_evaluated;
 use matfree::bms::{solve_intercept, Bases, BmsData, BmsModel, CubicBasis};
 use matfree::cuda::Device;
 use matfree::rng::Rng;
-use matfree::Designs;
 
 /// `fit_bms`' default bases: score warp 8, link deviation 6, no frailty.
 fn bases() -> Bases {
@@ -103,7 +102,7 @@ fn rare_data(events: usize, seed: u64) -> BmsData {
     }
     let mut y = vec![0.0; n];
     (0..events).for_each(|k| y[(k * 137 + 11) % n] = 1.0);
-    let designs = Arc::new(Designs::new(n, 3, 2, x_m, x_g).unwrap());
+    let designs = Arc::new(matfree::bms::marginal_slope_designs(n, 3, 2, x_m, x_g).unwrap());
     BmsData::new(designs, z, y, vec![1.0; n]).unwrap()
 }
 

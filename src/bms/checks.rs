@@ -3,6 +3,7 @@
 //! warning. Each names the column or the rows and the rule.
 
 use super::{BmsData, BmsModel};
+use crate::bms::MarginalSlope;
 use crate::{Error, Result};
 
 /// Column names of the two designs (intercepts included), for messages.
@@ -90,7 +91,7 @@ pub const MIN_EVENTS_PER_COEFFICIENT: usize = 10;
 /// A warning when the rarer label has fewer than
 /// [`MIN_EVENTS_PER_COEFFICIENT`] rows per parametric coefficient.
 fn events_warning(model: &BmsModel, positives: usize, n: usize) -> Option<String> {
-    let block = model.layout().block();
+    let block = model.blocks();
     let coefficients = block.p_m + block.p_g;
     let (events, label) = if positives <= n - positives {
         (positives, 1)

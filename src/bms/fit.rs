@@ -4,6 +4,7 @@
 //! why it converged). The backend's objective is given by the caller (CPU,
 //! one GPU or several); everything else is the same algorithm.
 
+use crate::bms::MarginalSlope;
 use std::time::Instant;
 
 use matfree_solvers::newton::{newton, NewtonOptions, Objective};

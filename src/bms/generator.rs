@@ -11,7 +11,6 @@ use super::basis::CubicBasis;
 use super::cells::Bases;
 use super::probit::norm_cdf;
 use super::{solve_intercept, BmsData, BmsModel};
-use crate::designs::Designs;
 use crate::rng::Rng;
 use crate::{Error, Result};
 
@@ -112,7 +111,7 @@ pub fn generate(cfg: GeneratorConfig) -> Result<Generated> {
     let mut rng = Rng::new(cfg.seed);
     let x_m = design(&mut rng, cfg.n, cfg.p_m);
     let x_g = design(&mut rng, cfg.n, cfg.p_g);
-    let designs = Arc::new(Designs::new(cfg.n, cfg.p_m, cfg.p_g, x_m, x_g)?);
+    let designs = Arc::new(crate::bms::marginal_slope_designs(cfg.n, cfg.p_m, cfg.p_g, x_m, x_g)?);
     let z = rng.normals(cfg.n);
     let u: Vec<f64> = (0..cfg.n).map(|_| rng.uniform()).collect();
     let beta = true_beta(&cfg);

@@ -14,6 +14,7 @@ pub mod fit;
 mod fused;
 pub mod generator;
 pub mod inputs;
+pub mod layout;
 mod nodes;
 pub mod objective;
 pub mod predict;
@@ -43,6 +44,7 @@ pub use calibration::solve_intercept;
 use calibration::{checked_cells, solve_root};
 use inputs::RowHead;
 pub use inputs::{KernelArrays, RowKernelInputs, RowStage1};
+pub use layout::{marginal_slope_designs, standard_layout, BlockLayout, MarginalSlope};
 pub use objective::{bms_penalty, BmsObjective};
 pub use row_kernel::{evaluate_rows, RowKernelOutputs};
 
@@ -110,6 +112,7 @@ pub struct RowEvaluation {
 #[derive(Clone, Debug)]
 pub struct BmsModel {
     bases: Bases,
+    blocks: BlockLayout,
     layout: Layout,
 }
 
@@ -117,8 +120,9 @@ impl BmsModel {
     /// A model with the given bases (absent blocks have width 0), frailty
     /// scale s_f in (0, 1] and design widths.
     pub fn new(bases: Bases, p_m: usize, p_g: usize) -> Result<Self> {
-        let layout = Layout::standard(p_m, p_g, bases.p_h(), bases.p_w())?;
-        Ok(Self { bases, layout })
+        let blocks = BlockLayout::standard(p_m, p_g, bases.p_h(), bases.p_w());
+        let layout = blocks.layout()?;
+        Ok(Self { bases, blocks, layout })
     }
     /// The bases.
     pub fn bases(&self) -> &Bases {
@@ -127,6 +131,10 @@ impl BmsModel {
     /// The coefficient layout.
     pub fn layout(&self) -> &Layout {
         &self.layout
+    }
+    /// Where beta_m, beta_g, beta_h and beta_w sit in beta.
+    pub fn blocks(&self) -> &BlockLayout {
+        &self.blocks
     }
     /// S_h, the score-warp penalty (p_h x p_h), if the block is present.
     pub fn penalty_h(&self) -> Option<&[f64]> {
@@ -179,7 +187,7 @@ impl BmsModel {
 
     /// Row i's primary coordinates theta = (q, b, beta_h, beta_w).
     pub fn theta(&self, data: &BmsData, beta: &[f64], i: usize) -> Vec<f64> {
-        let blk = self.layout.block();
+        let blk = &self.blocks;
         let dot = |x: &[f64], b: &[f64]| x.iter().zip(b).map(|(x, b)| x * b).sum::<f64>();
         let mut theta = vec![
             dot(data.designs.x_m_row(i), &beta[blk.m_range()]),

@@ -44,7 +44,7 @@ pub(crate) fn outside_domain<T>(result: crate::Result<T>) -> SolverResult<Option
 /// Flop estimates of one HVP (each row Hessian and design row read once)
 /// and of the dense assembly (p^2 per row).
 pub fn bms_cost(model: &BmsModel, n: usize) -> CostEstimate {
-    let (r, b) = (model.layout().r() as f64, model.layout().block());
+    let (r, b) = (model.layout().r() as f64, model.blocks());
     let (n, p) = (n as f64, b.p_total as f64);
     CostEstimate {
         hvp: 2.0 * n * (r * r + (b.p_m + b.p_g) as f64),
@@ -86,7 +86,7 @@ impl Objective<CpuBackend> for BmsObjective<'_> {
 /// The model's smoothing penalty S_lambda = lambda_h S_h (+) lambda_w S_w on
 /// the h and w blocks of beta (one block per active smooth, h first).
 pub fn bms_penalty(model: &BmsModel) -> crate::Result<matfree_solvers::Penalty> {
-    let b = model.layout().block();
+    let b = model.blocks();
     let mut blocks = Vec::new();
     for (range, s) in [(&b.h, model.penalty_h()), (&b.w, model.penalty_w())] {
         if let (Some(range), Some(s)) = (range, s) {

@@ -28,6 +28,7 @@
 //! too small for that to keep full precision (eta < -33, p < 1e-238) are
 //! recomputed on the CPU. The two agree to rounding.
 
+use crate::bms::MarginalSlope;
 use std::ops::Range;
 use std::sync::Arc;
 
@@ -356,7 +357,7 @@ fn finish(model: &BmsModel, est: Estimates<'_>, designs: &Designs, jets: Jets) -
 /// form of a positive semi-definite V can round below zero when J is
 /// (nearly) in its null space; that is 0.
 fn delta_se(model: &BmsModel, designs: &Designs, i: usize, e: &[f64], v: &[f64]) -> f64 {
-    let blk = model.layout().block();
+    let blk = model.blocks();
     let mut j = vec![0.0; model.layout().p_total()];
     for (k, x) in designs.x_m_row(i).iter().enumerate() {
         j[blk.m_range().start + k] = x * e[0];
@@ -389,7 +390,7 @@ pub fn extrapolation_notes(model: &BmsModel, beta: &[f64], designs: &Designs, z:
         let (lo, hi) = (knots[0], knots[knots.len() - 1]);
         (x.filter(|v| *v < lo || *v > hi).count(), lo, hi)
     };
-    let g = model.layout().block().g_range();
+    let g = model.blocks().g_range();
     let slope = |i: usize| -> f64 {
         designs
             .x_g_row(i)

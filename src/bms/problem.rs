@@ -12,7 +12,7 @@ use super::generator::{generate, GeneratorConfig};
 use super::saved::ScoreColumn;
 use super::{Bases, BmsData, BmsModel, CubicBasis};
 use crate::data::{empty_rows_note, read_csv, ColumnSpec, INTERCEPT};
-use crate::{Designs, Error, Result};
+use crate::{Error, Result};
 
 /// How the model is shaped: the smooths' basis dimensions (0: none) and a
 /// Gaussian frailty's standard deviation.
@@ -102,7 +102,9 @@ impl Problem {
                 score.standardised = Some(moments);
             }
         }
-        let designs = Arc::new(Designs::new(ds.n, ds.p_m, ds.p_g, ds.x_m, ds.x_g)?);
+        let designs = Arc::new(crate::bms::marginal_slope_designs(
+            ds.n, ds.p_m, ds.p_g, ds.x_m, ds.x_g,
+        )?);
         let data = BmsData::new(designs, ds.z, ds.y, ds.weights)?;
         let names = ColumnNames {
             marginal: &ds.marginal_names,

@@ -118,7 +118,7 @@ impl fmt::Display for FitSummary {
 /// Each coefficient's index and printed name: `marginal:<column>`,
 /// `slope:<column>`, `H:b<k>`, `L:b<k>`.
 pub fn parameter_names(model: &BmsModel, names: DesignNames<'_>) -> Vec<(usize, String)> {
-    let b = model.layout().block();
+    let b = model.blocks();
     let m = names
         .marginal
         .iter()
@@ -142,7 +142,7 @@ pub fn parameter_names(model: &BmsModel, names: DesignNames<'_>) -> Vec<(usize, 
 
 /// The smooth terms' names and coefficient ranges.
 pub fn smooth_blocks(model: &BmsModel) -> Vec<(&'static str, std::ops::Range<usize>)> {
-    let b = model.layout().block();
+    let b = model.blocks();
     let mut out = Vec::new();
     out.extend(b.h.clone().map(|r| ("score warp H(z)", r)));
     out.extend(b.w.clone().map(|r| ("link deviation L(t)", r)));

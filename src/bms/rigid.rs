@@ -15,6 +15,7 @@
 //! model (`g = A e`, `H = B e e^T + A e2`). Its fit is the flexible model's
 //! fit at beta_h = beta_w = 0: cheap, and close to the flexible optimum.
 
+use crate::bms::MarginalSlope;
 use std::sync::Arc;
 
 use matfree_solvers::newton::{newton, Evaluation, NewtonOptions, NewtonReport, Objective};
@@ -59,8 +60,8 @@ pub fn rigid_row(q: f64, b: f64, z: f64, y: f64, w: f64, s_f: f64) -> (f64, [f64
 impl<'a> RigidObjective<'a> {
     /// The rigid part of `model` (its designs and frailty scale) on `data`.
     pub fn new(model: &BmsModel, data: &'a BmsData) -> Result<Self> {
-        let b = model.layout().block();
-        let layout = Layout::standard(b.p_m, b.p_g, 0, 0)?;
+        let b = model.blocks();
+        let layout = super::standard_layout(b.p_m, b.p_g, 0, 0)?;
         let mut scales = model.coefficient_scales(data);
         scales.truncate(b.p_m + b.p_g);
         Ok(Self {
@@ -84,11 +85,11 @@ impl<'a> RigidObjective<'a> {
 
     /// Row i's (q, b) at beta.
     fn q_b(&self, beta: &[f64], i: usize) -> (f64, f64) {
-        let (d, blk) = (&self.data.designs, self.layout.block());
+        let (d, p) = (&self.data.designs, self.layout.predictors());
         let dot = |x: &[f64], b: &[f64]| x.iter().zip(b).map(|(x, b)| x * b).sum::<f64>();
         (
-            dot(d.x_m_row(i), &beta[blk.m_range()]),
-            dot(d.x_g_row(i), &beta[blk.g_range()]),
+            dot(d.x_m_row(i), &beta[p[0].clone()]),
+            dot(d.x_g_row(i), &beta[p[1].clone()]),
         )
     }
 
@@ -195,7 +196,7 @@ fn subsample(data: &BmsData, max_rows: usize) -> Result<BmsData> {
     let rows: Vec<usize> = (0..data.n()).step_by(k).collect();
     let pick =
         |x: &[f64], w: usize| -> Vec<f64> { rows.iter().flat_map(|&i| x[i * w..(i + 1) * w].to_vec()).collect() };
-    let designs = Designs::new(
+    let designs = crate::bms::marginal_slope_designs(
         rows.len(),
         d.p_m(),
         d.p_g(),

@@ -6,6 +6,7 @@
 //! of another version, a truncated or edited file, or a fit whose bases do
 //! not match its coefficients is a named error, never a panic.
 
+use crate::bms::MarginalSlope;
 use std::path::Path;
 use std::sync::Arc;
 
@@ -41,7 +42,7 @@ impl ModelSpec {
     /// The specification of `model`.
     pub fn of(model: &BmsModel) -> Self {
         let b = model.bases();
-        let block = model.layout().block();
+        let block = model.blocks();
         Self {
             score_knots: b.score.as_ref().map(|c| c.knots().to_vec()),
             link_knots: b.link.as_ref().map(|c| c.knots().to_vec()),
@@ -209,7 +210,7 @@ impl SavedFit {
     pub fn read_predictors(&self, path: &Path) -> Result<Predictors> {
         let mut ds = read_csv(path, &self.column_spec(), 1)?;
         self.score.apply(&mut ds.z);
-        let designs = Designs::new(ds.n, ds.p_m, ds.p_g, ds.x_m, ds.x_g)?;
+        let designs = crate::bms::marginal_slope_designs(ds.n, ds.p_m, ds.p_g, ds.x_m, ds.x_g)?;
         Ok(Predictors {
             designs: Arc::new(designs),
             z: ds.z,
@@ -257,7 +258,7 @@ impl SavedFit {
         let p = model.layout().p_total();
         let f = &self.fit;
         let smooths = usize::from(model.bases().score.is_some()) + usize::from(model.bases().link.is_some());
-        let block = model.layout().block();
+        let block = model.blocks();
         let names = [
             ("marginal_names", self.marginal_names.len(), block.p_m),
             ("slope_names", self.slope_names.len(), block.p_g),

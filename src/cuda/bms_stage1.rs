@@ -210,15 +210,15 @@ impl DeviceStage1 {
     /// As [`DeviceStage1::new`] over designs already on the device.
     pub fn with_designs(designs: Arc<DeviceDesigns>, model: &BmsModel, data: &BmsData) -> Result<Self> {
         crate::row_hessian::check_layout_designs(model.layout(), &data.designs)?;
-        let blk = model.layout().block();
-        if (designs.n(), designs.p_m(), designs.p_g()) != (data.n(), blk.p_m, blk.p_g) {
+        let blk = model.blocks();
+        if (designs.n(), designs.widths()) != (data.n(), &[blk.p_m, blk.p_g][..]) {
             let rule = format!(
                 "must equal the data's n = {} and the model's (p_m, p_g) = ({}, {})",
                 data.n(),
                 blk.p_m,
                 blk.p_g
             );
-            let got = format!("({}, {}, {})", designs.n(), designs.p_m(), designs.p_g());
+            let got = format!("({}, {:?})", designs.n(), designs.widths());
             return Err(Error::invalid("device designs (n, p_m, p_g)", got, rule));
         }
         let gpu = designs.gpu().clone();
@@ -404,8 +404,8 @@ impl DeviceStage1 {
     }
 
     fn beta_parts(&self, beta: &[f64]) -> Result<BetaParts> {
-        let (layout, bases, gpu) = (self.model.layout(), self.model.bases(), self.gpu());
-        let blk = layout.block();
+        let (bases, gpu) = (self.model.bases(), self.gpu());
+        let blk = self.model.blocks();
         let direct = self.model.direct_beta(beta);
         let (beta_h, beta_w) = direct.split_at(bases.p_h());
         let up = |x: &[f64]| if x.is_empty() { gpu.zeros(1) } else { gpu.upload(x) };
@@ -447,9 +447,9 @@ impl DeviceStage1 {
 
     fn calibrate(&self, parts: &BetaParts, work: &mut Work, part: &Part) -> Result<()> {
         let (d, rows) = (&self.designs, &part.rows);
-        let (n, p_m, p_g) = (part.n() as i32, d.p_m() as i32, d.p_g() as i32);
+        let (n, p_m, p_g) = (part.n() as i32, d.widths()[0] as i32, d.widths()[1] as i32);
         let s = self.scalars();
-        let (x_m, x_g) = (rows_of(d.x_m(), rows, d.p_m()), rows_of(d.x_g(), rows, d.p_g()));
+        let (x_m, x_g) = (d.rows(0, rows), d.rows(1, rows));
         let mut q = rows_of_mut(&mut work.q, rows, 1);
         let mut row_b = rows_of_mut(&mut work.b, rows, 1);
         let mut a = rows_of_mut(&mut work.a, rows, 1);

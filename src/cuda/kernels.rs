@@ -3,7 +3,7 @@
 
 use std::ffi::c_void;
 
-use cudarc::driver::{result, sys, CudaFunction, CudaSlice, DevicePtr, LaunchConfig, PushKernelArg};
+use cudarc::driver::{result, sys, CudaFunction, CudaSlice, CudaView, DevicePtr, LaunchConfig, PushKernelArg};
 
 use super::runtime::{cuda_err, Gpu};
 use crate::{Error, Result};
@@ -102,24 +102,59 @@ fn need(field: &str, got: usize, want: usize) -> Result<()> {
 }
 
 /// The device arrays of a row-Hessian operator, as the kernels see them.
+/// (See kernels/row_hessian.cu's head for what each map holds.)
 pub(crate) struct RowArgs<'a> {
     pub n: usize,
     pub r: usize,
-    pub p_m: usize,
-    pub p_g: usize,
     pub p_total: usize,
     pub hess: &'a CudaSlice<f64>,
     /// Whether hess holds packed upper triangles (r (r + 1) / 2 a row).
     pub packed: bool,
-    pub x_m: &'a CudaSlice<f64>,
-    pub x_g: &'a CudaSlice<f64>,
+    /// The design widths and each design's first element in `x`.
+    pub widths: &'a [usize],
+    pub bases: &'a [usize],
+    /// Every design, in one buffer.
+    pub x: &'a CudaSlice<f64>,
     pub col_kind: &'a CudaSlice<i32>,
     pub col_j: &'a CudaSlice<i32>,
     pub col_u: &'a CudaSlice<i32>,
     pub primary_to_beta: &'a CudaSlice<i32>,
+    pub pred_width: &'a CudaSlice<i32>,
+    pub pred_base: &'a CudaSlice<i64>,
+    pub pred_beta: &'a CudaSlice<i32>,
+    pub pred_off: &'a CudaSlice<i32>,
+    /// (p_0, p_1) when beta = (beta_0, beta_1, copied blocks) with two
+    /// predictors (the BMS shape): the fused and tiled kernels serve only
+    /// these.
+    pub pair: Option<(usize, usize)>,
 }
 
-impl RowArgs<'_> {
+impl<'a> RowArgs<'a> {
+    /// Number of linear predictors.
+    pub fn predictors(&self) -> usize {
+        self.widths.len()
+    }
+
+    /// The designs' total width.
+    pub fn design_width(&self) -> usize {
+        self.widths.iter().sum()
+    }
+
+    /// Design j, n x p_j row-major.
+    pub fn design(&self, j: usize) -> CudaView<'a, f64> {
+        self.x.slice(self.bases[j]..self.bases[j] + self.n * self.widths[j])
+    }
+
+    /// The design parameters every generic kernel takes (DESIGN_PARAMS).
+    fn push_designs<'b>(&'b self, b: &mut cudarc::driver::LaunchArgs<'b>, l: &'b i32) {
+        b.arg(l)
+            .arg(self.x)
+            .arg(self.pred_width)
+            .arg(self.pred_base)
+            .arg(self.pred_beta)
+            .arg(self.pred_off);
+    }
+
     /// Values one row Hessian occupies in `hess`.
     pub fn row_len(&self) -> usize {
         if self.packed {
@@ -186,27 +221,28 @@ pub(crate) fn pack_upper_rows_f32(
 pub(crate) fn row_action(g: &Gpu, a: &RowArgs, k: usize, v: &CudaSlice<f64>, t: &mut CudaSlice<f64>) -> Result<()> {
     need("v", v.len(), k * a.p_total)?;
     need("t", t.len(), k * a.n * a.r)?;
-    let (n, r, p_m, p_g, p, k32) = (
+    let (n, r, p, k32, l) = (
         a.n as i64,
         a.r as i32,
-        a.p_m as i32,
-        a.p_g as i32,
         a.p_total as i32,
         k as i32,
+        a.predictors() as i32,
     );
     let warps_per_block = (THREADS / 32) as usize;
     let blocks = (a.n * k).div_ceil(warps_per_block).clamp(1, 1 << 20) as u32;
     let cfg = LaunchConfig {
         grid_dim: (blocks, 1, 1),
         block_dim: (THREADS, 1, 1),
-        shared_mem_bytes: 0,
+        // Each warp's predictors.
+        shared_mem_bytes: (warps_per_block * a.predictors() * 8) as u32,
     };
     let packed = a.packed as i32;
     let mut b = g.stream.launch_builder(&g.f.row_action);
-    b.arg(&n).arg(&r).arg(&packed).arg(&p_m).arg(&p_g).arg(&p).arg(&k32);
-    b.arg(a.hess).arg(a.x_m).arg(a.x_g).arg(a.primary_to_beta).arg(v).arg(t);
-    // SAFETY: hess holds n rows (r^2 or packed r (r + 1) / 2 values), x_m n p_m, x_g n p_g (checked when the
-    // operator was built); v and t were checked above.
+    b.arg(&n).arg(&r).arg(&packed).arg(&p).arg(&k32);
+    a.push_designs(&mut b, &l);
+    b.arg(a.hess).arg(a.primary_to_beta).arg(v).arg(t);
+    // SAFETY: hess holds n rows (r^2 or packed r (r + 1) / 2 values), each design n p_j values from its base
+    // (checked when the operator was built); v and t were checked above.
     unsafe { b.launch(cfg) }.map_err(|e| cuda_err("row_action", e))?;
     Ok(())
 }
@@ -255,19 +291,27 @@ pub(crate) fn hvp_fused(
         block_dim: (FUSED_WARPS as u32 * 32, 1, 1),
         shared_mem_bytes: shared as u32,
     };
+    let Some((p_m, p_g)) = a.pair else {
+        return Err(Error::invalid(
+            "layout",
+            "not two leading predictors",
+            "the fused HVP serves beta = (beta_0, beta_1, copied blocks)",
+        ));
+    };
     let (n, rpb, r, p_m, p_g, p) = (
         a.n as i64,
         rows_per_block as i32,
         a.r as i32,
-        a.p_m as i32,
-        a.p_g as i32,
+        p_m as i32,
+        p_g as i32,
         a.p_total as i32,
     );
+    let (x_m, x_g) = (a.design(0), a.design(1));
     let mut b = g.stream.launch_builder(&g.f.hvp_fused);
     b.arg(&n).arg(&rpb).arg(&r).arg(&mode).arg(&p_m).arg(&p_g).arg(&p);
     b.arg(a.hess)
-        .arg(a.x_m)
-        .arg(a.x_g)
+        .arg(&x_m)
+        .arg(&x_g)
         .arg(a.primary_to_beta)
         .arg(v)
         .arg(partial);
@@ -375,12 +419,12 @@ impl StagedPlan {
             StagedRows::Double => (8, a.row_len(), 2),
             StagedRows::Single => (4, a.r * (a.r + 1) / 2, 4),
         };
-        let row = h_len * h_bytes + (a.p_m + a.p_g) * 8;
+        let row = h_len * h_bytes + a.design_width() * 8;
         let budget = bytes.max(ring * align * row);
         let stage = (budget / (ring * row)).min(max_rows) / align * align;
-        // Four mbarriers; v, the accumulators, dc, (q, b) and t for a stage,
-        // the constant 1; the column maps.
-        let fixed = (4 + 2 * a.p_total + a.r + 2 * stage + stage * a.r + 1) * 8 + 3 * a.p_total * 4;
+        // Four mbarriers; v, the accumulators, dc, the predictors and t for
+        // a stage, the constant 1; the column maps.
+        let fixed = (4 + 2 * a.p_total + a.r + a.predictors() * stage + stage * a.r + 1) * 8 + 3 * a.p_total * 4;
         let shared_bytes = ring * stage * row + fixed;
         if stage < align || shared_bytes > g.shared_optin {
             return Ok(None);
@@ -442,12 +486,17 @@ pub(crate) fn hvp_staged(
         Some(_) => (&g.f.hvp_staged_f32, head),
         None => (&g.f.hvp_staged, head.int(a.packed as i32)),
     };
-    let head = head.int(a.p_m as i32).int(a.p_g as i32).int(a.p_total as i32);
+    let head = head.int(a.p_total as i32);
     let head = match single {
         Some(h) => head.buf(g, h),
         None => head.buf(g, a.hess),
     };
-    let params = [a.x_m, a.x_g].iter().fold(head, |p, b| p.buf(g, b));
+    let params = head.int(a.design_width() as i32).int(a.predictors() as i32).buf(g, a.x);
+    let params = params
+        .buf(g, a.pred_width)
+        .buf(g, a.pred_base)
+        .buf(g, a.pred_beta)
+        .buf(g, a.pred_off);
     let params = [a.primary_to_beta, a.col_kind, a.col_j, a.col_u]
         .iter()
         .fold(params, |p, b| p.buf(g, b));
@@ -498,14 +547,7 @@ pub(crate) fn pullback_partial(
         block_dim: (128, 1, 1),
         shared_mem_bytes: 0,
     };
-    let (n, rpc, p_m, p_g, p, k32) = (
-        a.n as i64,
-        rows_per_chunk as i32,
-        a.p_m as i32,
-        a.p_g as i32,
-        a.p_total as i32,
-        k as i32,
-    );
+    let (n, rpc, p, k32) = (a.n as i64, rows_per_chunk as i32, a.p_total as i32, k as i32);
     let (stride, row, col, packed_r) = (
         src.rhs_stride as i64,
         src.row as i32,
@@ -513,8 +555,13 @@ pub(crate) fn pullback_partial(
         src.packed_r as i32,
     );
     let mut b = g.stream.launch_builder(&g.f.pullback_partial);
-    b.arg(&n).arg(&rpc).arg(&p_m).arg(&p_g).arg(&p).arg(&k32);
-    b.arg(a.col_kind).arg(a.col_j).arg(a.col_u).arg(a.x_m).arg(a.x_g);
+    b.arg(&n).arg(&rpc).arg(&p).arg(&k32);
+    b.arg(a.col_kind)
+        .arg(a.col_j)
+        .arg(a.col_u)
+        .arg(a.x)
+        .arg(a.pred_width)
+        .arg(a.pred_base);
     b.arg(src.t)
         .arg(&stride)
         .arg(&row)
@@ -530,14 +577,8 @@ pub(crate) fn pullback_partial(
 
 /// partial[chunk, a * p + b] of the dense joint Hessian's upper triangle.
 /// The column maps, row Hessians, designs and output of the dense kernels.
-fn push_dense_maps<'a>(b: &mut cudarc::driver::LaunchArgs<'a>, a: &'a RowArgs, partial: &'a mut CudaSlice<f64>) {
-    b.arg(a.col_kind)
-        .arg(a.col_j)
-        .arg(a.col_u)
-        .arg(a.hess)
-        .arg(a.x_m)
-        .arg(a.x_g)
-        .arg(partial);
+fn push_dense_maps<'a>(b: &mut cudarc::driver::LaunchArgs<'a>, a: &'a RowArgs) {
+    b.arg(a.col_kind).arg(a.col_j).arg(a.col_u).arg(a.hess);
 }
 
 pub(crate) fn dense_partial(g: &Gpu, a: &RowArgs, rows_per_chunk: usize, partial: &mut CudaSlice<f64>) -> Result<()> {
@@ -550,18 +591,12 @@ pub(crate) fn dense_partial(g: &Gpu, a: &RowArgs, rows_per_chunk: usize, partial
         block_dim: (THREADS, 1, 1),
         shared_mem_bytes: 0,
     };
-    let (n, rpc, r, p_m, p_g, p) = (
-        a.n as i64,
-        rows_per_chunk as i32,
-        a.r as i32,
-        a.p_m as i32,
-        a.p_g as i32,
-        a.p_total as i32,
-    );
+    let (n, rpc, r, p) = (a.n as i64, rows_per_chunk as i32, a.r as i32, a.p_total as i32);
     let packed = a.packed as i32;
     let mut b = g.stream.launch_builder(&g.f.dense_partial);
-    b.arg(&n).arg(&rpc).arg(&r).arg(&packed).arg(&p_m).arg(&p_g).arg(&p);
-    push_dense_maps(&mut b, a, partial);
+    b.arg(&n).arg(&rpc).arg(&r).arg(&packed).arg(&p);
+    push_dense_maps(&mut b, a);
+    b.arg(a.x).arg(a.pred_width).arg(a.pred_base).arg(partial);
     // SAFETY: as for pullback_partial; partial was checked above.
     unsafe { b.launch(cfg) }.map_err(|e| cuda_err("dense_partial", e))?;
     Ok(())
@@ -575,8 +610,8 @@ const DENSE_STAGED_BYTES: usize = 40 << 10;
 
 /// Rows `dense_staged_partial` stages at a time (None: one row does not fit
 /// in its shared memory, so the caller uses `dense_partial`).
-pub(crate) fn dense_stage_rows(row_len: usize, p_m: usize, p_g: usize) -> Option<usize> {
-    let row_bytes = (row_len + p_m + p_g) * 8;
+pub(crate) fn dense_stage_rows(row_len: usize, design_width: usize) -> Option<usize> {
+    let row_bytes = (row_len + design_width) * 8;
     let rows = (DENSE_STAGED_BYTES / row_bytes).min(16);
     (rows > 0).then_some(rows)
 }
@@ -593,7 +628,7 @@ pub(crate) fn dense_staged_partial(
     let chunks = a.n.div_ceil(rows_per_chunk);
     need("partial", partial.len(), chunks * a.p_total * a.p_total)?;
     let upper = a.p_total * (a.p_total + 1) / 2;
-    let shared = stage * (a.row_len() + a.p_m + a.p_g) * 8;
+    let shared = stage * (a.row_len() + a.design_width()) * 8;
     if shared > DENSE_STAGED_BYTES {
         return Err(Error::invalid(
             "dense stage bytes",
@@ -606,26 +641,19 @@ pub(crate) fn dense_staged_partial(
         block_dim: (DENSE_STAGED_THREADS as u32, 1, 1),
         shared_mem_bytes: shared as u32,
     };
-    let (n, rpc, st, r, p_m, p_g, p) = (
+    let (n, rpc, st, r, p) = (
         a.n as i64,
         rows_per_chunk as i32,
         stage as i32,
         a.r as i32,
-        a.p_m as i32,
-        a.p_g as i32,
         a.p_total as i32,
     );
-    let packed = a.packed as i32;
+    let (packed, l) = (a.packed as i32, a.predictors() as i32);
     let mut b = g.stream.launch_builder(&g.f.dense_staged_partial);
-    b.arg(&n)
-        .arg(&rpc)
-        .arg(&st)
-        .arg(&r)
-        .arg(&packed)
-        .arg(&p_m)
-        .arg(&p_g)
-        .arg(&p);
-    push_dense_maps(&mut b, a, partial);
+    b.arg(&n).arg(&rpc).arg(&st).arg(&r).arg(&packed).arg(&p);
+    push_dense_maps(&mut b, a);
+    a.push_designs(&mut b, &l);
+    b.arg(partial);
     // SAFETY: as for dense_partial; the shared memory holds `stage` rows.
     unsafe { b.launch(cfg) }.map_err(|e| cuda_err("dense_staged_partial", e))?;
     Ok(())

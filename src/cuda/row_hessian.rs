@@ -4,7 +4,7 @@
 
 use std::sync::{Arc, Mutex};
 
-use cudarc::driver::CudaSlice;
+use cudarc::driver::{CudaSlice, CudaView};
 use matfree_solvers::operator::expect_len;
 use matfree_solvers::{LinearOperator, Result as SolverResult, SolverError};
 
@@ -14,7 +14,7 @@ use super::runtime::{cuda_err, Gpu};
 use super::tiled::{self, NotSingle, TiledRows};
 use crate::designs::{check_matrix, Designs};
 use crate::layout::{Layout, Via};
-use crate::row_hessian::{check_layout_designs, JointGradient, RowHessian, ROW_CHUNK};
+use crate::row_hessian::{check_design_widths, check_layout_designs, JointGradient, RowHessian, ROW_CHUNK};
 use crate::{Error, Result};
 
 /// Upper bound on transient scratch for multi-RHS products and the dense
@@ -87,27 +87,45 @@ impl SingleKernel {
     }
 }
 
-/// The two designs on the device, uploaded once and shared by every row
-/// Hessian built over them (one per Newton iteration).
+/// Elements each design's start is rounded up to in the device buffer:
+/// every design then starts 256-byte aligned, as the staged kernel's bulk
+/// copies need (16 bytes) whatever n and the widths are.
+const DESIGN_ALIGN: usize = 32;
+
+/// The designs on the device, uploaded once into one buffer (design j at
+/// element `bases[j]`) and shared by every row Hessian built over them (one
+/// per Newton iteration).
 pub struct DeviceDesigns {
     gpu: Arc<Gpu>,
     n: usize,
-    p_m: usize,
-    p_g: usize,
-    x_m: CudaSlice<f64>,
-    x_g: CudaSlice<f64>,
+    widths: Vec<usize>,
+    bases: Vec<usize>,
+    x: CudaSlice<f64>,
 }
 
 impl DeviceDesigns {
     /// Upload validated designs.
     pub fn upload(gpu: Arc<Gpu>, designs: &Designs) -> Result<Arc<Self>> {
+        let (n, widths) = (designs.n(), designs.widths().to_vec());
+        let mut bases = Vec::with_capacity(widths.len());
+        let mut end = 0;
+        for p in &widths {
+            bases.push(end);
+            end = (end + n * p).div_ceil(DESIGN_ALIGN) * DESIGN_ALIGN;
+        }
+        let mut x = gpu.zeros::<f64>(end)?;
+        for (j, &base) in bases.iter().enumerate() {
+            let len = n * widths[j];
+            gpu.stream
+                .memcpy_htod(designs.matrix(j), &mut x.slice_mut(base..base + len))
+                .map_err(|e| cuda_err("upload designs", e))?;
+        }
         Ok(Arc::new(Self {
-            n: designs.n(),
-            p_m: designs.p_m(),
-            p_g: designs.p_g(),
-            x_m: gpu.upload(designs.x_m())?,
-            x_g: gpu.upload(designs.x_g())?,
             gpu,
+            n,
+            widths,
+            bases,
+            x,
         }))
     }
 
@@ -121,20 +139,25 @@ impl DeviceDesigns {
         &self.gpu
     }
 
-    pub(crate) fn p_m(&self) -> usize {
-        self.p_m
+    /// The design widths.
+    pub fn widths(&self) -> &[usize] {
+        &self.widths
     }
 
-    pub(crate) fn p_g(&self) -> usize {
-        self.p_g
+    /// Rows `rows` of design j, row-major.
+    pub(crate) fn rows(&self, j: usize, rows: &std::ops::Range<usize>) -> CudaView<'_, f64> {
+        let (base, p) = (self.bases[j], self.widths[j]);
+        self.x.slice(base + rows.start * p..base + rows.end * p)
     }
 
-    pub(crate) fn x_m(&self) -> &CudaSlice<f64> {
-        &self.x_m
+    /// Each design's first element in [`DeviceDesigns::buffer`].
+    pub(crate) fn bases(&self) -> &[usize] {
+        &self.bases
     }
 
-    pub(crate) fn x_g(&self) -> &CudaSlice<f64> {
-        &self.x_g
+    /// The buffer holding every design.
+    pub(crate) fn buffer(&self) -> &CudaSlice<f64> {
+        &self.x
     }
 }
 
@@ -147,10 +170,7 @@ pub struct DeviceRowHessian {
     /// Whether `hess` holds packed upper triangles (see [`DeviceRowHessian::packed`]).
     packed: bool,
     designs: Arc<DeviceDesigns>,
-    col_kind: CudaSlice<i32>,
-    col_j: CudaSlice<i32>,
-    col_u: CudaSlice<i32>,
-    primary_to_beta: CudaSlice<i32>,
+    maps: ColumnMaps,
     scratch: Mutex<Scratch>,
     /// How the staged HVP cuts the rows (`None`: rows too wide for it).
     staged: Option<kernels::StagedPlan>,
@@ -191,28 +211,87 @@ fn check_ranges(layout: &Layout, n: usize) -> Result<()> {
     Ok(())
 }
 
-/// The column maps the kernels read: kind (0 marginal, 1 slope, 2 copied),
-/// design column, primary coordinate; and each primary coordinate's beta
-/// index (for the copied coordinates, u >= 2).
-fn column_maps(layout: &Layout) -> (Vec<i32>, Vec<i32>, Vec<i32>, Vec<i32>) {
-    let map = layout.column_map();
-    let kind = map.iter().map(|(_, v)| match v {
-        Via::Marginal(_) => 0,
-        Via::Slope(_) => 1,
-        Via::Direct => 2,
-    });
-    let col = map.iter().map(|(_, v)| match v {
-        Via::Marginal(j) | Via::Slope(j) => *j as i32,
-        Via::Direct => 0,
-    });
-    let u = map.iter().map(|(u, _)| *u as i32);
-    let mut to_beta = vec![0i32; layout.r()];
-    for (a, (u, via)) in map.iter().enumerate() {
-        if *via == Via::Direct {
-            to_beta[*u] = a as i32;
-        }
+/// The maps the kernels read, on the device. Per beta column a: the design
+/// it is pulled through (`col_kind`, -1 for a copied column), its column in
+/// that design (`col_j`) and its row coordinate (`col_u`). Per row
+/// coordinate u: the beta index copied there (`primary_to_beta`, for the
+/// direct coordinates u >= L). Per design j (= predictor j = row
+/// coordinate j): its width, its first element in the designs' buffer, its
+/// first beta index, and the sum of the widths before it.
+struct ColumnMaps {
+    col_kind: CudaSlice<i32>,
+    col_j: CudaSlice<i32>,
+    col_u: CudaSlice<i32>,
+    primary_to_beta: CudaSlice<i32>,
+    pred_width: CudaSlice<i32>,
+    pred_base: CudaSlice<i64>,
+    pred_beta: CudaSlice<i32>,
+    pred_off: CudaSlice<i32>,
+}
+
+impl ColumnMaps {
+    fn upload(gpu: &Gpu, layout: &Layout, designs: &DeviceDesigns) -> Result<Self> {
+        let map = layout.column_map();
+        let kind: Vec<i32> = map
+            .iter()
+            .map(|(_, v)| match v {
+                Via::Design { design, .. } => *design as i32,
+                Via::Direct => -1,
+            })
+            .collect();
+        let col: Vec<i32> = map
+            .iter()
+            .map(|(_, v)| match v {
+                Via::Design { col, .. } => *col as i32,
+                Via::Direct => 0,
+            })
+            .collect();
+        let u: Vec<i32> = map.iter().map(|(u, _)| *u as i32).collect();
+        let to_beta: Vec<i32> = layout
+            .coordinate_sources()
+            .iter()
+            .map(|a| a.map_or(0, |a| a as i32))
+            .collect();
+        let widths: Vec<i32> = designs.widths().iter().map(|&p| p as i32).collect();
+        let bases: Vec<i64> = designs.bases().iter().map(|&b| b as i64).collect();
+        let beta: Vec<i32> = layout.predictors().iter().map(|r| r.start as i32).collect();
+        let off: Vec<i32> = widths
+            .iter()
+            .scan(0, |acc, &p| Some(std::mem::replace(acc, *acc + p)))
+            .collect();
+        Ok(Self {
+            col_kind: gpu.upload(&kind)?,
+            col_j: gpu.upload(&col)?,
+            col_u: gpu.upload(&u)?,
+            primary_to_beta: gpu.upload(&to_beta)?,
+            pred_width: upload_or_zero(gpu, &widths)?,
+            pred_base: upload_or_zero(gpu, &bases)?,
+            pred_beta: upload_or_zero(gpu, &beta)?,
+            pred_off: upload_or_zero(gpu, &off)?,
+        })
     }
-    (kind.collect(), col.collect(), u.collect(), to_beta)
+}
+
+/// (p_0, p_1) when beta = (beta_0, beta_1, copied blocks): the layouts the
+/// fused and tiled kernels serve.
+fn leading_pair(layout: &Layout) -> Option<(usize, usize)> {
+    match layout.predictors() {
+        [a, b] if a.start == 0 && b.start == a.end => Some((a.len(), b.len())),
+        _ => None,
+    }
+}
+
+/// A device copy of `x`, or one zero where x is empty (a layout without
+/// designs): kernels never read it then, and cudarc allocates nothing empty.
+fn upload_or_zero<T: cudarc::driver::DeviceRepr + cudarc::driver::ValidAsZeroBits>(
+    gpu: &Gpu,
+    x: &[T],
+) -> Result<CudaSlice<T>> {
+    if x.is_empty() {
+        gpu.zeros(1)
+    } else {
+        gpu.upload(x)
+    }
 }
 
 impl DeviceRowHessian {
@@ -228,15 +307,8 @@ impl DeviceRowHessian {
     /// Wrap per-row Hessians already on the device (`n * r * r`, row-major,
     /// produced there, e.g. by the BMS row kernel) over uploaded designs.
     pub fn from_device(layout: Layout, designs: Arc<DeviceDesigns>, hess: CudaSlice<f64>) -> Result<Self> {
-        let (n, r, b) = (designs.n, layout.r(), layout.block());
-        if (b.p_m, b.p_g) != (designs.p_m, designs.p_g) {
-            let rule = format!("must equal the designs' widths ({}, {})", designs.p_m, designs.p_g);
-            return Err(Error::invalid(
-                "layout.(p_m, p_g)",
-                format!("({}, {})", b.p_m, b.p_g),
-                rule,
-            ));
-        }
+        let (n, r) = (designs.n, layout.r());
+        check_design_widths(&layout, designs.widths())?;
         if hess.len() != n * r * r {
             return Err(Error::invalid(
                 "hess.len",
@@ -246,17 +318,14 @@ impl DeviceRowHessian {
         }
         check_ranges(&layout, n)?;
         let gpu = designs.gpu.clone();
-        let (kind, col, u, to_beta) = column_maps(&layout);
+        let maps = ColumnMaps::upload(&gpu, &layout, &designs)?;
         let scratch = Scratch {
             t: gpu.zeros(n * r)?,
             partial: gpu.zeros(n.div_ceil(ROW_CHUNK).max(FUSED_BLOCKS) * layout.p_total())?,
         };
         let mut op = Self {
             hess,
-            col_kind: gpu.upload(&kind)?,
-            col_j: gpu.upload(&col)?,
-            col_u: gpu.upload(&u)?,
-            primary_to_beta: gpu.upload(&to_beta)?,
+            maps,
             scratch: Mutex::new(scratch),
             staged: None,
             single: None,
@@ -316,21 +385,25 @@ impl DeviceRowHessian {
     }
 
     fn args(&self) -> RowArgs<'_> {
-        let b = self.layout.block();
+        let m = &self.maps;
         RowArgs {
             n: self.n,
             r: self.layout.r(),
-            p_m: b.p_m,
-            p_g: b.p_g,
-            p_total: b.p_total,
+            p_total: self.layout.p_total(),
             hess: &self.hess,
             packed: self.packed,
-            x_m: &self.designs.x_m,
-            x_g: &self.designs.x_g,
-            col_kind: &self.col_kind,
-            col_j: &self.col_j,
-            col_u: &self.col_u,
-            primary_to_beta: &self.primary_to_beta,
+            widths: self.designs.widths(),
+            bases: self.designs.bases(),
+            x: self.designs.buffer(),
+            col_kind: &m.col_kind,
+            col_j: &m.col_j,
+            col_u: &m.col_u,
+            primary_to_beta: &m.primary_to_beta,
+            pred_width: &m.pred_width,
+            pred_base: &m.pred_base,
+            pred_beta: &m.pred_beta,
+            pred_off: &m.pred_off,
+            pair: leading_pair(&self.layout),
         }
     }
 
@@ -369,10 +442,9 @@ impl DeviceRowHessian {
             Some(Single::Tiled(t)) => return SingleHvp::Tiled(t),
             None => {}
         }
-        match (
-            &self.staged,
-            fused_rows_per_block(self.n, self.layout.r(), self.layout.p_total()),
-        ) {
+        let fused =
+            leading_pair(&self.layout).and(fused_rows_per_block(self.n, self.layout.r(), self.layout.p_total()));
+        match (&self.staged, fused) {
             (Some(plan), _) => SingleHvp::Staged(plan),
             (None, Some(rows)) => SingleHvp::Fused(rows),
             (None, None) => SingleHvp::TwoPhase,
@@ -489,8 +561,8 @@ impl DeviceRowHessian {
         let rows_per_chunk = self.n.div_ceil(max_chunks).max(ROW_CHUNK.min(self.n));
         let chunks = self.n.div_ceil(rows_per_chunk);
         let mut partial = self.gpu.zeros::<f64>(chunks * p * p)?;
-        let b = self.layout.block();
-        match kernels::dense_stage_rows(self.args().row_len(), b.p_m, b.p_g) {
+        let design_width = self.designs.widths().iter().sum();
+        match kernels::dense_stage_rows(self.args().row_len(), design_width) {
             Some(stage) => kernels::dense_staged_partial(&self.gpu, &self.args(), rows_per_chunk, stage, &mut partial)?,
             None => kernels::dense_partial(&self.gpu, &self.args(), rows_per_chunk, &mut partial)?,
         }

@@ -8,7 +8,7 @@
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, OnceLock};
 
-use cudarc::driver::{CudaSlice, CudaViewMut, LaunchConfig, PushKernelArg};
+use cudarc::driver::{CudaSlice, CudaView, CudaViewMut, LaunchConfig, PushKernelArg};
 
 use super::kernels::{launch_dependent, Params, RowArgs};
 use super::runtime::{cuda_err, Gpu, KernelModule, LoadedKernels};
@@ -57,7 +57,8 @@ const MAX_DESIGN: usize = 48;
 
 /// Whether the tiled kernel serves an operator of this shape.
 pub(crate) fn supported(a: &RowArgs) -> bool {
-    a.r >= 2 && a.r <= MAX_R && a.p_m + a.p_g <= MAX_DESIGN && a.p_total == a.p_m + a.p_g + a.r - 2
+    a.pair
+        .is_some_and(|(p_m, p_g)| a.r >= 2 && a.r <= MAX_R && p_m + p_g <= MAX_DESIGN)
 }
 
 /// The tiled kernels' source, with the packed-index helper it shares with
@@ -143,7 +144,14 @@ impl TiledRows {
             let rule = format!("must be <= the device's {} bytes", g.shared_optin);
             return Err(Error::invalid("hvp_tiled shared bytes", shared_bytes, rule));
         }
-        let kernels = g.kernels(module(a.r, a.p_m, a.p_g, shape)?)?;
+        let Some((p_m, p_g)) = a.pair else {
+            return Err(Error::invalid(
+                "layout",
+                "not two leading predictors",
+                "the tiled HVP serves beta = (beta_0, beta_1, copied blocks)",
+            ));
+        };
+        let kernels = g.kernels(module(a.r, p_m, p_g, shape)?)?;
         let tiles = a.n.div_ceil(TILE);
         let per = a.r * (a.r + 1) / 2;
         let mut h = g.zeros::<f32>(tiles * TILE * per)?;
@@ -157,8 +165,8 @@ impl TiledRows {
         // SAFETY: `a.hess` holds n rows of the operator's storage (checked
         // at its construction); `h` holds every tile; one thread a value.
         unsafe { b.launch(cfg) }.map_err(|e| cuda_err("tile_rows_f32", e))?;
-        let x_m = tile_design(g, &kernels, a.n, a.p_m, a.x_m, &mut flags.slice_mut(1..2))?;
-        let x_g = tile_design(g, &kernels, a.n, a.p_g, a.x_g, &mut flags.slice_mut(1..2))?;
+        let x_m = tile_design(g, &kernels, a.n, p_m, &a.design(0), &mut flags.slice_mut(1..2))?;
+        let x_g = tile_design(g, &kernels, a.n, p_g, &a.design(1), &mut flags.slice_mut(1..2))?;
         match g.download(&flags)?[..] {
             [rows, _] if rows != 0.0 => return Ok(Err(NotSingle::Rows)),
             [_, designs] if designs != 0.0 => return Ok(Err(NotSingle::Designs)),
@@ -246,7 +254,7 @@ impl TiledRows {
 /// The kernel's dynamic shared memory: each lane's sums of every
 /// coordinate, then v's design part and dc.
 fn shared_bytes(a: &RowArgs, warps: usize) -> usize {
-    (warps * a.p_total * TILE + a.p_m + a.p_g + a.r) * 8
+    (warps * a.p_total * TILE + a.design_width() + a.r) * 8
 }
 
 /// A row-major n x width design in float tiles of 32 rows (zero padded);
@@ -256,7 +264,7 @@ fn tile_design(
     k: &LoadedKernels,
     n: usize,
     width: usize,
-    x: &CudaSlice<f64>,
+    x: &CudaView<'_, f64>,
     flag: &mut CudaViewMut<'_, f64>,
 ) -> Result<CudaSlice<f32>> {
     let mut out = g.zeros::<f32>((n.div_ceil(TILE) * TILE * width).max(1))?;

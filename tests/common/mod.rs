@@ -174,3 +174,23 @@ pub fn fit_bms_binary() -> std::path::PathBuf {
         .join("examples")
         .join(format!("fit_bms{}", std::env::consts::EXE_SUFFIX))
 }
+
+/// Layouts beyond the BMS shape, for the operators' parity tests: a GLM
+/// (r = 1, narrow and wider than a warp), two and three predictors, a
+/// predictor after a direct block (not the two-leading-predictors form the
+/// fused and tiled kernels serve), direct blocks only, and r and p above
+/// the warp width.
+pub fn generic_layouts() -> Vec<(usize, Vec<matfree::Block>)> {
+    use matfree::Block::{Direct, Predictor};
+    vec![
+        (500, vec![Predictor(7)]),
+        (333, vec![Predictor(40)]),
+        (257, vec![Predictor(3), Predictor(5)]),
+        (300, vec![Predictor(4), Direct(1), Predictor(2)]),
+        (129, vec![Predictor(3), Predictor(33), Predictor(2)]),
+        (64, vec![Direct(5)]),
+        (200, vec![Direct(3), Predictor(4), Predictor(2)]),
+        (97, vec![Predictor(50), Direct(40)]),
+        (61, vec![Predictor(2); 35]),
+    ]
+}
