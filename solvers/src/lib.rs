@@ -35,7 +35,7 @@ pub use newton::{
 pub use operator::{DenseOperator, LinearOperator};
 pub use pcg::{cg, BreakdownQuantity, Pcg, PcgInfo, PcgOptions, PcgSolution, StopReason};
 pub use pcg_kernels::{PcgKernels, PcgVectors};
-pub use penalty::{Penalised, Penalty, PenaltyBlock, PenaltyMatrix};
+pub use penalty::{Constraint, LogPseudoDet, Penalised, Penalty, PenaltyBlock, PenaltyMatrix};
 pub use precond::{Jacobi, Preconditioner};
 pub use reml::{
     evaluate_laml, fellner_schall_step, reference_rho, reml, LamlEvaluation, OuterStep, RemlFit, RemlIteration,

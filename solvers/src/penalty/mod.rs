@@ -1,16 +1,21 @@
-//! Quadratic penalties: the block-diagonal `S_lambda = sum_k lambda_k S_k`
-//! ([`Penalty`]), its dense copy on a backend ([`PenaltyMatrix`]) and the
-//! penalised Hessian operator `H + S_lambda + ridge I` ([`Penalised`]).
+//! Quadratic penalties: `S_lambda = sum_k lambda_k S_k` ([`Penalty`]), its
+//! dense copy on a backend ([`PenaltyMatrix`]), the penalised Hessian
+//! operator `H + S_lambda + ridge I` ([`Penalised`]) and identifiability
+//! constraints absorbed into a smooth's basis ([`Constraint`]).
 //!
 //! Each block `S_k` is a dense symmetric positive semi-definite matrix placed
-//! at a contiguous range of beta; blocks do not overlap. A block may have a
-//! null space (a P-spline's difference penalty leaves the polynomials it
-//! does not penalise): its rank r_k and the log of its pseudo-determinant
-//! (the product of its positive eigenvalues) are found once, by an eigen
-//! decomposition, so `log|S_lambda|_+ = sum_k (r_k ln lambda_k + log|S_k|_+)`
-//! and its derivative in `ln lambda_k` is `r_k`, exactly, at any lambda.
-//! (Overlapping blocks, as tensor products have, need mgcv's stable
-//! re-parametrisation and are not accepted yet.)
+//! at a contiguous range of beta. A block may have a null space (a
+//! P-spline's difference penalty leaves the polynomials it does not
+//! penalise): its rank r_k and the log of its pseudo-determinant (the
+//! product of its positive eigenvalues) are found once, by an eigen
+//! decomposition. Blocks may overlap, as a tensor product's marginal
+//! penalties do (`A (x) I` and `I (x) B` on the same columns): blocks are
+//! grouped into connected components of overlapping ranges, and
+//! `log|S_lambda|_+` is the sum over the groups. A group of one block
+//! contributes `r_k ln lambda_k + log|S_k|_+`, with derivative `r_k` in
+//! `ln lambda_k`, exactly; a group of several is computed by mgcv's stable
+//! similarity transform ([`logdet`]'s module docs), accurate when the
+//! lambdas differ by many orders of magnitude.
 
 use serde::{Deserialize, Serialize};
 
@@ -18,6 +23,12 @@ use crate::backend::Backend;
 use crate::dense::Cholesky;
 use crate::operator::{expect_len, LinearOperator};
 use crate::{Result, SolverError};
+
+mod constraint;
+pub mod logdet;
+
+pub use constraint::Constraint;
+use logdet::OverlapGroup;
 
 /// Largest accepted asymmetry of a block, relative to its largest entry;
 /// blocks within it are symmetrised (averaged), beyond it rejected.
@@ -53,7 +64,7 @@ fn dot(a: &[f64], b: &[f64]) -> f64 {
     a.iter().zip(b).map(|(u, v)| u * v).sum()
 }
 
-/// A validated block-diagonal penalty on `p` coefficients. Blocks do not
+/// A validated penalty on `p` coefficients: a sum of blocks, which may
 /// overlap; coefficients outside every block are unpenalised. Block `k` is
 /// scaled by `lambda[k]`.
 #[derive(Clone, Debug)]
@@ -62,12 +73,32 @@ pub struct Penalty {
     blocks: Vec<PenaltyBlock>,
     logdets: Vec<f64>,
     ranks: Vec<usize>,
+    /// Connected components of overlapping blocks, by first column.
+    groups: Vec<Vec<usize>>,
+    /// The groups of more than one block.
+    overlaps: Vec<OverlapGroup>,
+    /// Whether block k shares a column with another block.
+    overlapped: Vec<bool>,
+}
+
+/// log|S_lambda|_+ with its derivatives in `rho = ln lambda`
+/// ([`Penalty::log_pseudo_det_derivatives`]).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct LogPseudoDet {
+    /// log|S_lambda|_+.
+    pub value: f64,
+    /// d log|S_lambda|_+ / d rho_k = lambda_k tr(S_lambda^+ S_k): the rank
+    /// r_k for a block that overlaps no other.
+    pub gradient: Vec<f64>,
+    /// d2 log|S_lambda|_+ / d rho_k d rho_l, row-major n_blocks x n_blocks:
+    /// zero outside the groups of overlapping blocks.
+    pub hessian: Vec<f64>,
 }
 
 impl Penalty {
     /// Validate and store the blocks: each must be non-empty, lie inside
     /// `0..p`, be finite, symmetric (to [`SYMMETRY_TOL`]), positive
-    /// semi-definite and not zero (to [`RANK_TOL`]), and no two may overlap.
+    /// semi-definite and not zero (to [`RANK_TOL`]). Blocks may overlap.
     pub fn new(p: usize, blocks: Vec<PenaltyBlock>) -> Result<Self> {
         let mut blocks = blocks;
         let (mut logdets, mut ranks) = (Vec::with_capacity(blocks.len()), Vec::with_capacity(blocks.len()));
@@ -76,23 +107,21 @@ impl Penalty {
             logdets.push(logdet);
             ranks.push(rank);
         }
-        let mut order: Vec<usize> = (0..blocks.len()).collect();
-        order.sort_by_key(|&k| blocks[k].start);
-        for w in order.windows(2) {
-            let (a, b) = (&blocks[w[0]], &blocks[w[1]]);
-            if a.start + a.dim > b.start {
-                return Err(SolverError::invalid(
-                    format!("blocks[{}].start", w[1]),
-                    b.start,
-                    format!("blocks must not overlap (blocks[{}] ends at {})", w[0], a.start + a.dim),
-                ));
-            }
+        let groups = overlap_groups(&blocks);
+        let mut overlapped = vec![false; blocks.len()];
+        let mut overlaps = Vec::new();
+        for g in groups.iter().filter(|g| g.len() > 1) {
+            g.iter().for_each(|&k| overlapped[k] = true);
+            overlaps.push(OverlapGroup::new(&blocks, g.clone())?);
         }
         Ok(Self {
             p,
             blocks,
             logdets,
             ranks,
+            groups,
+            overlaps,
+            overlapped,
         })
     }
 
@@ -121,6 +150,23 @@ impl Penalty {
         &self.ranks
     }
 
+    /// The rank of S_lambda, the same at every lambda > 0: the dimension
+    /// of the union of the blocks' ranges.
+    pub fn rank(&self) -> usize {
+        let single: usize = (0..self.blocks.len())
+            .filter(|&k| !self.overlapped[k])
+            .map(|k| self.ranks[k])
+            .sum();
+        single + self.overlaps.iter().map(|g| g.rank()).sum::<usize>()
+    }
+
+    /// The connected components of overlapping blocks (each a list of
+    /// block indices, ascending), ordered by their first column; a block
+    /// that overlaps no other is a group of its own.
+    pub fn groups(&self) -> &[Vec<usize>] {
+        &self.groups
+    }
+
     /// Check that `lambda` has one finite positive entry per block.
     pub fn check_lambda(&self, lambda: &[f64]) -> Result<()> {
         expect_len("lambda", lambda.len(), self.blocks.len())?;
@@ -141,10 +187,13 @@ impl Penalty {
         self.check_lambda(lambda)?;
         let p = self.p;
         let mut s = vec![0.0; p * p];
-        for (b, &l) in self.blocks.iter().zip(lambda) {
+        for ((b, &l), &shared) in self.blocks.iter().zip(lambda).zip(&self.overlapped) {
             for i in 0..b.dim {
                 for j in 0..b.dim {
-                    s[(b.start + i) * p + b.start + j] = l * b.s[i * b.dim + j];
+                    let (at, v) = ((b.start + i) * p + b.start + j, l * b.s[i * b.dim + j]);
+                    // A block alone on its columns writes them, as it always
+                    // did (bit for bit); overlapping blocks add up.
+                    s[at] = if shared { s[at] + v } else { v };
                 }
             }
         }
@@ -156,10 +205,11 @@ impl Penalty {
         self.check_lambda(lambda)?;
         expect_len("beta", beta.len(), self.p)?;
         let mut out = vec![0.0; self.p];
-        for (b, &l) in self.blocks.iter().zip(lambda) {
+        for ((b, &l), &shared) in self.blocks.iter().zip(lambda).zip(&self.overlapped) {
             let x = &beta[b.range()];
             for i in 0..b.dim {
-                out[b.start + i] = l * dot(&b.s[i * b.dim..(i + 1) * b.dim], x);
+                let v = l * dot(&b.s[i * b.dim..(i + 1) * b.dim], x);
+                out[b.start + i] = if shared { out[b.start + i] + v } else { v };
             }
         }
         Ok(out)
@@ -177,19 +227,70 @@ impl Penalty {
             .sum())
     }
 
-    /// log|S_lambda|_+, the log pseudo-determinant: the blocks do not
-    /// overlap, so it is `sum_k (r_k ln lambda_k + log|S_k|_+)` and its
-    /// derivative in `ln lambda_k` is the rank `r_k`.
+    /// log|S_lambda|_+, the log pseudo-determinant: the sum over the blocks
+    /// that overlap no other of `r_k ln lambda_k + log|S_k|_+` (in block
+    /// order, as it always was) plus each overlapping group's.
     pub fn log_pseudo_det(&self, lambda: &[f64]) -> Result<f64> {
-        self.check_lambda(lambda)?;
-        Ok(self
-            .ranks
-            .iter()
-            .zip(lambda)
-            .zip(&self.logdets)
-            .map(|((&r, &l), ld)| r as f64 * l.ln() + ld)
-            .sum())
+        Ok(self.log_pseudo_det_derivatives(lambda)?.value)
     }
+
+    /// log|S_lambda|_+ with its gradient and Hessian in `rho = ln lambda`.
+    /// A block that overlaps no other has gradient entry r_k and no
+    /// Hessian entries, exactly; a group of overlapping blocks takes all
+    /// three from mgcv's stable similarity transform ([`logdet`]).
+    pub fn log_pseudo_det_derivatives(&self, lambda: &[f64]) -> Result<LogPseudoDet> {
+        self.check_lambda(lambda)?;
+        let m = self.blocks.len();
+        let mut value: f64 = (0..m)
+            .filter(|&k| !self.overlapped[k])
+            .map(|k| self.ranks[k] as f64 * lambda[k].ln() + self.logdets[k])
+            .sum();
+        let mut gradient: Vec<f64> = self.ranks.iter().map(|&r| r as f64).collect();
+        let mut hessian = vec![0.0; m * m];
+        for g in &self.overlaps {
+            let members = g.members();
+            let sub: Vec<f64> = members.iter().map(|&k| lambda[k]).collect();
+            let part = g.evaluate(&sub)?;
+            value += part.value;
+            for (a, &k) in members.iter().enumerate() {
+                gradient[k] = part.gradient[a];
+                for (b, &l) in members.iter().enumerate() {
+                    hessian[k * m + l] = part.hessian[a * members.len() + b];
+                }
+            }
+        }
+        Ok(LogPseudoDet {
+            value,
+            gradient,
+            hessian,
+        })
+    }
+}
+
+/// Connected components of blocks whose ranges overlap (share a column),
+/// each ascending, ordered by first column: a sweep over the blocks sorted
+/// by start joins a block to the current group while it starts before the
+/// group's end.
+fn overlap_groups(blocks: &[PenaltyBlock]) -> Vec<Vec<usize>> {
+    let mut order: Vec<usize> = (0..blocks.len()).collect();
+    order.sort_by_key(|&k| (blocks[k].start, k));
+    let mut groups: Vec<Vec<usize>> = Vec::new();
+    let mut end = 0;
+    for k in order {
+        let b = &blocks[k];
+        match groups.last_mut() {
+            Some(g) if b.start < end => {
+                g.push(k);
+                end = end.max(b.start + b.dim);
+            }
+            _ => {
+                groups.push(vec![k]);
+                end = b.start + b.dim;
+            }
+        }
+    }
+    groups.iter_mut().for_each(|g| g.sort_unstable());
+    groups
 }
 
 /// Check one block and symmetrise it; returns (log|S_k|_+, rank).
@@ -495,7 +596,9 @@ mod tests {
             }],
             "symmetric",
         );
-        bad(
+        // Overlapping blocks are accepted: one group, adding up.
+        let two = Penalty::new(
+            8,
             vec![
                 PenaltyBlock {
                     start: 0,
@@ -508,8 +611,11 @@ mod tests {
                     s: spd(2, 0.0),
                 },
             ],
-            "overlap",
-        );
+        )
+        .unwrap();
+        assert_eq!(two.groups(), &[vec![0, 1]]);
+        let s = two.dense(&[1.0, 2.0]).unwrap();
+        assert_eq!(s[2 * 8 + 2], spd(3, 0.0)[8] + 2.0 * spd(2, 0.0)[0]);
         let pen = penalty();
         assert!(pen.dense(&[1.0, -1.0]).unwrap_err().to_string().contains("lambda[1]"));
         assert!(pen.dense(&[1.0]).is_err());
