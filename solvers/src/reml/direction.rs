@@ -194,6 +194,8 @@ mod tests {
             objective: 0.0,
             logdet_penalised_hessian: 0.0,
             log_pseudo_det_penalty: 0.0,
+            log_pseudo_det_gradient: vec![1.0],
+            log_pseudo_det_hessian: vec![0.0],
             penalty_traces: vec![0.0],
             hessian: vec![0.0],
             newton: NewtonReport {

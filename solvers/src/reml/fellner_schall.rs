@@ -21,7 +21,10 @@ const FS_STEPS: usize = 4;
 const FS_MIN_STEP: f64 = 1.0;
 
 /// The generalised Fellner-Schall update (Wood and Fasiolo 2017, Biometrics
-/// 73:1071) in rho: `delta rho_k = ln(edf_k / (lambda_k beta^T S_k beta))`,
+/// 73:1071) in rho: `delta rho_k = ln(edf_k / (lambda_k beta^T S_k beta))`
+/// with `edf_k = lambda_k (tr(S^+ S_k) - tr((H + S)^{-1} S_k))`
+/// (`penalised_edf`; `tr(S^+ S_k) = r_k / lambda_k` for a block that
+/// overlaps no other),
 /// the multiplicative fixed-point step toward `dV/drho_k = 0` with the
 /// dH/drho terms left out (so it needs no extra evaluation), capped at
 /// `max_step` and kept within the bounds. From a start several units from

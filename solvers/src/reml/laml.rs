@@ -32,6 +32,14 @@ pub struct LamlEvaluation {
     pub logdet_penalised_hessian: f64,
     /// log|S_lambda|_+.
     pub log_pseudo_det_penalty: f64,
+    /// d log|S_lambda|_+ / d rho per block (its rank where it overlaps no
+    /// other block).
+    #[serde(default)]
+    pub log_pseudo_det_gradient: Vec<f64>,
+    /// d2 log|S_lambda|_+ / d rho d rho, row-major m x m (zero where no
+    /// blocks overlap).
+    #[serde(default)]
+    pub log_pseudo_det_hessian: Vec<f64>,
     /// tr((H + S)^{-1} S_k) per block (unscaled S_k).
     pub penalty_traces: Vec<f64>,
     /// The unpenalised Hessian H at beta_hat, dense row-major p x p.
@@ -102,16 +110,18 @@ pub(super) fn laml_value<'o, B: PcgKernels>(
     let a: Vec<f64> = hessian.iter().zip(&s).map(|(h, s)| h + s).collect();
     let factor = PenalisedFactor::on(backend, fit.beta.len(), &a)?;
     let traces = factor.penalty_traces(penalty)?;
-    let log_pdet = penalty.log_pseudo_det(&lambda)?;
+    let log_pdet = penalty.log_pseudo_det_derivatives(&lambda)?;
     let logdet = factor.logdet();
     let laml = LamlEvaluation {
         rho: rho.to_vec(),
-        value: fit.objective + 0.5 * logdet - 0.5 * log_pdet,
+        value: fit.objective + 0.5 * logdet - 0.5 * log_pdet.value,
         gradient: Vec::new(),
         outer_hessian: Vec::new(),
         objective: fit.objective,
         logdet_penalised_hessian: logdet,
-        log_pseudo_det_penalty: log_pdet,
+        log_pseudo_det_penalty: log_pdet.value,
+        log_pseudo_det_gradient: log_pdet.gradient,
+        log_pseudo_det_hessian: log_pdet.hessian,
         penalty_traces: traces,
         beta: fit.beta.clone(),
         hessian,
@@ -141,12 +151,12 @@ pub(super) fn with_gradient<'o, B: PcgKernels>(
     } = trial;
     let parts = Derivatives::new(penalty, &lambda, &laml.beta, &factor)?;
     let mut gradient = Vec::with_capacity(lambda.len());
-    for (k, &rank) in penalty.ranks().iter().enumerate() {
+    for (k, &log_det) in laml.log_pseudo_det_gradient.iter().enumerate() {
         let tr_dh = parts.trace_dh(objective, &laml, &factor, k, opts.fd_step)?;
         let quad = parts.quad[k];
-        gradient.push(0.5 * (quad + lambda[k] * laml.penalty_traces[k] + tr_dh - rank as f64));
+        gradient.push(0.5 * (quad + lambda[k] * laml.penalty_traces[k] + tr_dh - log_det));
     }
-    laml.outer_hessian = parts.outer_hessian(penalty, &lambda, &laml.penalty_traces, &factor)?;
+    laml.outer_hessian = parts.outer_hessian(penalty, &lambda, &laml, &factor)?;
     laml.gradient = gradient;
     Ok((laml, at_beta))
 }
@@ -199,14 +209,17 @@ impl Derivatives {
 
     /// d2V/drho_k drho_l with H fixed:
     /// `delta_kl (beta^T u_k + lambda_k tr(A^{-1} S_k)) / 2 + u_k^T d_l
-    ///  - lambda_k lambda_l tr(A^{-1} S_l A^{-1} S_k) / 2`.
+    ///  - lambda_k lambda_l tr(A^{-1} S_l A^{-1} S_k) / 2 - L_kl / 2`
+    ///
+    /// with `L_kl = d2 log|S|_+ / drho_k drho_l`, zero where no blocks overlap.
     fn outer_hessian(
         &self,
         penalty: &Penalty,
         lambda: &[f64],
-        traces: &[f64],
+        laml: &LamlEvaluation,
         factor: &PenalisedFactor,
     ) -> Result<Vec<f64>> {
+        let (traces, log_det) = (&laml.penalty_traces, &laml.log_pseudo_det_hessian);
         let m = lambda.len();
         let p = factor.dim();
         let inv = factor.inverse()?;
@@ -223,7 +236,7 @@ impl Derivatives {
                         tr += ms[l][i * bl.dim + (j - bl.start)] * ms[k][j * bk.dim + (i - bk.start)];
                     }
                 }
-                let mut v = dot(&self.u[k], &self.d[l]) - 0.5 * lambda[k] * lambda[l] * tr;
+                let mut v = dot(&self.u[k], &self.d[l]) - 0.5 * lambda[k] * lambda[l] * tr - 0.5 * log_det[k * m + l];
                 if k == l {
                     v += 0.5 * (self.quad[k] + lambda[k] * traces[k]);
                 }

@@ -4,10 +4,14 @@
 //! ```text
 //! V(rho) = f(beta_hat) + log|H + S_lambda| / 2 - log|S_lambda|_+ / 2
 //! dV/drho_k = lambda_k beta_hat^T S_k beta_hat / 2
-//!           + tr((H + S)^{-1} (lambda_k S_k + dH/drho_k)) / 2 - dim_k / 2
+//!           + tr((H + S)^{-1} (lambda_k S_k + dH/drho_k)) / 2
+//!           - (d log|S_lambda|_+ / d rho_k) / 2
 //! ```
 //!
-//! with `dH/drho_k` the derivative of H along
+//! with `d log|S_lambda|_+ / d rho_k` the rank of S_k where the block
+//! overlaps no other and `lambda_k tr(S^+ S_k)` where blocks overlap, as a
+//! tensor product's do ([`Penalty::log_pseudo_det_derivatives`]), and
+//! `dH/drho_k` the derivative of H along
 //! `d beta_hat / d rho_k = -(H + S)^{-1} lambda_k S_k beta_hat`
 //! ([`Objective::hessian_derivative`], one evaluation a block, at a step of
 //! `fd_step` standard errors). `beta_hat` comes from [`newton_from`]; the

@@ -6,12 +6,20 @@ use crate::penalty::{Penalty, PenaltyBlock};
 use super::laml::{dot, embedded_product};
 use super::LamlEvaluation;
 
-/// Block k's penalised degrees of freedom, `rank_k - lambda_k tr((H +
-/// S)^{-1} S_k)`: its edf less its penalty's null space (the block's edf
-/// where S_k is positive definite), the side of the fixed point `dV/drho_k =
-/// 0` that `d log|S|_+ / d rho_k = rank_k` brings.
+/// Block k's penalised degrees of freedom, `g_k - lambda_k tr((H +
+/// S)^{-1} S_k)` with `g_k = d log|S|_+ / d rho_k` (rank_k where the block
+/// overlaps no other, `lambda_k tr(S^+ S_k)` where it does): its edf less
+/// its penalty's null space (the block's edf where S_k is positive
+/// definite), the side of the fixed point `dV/drho_k = 0` that the
+/// log-determinant brings. An evaluation deserialised from before
+/// `log_pseudo_det_gradient` existed was computed with the rank.
 pub(super) fn penalised_edf(e: &LamlEvaluation, penalty: &Penalty, k: usize) -> f64 {
-    penalty.ranks()[k] as f64 - e.rho[k].exp() * e.penalty_traces[k]
+    let log_det = e
+        .log_pseudo_det_gradient
+        .get(k)
+        .copied()
+        .unwrap_or(penalty.ranks()[k] as f64);
+    log_det - e.rho[k].exp() * e.penalty_traces[k]
 }
 
 /// A smooth whose effective degrees of freedom and penalty term
