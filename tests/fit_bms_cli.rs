@@ -408,7 +408,7 @@ fn a_saved_fit_predicts_new_rows_from_a_csv() {
     assert!((mean - 10.0).abs() < 0.5 && (sd - 3.0).abs() < 0.3, "{mean} {sd}");
     let z: Vec<f64> = g.data.z.iter().map(|z| (z - mean) / sd).collect();
     assert!(z.iter().zip(&standard_z).all(|(a, b)| (a - b).abs() < 0.2));
-    let device = matfree::cuda::Device::Cpu { reason: "test".into() };
+    let device = matfree::device::Device::Cpu { reason: "test".into() };
     let lib = saved
         .fit
         .predict(&device, &model_back, g.data.designs.clone(), &z)
