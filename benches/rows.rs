@@ -11,14 +11,18 @@
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
 use matfree::bms::generator::{generate, Generated, GeneratorConfig};
 use matfree::bms::RowKernelInputs;
-use matfree::cuda::{gpu_for_test, DeviceStage1};
 
 fn seed_data(n: usize) -> Generated {
     generate(GeneratorConfig::seed_shape(n)).expect("generate")
 }
 
 fn benches(c: &mut Criterion) {
-    let gpu = gpu_for_test("bench rows (gpu)");
+    // The seed shape's 195,000 rows where there is a GPU (none in a build
+    // without the `cuda` feature), 5,000 for the CPU alone.
+    #[cfg(feature = "cuda")]
+    let gpu = matfree::cuda::gpu_for_test("bench rows (gpu)");
+    #[cfg(not(feature = "cuda"))]
+    let gpu = None::<std::convert::Infallible>;
     let n = if gpu.is_some() { 195_000 } else { 5_000 };
     let g = seed_data(n);
     let cpu_rows = 5_000.min(n);
@@ -37,8 +41,9 @@ fn benches(c: &mut Criterion) {
                 .expect("cpu rows")
         })
     });
+    #[cfg(feature = "cuda")]
     if let Some(gpu) = gpu {
-        let stage1 = DeviceStage1::new(gpu.clone(), &g.model, &g.data).expect("upload");
+        let stage1 = matfree::cuda::DeviceStage1::new(gpu.clone(), &g.model, &g.data).expect("upload");
         group.throughput(Throughput::Elements(n as u64));
         group.bench_function(BenchmarkId::new("gpu_stage1_stage2", n), |b| {
             b.iter(|| {

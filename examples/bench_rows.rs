@@ -20,7 +20,7 @@ use std::time::Instant;
 
 use matfree::bms::generator::{generate, GeneratorConfig};
 use matfree::bms::row_kernel::evaluate_rows;
-use matfree::cuda::{evaluate_rows_device, select_device, Device, DeviceDesigns, DeviceStage1, GpuPolicy};
+use matfree::device::check_cuda_support;
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     let args: Vec<String> = std::env::args().skip(1).collect();
@@ -48,15 +48,9 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         return Ok(());
     }
     if gpu_only {
-        let Device::Gpu(gpu) = select_device(GpuPolicy::from_env()?)? else {
-            return Err("--gpu-only needs a GPU".into());
-        };
-        let device = device_stages(&gpu, &g, f64::NAN)?;
-        println!(
-            "{}",
-            serde_json::to_string_pretty(&serde_json::json!({ "n": n, "device_stage1_and_stage2": device }))?
-        );
-        return Ok(());
+        check_cuda_support("--gpu-only", "given")?;
+        #[cfg(feature = "cuda")]
+        return gpu::only(&g, n);
     }
     let threads = rayon::current_num_threads();
     let per_row_core = |s: f64| s * threads as f64 * 1e6 / n as f64;
@@ -78,18 +72,10 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let t = Instant::now();
     let cpu = evaluate_rows(&inputs)?;
     let stage2_cpu_s = t.elapsed().as_secs_f64();
-    let (mut gpu_s, mut device) = (None, serde_json::Value::Null);
-    if let Device::Gpu(gpu) = select_device(GpuPolicy::from_env()?)? {
-        let designs = DeviceDesigns::upload(gpu.clone(), &g.data.designs)?;
-        let _warm = evaluate_rows_device(&designs, g.model.layout(), &inputs)?;
-        let t = Instant::now();
-        let dev = evaluate_rows_device(&designs, g.model.layout(), &inputs)?;
-        let jg = dev.joint_gradient()?;
-        gpu_s = Some(t.elapsed().as_secs_f64());
-        let cpu_total: f64 = cpu.neglog.iter().sum();
-        println!("check: device joint neglog {} vs cpu {}", jg.neglog, cpu_total);
-        device = device_stages(&gpu, &g, cpu_total)?;
-    }
+    #[cfg(feature = "cuda")]
+    let (gpu_s, device) = gpu::beside_cpu(&g, &inputs, &cpu)?;
+    #[cfg(not(feature = "cuda"))]
+    let (gpu_s, device, _) = (None::<f64>, serde_json::Value::Null, cpu);
     let report = serde_json::json!({
         "n": n, "r": inputs.r, "cells_per_row": cells / n as f64, "rayon_threads": threads,
         "generate_s": generate_s,
@@ -103,44 +89,90 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     Ok(())
 }
 
-/// Both stages on the device: median of 5 evaluations after a warm-up, and
-/// the bytes of the cell slots (edges and moments, written by Stage 1, read
-/// by Stage 2) and
-/// of the row Hessians (written once).
-fn device_stages(
-    gpu: &std::sync::Arc<matfree::cuda::Gpu>,
-    g: &matfree::bms::generator::Generated,
-    cpu_total: f64,
-) -> Result<serde_json::Value, Box<dyn std::error::Error>> {
-    let t = Instant::now();
-    let stage1 = DeviceStage1::new(gpu.clone(), &g.model, &g.data)?;
-    let setup_s = t.elapsed().as_secs_f64();
-    let warm = stage1.evaluate(&g.beta)?.joint_gradient()?;
-    println!("check: device stages joint neglog {} vs cpu {}", warm.neglog, cpu_total);
-    let mut times = Vec::new();
-    for _ in 0..5 {
-        gpu.synchronize()?;
-        let t = Instant::now();
-        let rows = stage1.evaluate(&g.beta)?;
-        gpu.synchronize()?;
-        times.push(t.elapsed().as_secs_f64());
-        drop(rows);
+/// The GPU's phases (the `cuda` feature), where the policy gives a GPU.
+#[cfg(feature = "cuda")]
+mod gpu {
+    use std::sync::Arc;
+    use std::time::Instant;
+
+    use matfree::bms::generator::Generated;
+    use matfree::bms::row_kernel::RowKernelOutputs;
+    use matfree::bms::RowKernelInputs;
+    use matfree::cuda::{evaluate_rows_device, DeviceDesigns, DeviceStage1, Gpu};
+    use matfree::device::{select_device, Device, GpuPolicy};
+
+    type AnyResult<T> = Result<T, Box<dyn std::error::Error>>;
+
+    /// `--gpu-only`: both stages on the device, printed.
+    pub fn only(g: &Generated, n: usize) -> AnyResult<()> {
+        let Device::Gpu(gpu) = select_device(GpuPolicy::from_env()?)? else {
+            return Err("--gpu-only needs a GPU".into());
+        };
+        let device = device_stages(&gpu, g, f64::NAN)?;
+        println!(
+            "{}",
+            serde_json::to_string_pretty(&serde_json::json!({ "n": n, "device_stage1_and_stage2": device }))?
+        );
+        Ok(())
     }
-    times.sort_by(f64::total_cmp);
-    let kernels: Vec<_> = stage1
-        .profile(&g.beta)?
-        .into_iter()
-        .map(|(k, s)| serde_json::json!({ "kernel": k, "s": s }))
-        .collect();
-    let b = g.model.bases();
-    let (n, r, slots) = (g.data.n(), b.r(), stage1.slots());
-    // Each slot's edges, segments and moments; Stage 2 builds the rest in
-    // shared memory.
-    let slot_bytes = (8 * n * slots * (4 + 10)) as f64;
-    let hess_bytes = (8 * n * r * r) as f64;
-    Ok(serde_json::json!({
-        "setup_upload_and_allocate_s": setup_s, "evaluate_median_s": times[2], "evaluate_all_s": times,
-        "cell_slots_per_row": slots, "slot_bytes_written_then_read": slot_bytes,
-        "row_hessian_bytes_written": hess_bytes, "per_kernel_synchronised": kernels,
-    }))
+
+    /// Stage 2 on the device over the CPU's bundle (seconds, with its
+    /// upload and verdict) and both stages on the device, beside the CPU's
+    /// rows `cpu`; `(None, null)` where there is no GPU.
+    pub fn beside_cpu(
+        g: &Generated,
+        inputs: &RowKernelInputs,
+        cpu: &RowKernelOutputs,
+    ) -> AnyResult<(Option<f64>, serde_json::Value)> {
+        let Device::Gpu(gpu) = select_device(GpuPolicy::from_env()?)? else {
+            return Ok((None, serde_json::Value::Null));
+        };
+        let designs = DeviceDesigns::upload(gpu.clone(), &g.data.designs)?;
+        let _warm = evaluate_rows_device(&designs, g.model.layout(), inputs)?;
+        let t = Instant::now();
+        let dev = evaluate_rows_device(&designs, g.model.layout(), inputs)?;
+        let jg = dev.joint_gradient()?;
+        let gpu_s = t.elapsed().as_secs_f64();
+        let cpu_total: f64 = cpu.neglog.iter().sum();
+        println!("check: device joint neglog {} vs cpu {}", jg.neglog, cpu_total);
+        Ok((Some(gpu_s), device_stages(&gpu, g, cpu_total)?))
+    }
+
+    /// Both stages on the device: median of 5 evaluations after a warm-up, and
+    /// the bytes of the cell slots (edges and moments, written by Stage 1, read
+    /// by Stage 2) and
+    /// of the row Hessians (written once).
+    fn device_stages(gpu: &Arc<Gpu>, g: &Generated, cpu_total: f64) -> AnyResult<serde_json::Value> {
+        let t = Instant::now();
+        let stage1 = DeviceStage1::new(gpu.clone(), &g.model, &g.data)?;
+        let setup_s = t.elapsed().as_secs_f64();
+        let warm = stage1.evaluate(&g.beta)?.joint_gradient()?;
+        println!("check: device stages joint neglog {} vs cpu {}", warm.neglog, cpu_total);
+        let mut times = Vec::new();
+        for _ in 0..5 {
+            gpu.synchronize()?;
+            let t = Instant::now();
+            let rows = stage1.evaluate(&g.beta)?;
+            gpu.synchronize()?;
+            times.push(t.elapsed().as_secs_f64());
+            drop(rows);
+        }
+        times.sort_by(f64::total_cmp);
+        let kernels: Vec<_> = stage1
+            .profile(&g.beta)?
+            .into_iter()
+            .map(|(k, s)| serde_json::json!({ "kernel": k, "s": s }))
+            .collect();
+        let b = g.model.bases();
+        let (n, r, slots) = (g.data.n(), b.r(), stage1.slots());
+        // Each slot's edges, segments and moments; Stage 2 builds the rest in
+        // shared memory.
+        let slot_bytes = (8 * n * slots * (4 + 10)) as f64;
+        let hess_bytes = (8 * n * r * r) as f64;
+        Ok(serde_json::json!({
+            "setup_upload_and_allocate_s": setup_s, "evaluate_median_s": times[2], "evaluate_all_s": times,
+            "cell_slots_per_row": slots, "slot_bytes_written_then_read": slot_bytes,
+            "row_hessian_bytes_written": hess_bytes, "per_kernel_synchronised": kernels,
+        }))
+    }
 }

@@ -21,8 +21,10 @@ use matfree::bms::progress::Display;
 use matfree::bms::report::{DesignNames, FitSummary};
 use matfree::bms::saved::SavedFit;
 use matfree::bms::summary::smooth_panels;
-use matfree::cuda::{select_device, Device, Gpu, GpuPolicy};
+#[cfg(feature = "cuda")]
+use matfree::cuda::Gpu;
 use matfree::data::{empty_rows_note, ColumnSpec};
+use matfree::device::{check_cuda_support, select_device, Device, GpuPolicy};
 use matfree::files;
 use matfree::plot::smooths_svg;
 
@@ -223,7 +225,10 @@ fn choose_device(backend: &str) -> AnyResult<Device> {
     let policy = match backend {
         "auto" => GpuPolicy::from_env()?,
         "cpu" => GpuPolicy::Off,
-        "gpu" => GpuPolicy::Required,
+        "gpu" => {
+            check_cuda_support("--backend", backend)?;
+            GpuPolicy::Required
+        }
         other => return Err(format!("--backend {other:?}: must be auto, cpu or gpu").into()),
     };
     Ok(select_device(policy)?)
@@ -235,8 +240,8 @@ fn gpu_count(device: &Device, gpus: Option<usize>) -> AnyResult<usize> {
     match (device, gpus) {
         (Device::Cpu { reason }, Some(n)) => Err(format!("--gpus {n}: the fit runs on the CPU ({reason})").into()),
         (Device::Cpu { .. }, None) => Ok(0),
-        (Device::Gpu(_), Some(n)) => Ok(n),
-        (Device::Gpu(_), None) => Ok(Gpu::count()?),
+        #[cfg(feature = "cuda")]
+        (Device::Gpu(_), gpus) => Ok(gpus.map_or_else(Gpu::count, Ok)?),
     }
 }
 
@@ -262,7 +267,7 @@ fn run(args: Args) -> AnyResult<Outcome> {
     let t = Instant::now();
     let problem = match &args.data {
         Some(path) => load(path, &args)?,
-        None => simulate(&args, matches!(device, Device::Gpu(_)), &mut notes)?,
+        None => simulate(&args, device.is_gpu(), &mut notes)?,
     };
     notes.extend(problem.notes.iter().cloned());
     phases.push((

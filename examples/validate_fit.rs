@@ -19,7 +19,7 @@ use clap::Parser;
 use matfree::bms::fit::{fit_on_device, FitOptions};
 use matfree::bms::generator::{generate, GeneratorConfig};
 use matfree::bms::progress::Display;
-use matfree::cuda::{select_device, GpuPolicy};
+use matfree::device::{check_cuda_support, select_device, GpuPolicy};
 use serde::Serialize;
 
 #[derive(Parser, Debug)]
@@ -122,7 +122,10 @@ fn run(args: Args) -> Result<bool, Box<dyn Error>> {
     let policy = match args.backend.as_str() {
         "auto" => GpuPolicy::from_env()?,
         "cpu" => GpuPolicy::Off,
-        "gpu" => GpuPolicy::Required,
+        "gpu" => {
+            check_cuda_support("--backend", &args.backend)?;
+            GpuPolicy::Required
+        }
         other => return Err(format!("--backend {other:?}: must be auto, cpu or gpu").into()),
     };
     let device = select_device(policy)?;

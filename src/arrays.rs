@@ -16,7 +16,7 @@ use ndarray::{Array1, Array2, ArrayView1, ArrayView2};
 use crate::bms::fit::BmsFit;
 use crate::bms::predict::Predictions;
 use crate::bms::BmsData;
-use crate::cuda::Device;
+use crate::device::Device;
 use crate::{Designs, Error, Result};
 
 /// An owned matrix as a row-major vector: its own buffer where it is

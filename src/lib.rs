@@ -6,13 +6,19 @@
 //! through two design rows. [`RowHessian`] holds it on the CPU and implements
 //! [`matfree_solvers::LinearOperator`], so the solvers of `matfree-solvers`
 //! (PCG, Jacobi, the dense Cholesky path) run on it unchanged.
+//!
+//! The GPU backend (module `cuda`, through cudarc) is the `cuda` feature,
+//! on by default; a build without it (`--no-default-features`) runs on the
+//! CPU alone, and a request for the GPU there is an error ([`device`]).
 #![warn(missing_docs)]
 
 pub mod arrays;
 pub mod bms;
+#[cfg(feature = "cuda")]
 pub mod cuda;
 pub mod data;
 pub mod designs;
+pub mod device;
 mod dispatch;
 mod error;
 pub mod files;
@@ -38,6 +44,6 @@ pub use row_hessian::{joint_gradient, JointGradient, RowHessian};
 pub struct ReadmeDoctests;
 
 /// The design notes' example (several GPUs), compiled as a doctest.
-#[cfg(doctest)]
+#[cfg(all(doctest, feature = "cuda"))]
 #[doc = include_str!("../docs/design.md")]
 pub struct DesignDoctests;

@@ -226,6 +226,29 @@ fn bad_files_stop_with_file_row_and_column_named() {
     expect_failure(&["--data", "/nonexistent/file.csv"], &["/nonexistent/file.csv"]);
 }
 
+/// In a build without the `cuda` feature, `--backend gpu` and
+/// `MATFREE_GPU=required` are errors naming the option or the variable, its
+/// value, and the feature to build with; nothing is fitted.
+#[test]
+#[cfg(not(feature = "cuda"))]
+fn without_cuda_a_gpu_request_says_to_build_with_the_feature() {
+    let rule = ["no CUDA support", "`cuda` feature"];
+    expect_failure(
+        &["--backend", "gpu", "--simulate", "300"],
+        &[&["--backend = gpu"][..], &rule].concat(),
+    );
+    let o = Command::new(binary())
+        .args(["--simulate", "300", "--quiet"])
+        .env("MATFREE_GPU", "required")
+        .output()
+        .expect("fit_bms runs");
+    let stderr = String::from_utf8_lossy(&o.stderr);
+    assert!(!o.status.success(), "MATFREE_GPU=required must fail without cuda");
+    for n in [&["MATFREE_GPU = required"][..], &rule].concat() {
+        assert!(stderr.contains(n), "stderr {stderr:?} should mention {n:?}");
+    }
+}
+
 /// A fit that cannot meet its tolerance (a Newton decrement of 1e-300 at
 /// fixed lambda) ends with exit status 3, and the summary and the JSON
 /// still carry the best fit, marked as not converged with the reason.
@@ -409,7 +432,7 @@ fn a_saved_fit_predicts_new_rows_from_a_csv() {
     assert!((mean - 10.0).abs() < 0.5 && (sd - 3.0).abs() < 0.3, "{mean} {sd}");
     let z: Vec<f64> = g.data.z.iter().map(|z| (z - mean) / sd).collect();
     assert!(z.iter().zip(&standard_z).all(|(a, b)| (a - b).abs() < 0.2));
-    let device = matfree::cuda::Device::Cpu { reason: "test".into() };
+    let device = matfree::device::Device::Cpu { reason: "test".into() };
     let lib = saved
         .fit
         .predict(&device, &model_back, g.data.designs.clone(), &z)

@@ -1,5 +1,6 @@
 //! BMS Stage 2 on the device against the CPU row kernel (the oracle), and
 //! the device operator built from device rows against the CPU operator.
+#![cfg(feature = "cuda")]
 
 mod common;
 

@@ -1,4 +1,5 @@
 //! The device Cholesky path (cuSOLVER) against faer on the CPU.
+#![cfg(feature = "cuda")]
 
 use matfree::cuda::{gpu_for_test, DeviceCholesky, DeviceRowHessian};
 use matfree::fixture::{random_row_problem, Rng, Shape};

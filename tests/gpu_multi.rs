@@ -4,6 +4,7 @@
 //! identical. Groups of one device always run (the multi path with one
 //! shard); groups of every visible device run when there are two or more.
 //! GPU tests follow MATFREE_GPU: with `auto` and no GPU they print a skip.
+#![cfg(feature = "cuda")]
 
 mod common;
 

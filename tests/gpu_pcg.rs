@@ -1,5 +1,6 @@
 //! Device PCG (cuBLAS with device scalars, graph-replayed blocks) against
 //! the CPU PCG on the same systems, with the sync budget checked.
+#![cfg(feature = "cuda")]
 
 use std::sync::Arc;
 

@@ -1,6 +1,7 @@
 //! Predictions on the device against the CPU path (the oracle), including
 //! rows far in the lower tail (eta < -33), which the device path hands back
 //! to the CPU.
+#![cfg(feature = "cuda")]
 
 use std::sync::Arc;
 

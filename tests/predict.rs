@@ -103,7 +103,7 @@ fn rmse_against_truth(n: usize, test: &Generated) -> f64 {
     assert!(f.converged, "{n} rows: {}", f.termination);
     let pred = f
         .predict(
-            &matfree::cuda::Device::Cpu { reason: "test".into() },
+            &matfree::device::Device::Cpu { reason: "test".into() },
             &g.model,
             test.data.designs.clone(),
             &test.data.z,

@@ -15,7 +15,7 @@ use matfree::bms::probit::norm_cdf;
 use matfree::bms::progress::Display;
 use matfree::bms::quadrature::panels_evaluated;
 use matfree::bms::{solve_intercept, Bases, BmsData, BmsModel, CubicBasis};
-use matfree::cuda::Device;
+use matfree::device::Device;
 use matfree::rng::Rng;
 
 /// `fit_bms`' default bases: score warp 8, link deviation 6, no frailty.

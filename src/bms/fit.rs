@@ -17,7 +17,7 @@ use serde::{Deserialize, Serialize};
 use super::progress::{Display, Observed};
 use super::rigid::rigid_start;
 use super::{bms_penalty, BmsData, BmsModel, BmsObjective};
-use crate::cuda::{BmsDeviceObjective, BmsMultiObjective, CudaBackend, Device, GpuGroup, MultiGpuBackend};
+use crate::device::Device;
 use crate::{Error, Result};
 
 /// Options of [`fit`].
@@ -410,24 +410,39 @@ pub fn fit_on_device(
 ) -> Result<DeviceFit> {
     let t = Instant::now();
     match (device, gpus) {
-        (Device::Gpu(gpu), 0 | 1) => {
-            let objective =
-                BmsDeviceObjective::new(gpu.clone(), model, data)?.with_single_precision_hvp(opts.single_precision_hvp);
-            let backend = CudaBackend::new(gpu.clone())?;
-            timed(&backend, &objective, model, data, opts, display, device.describe(), t)
-        }
-        (Device::Gpu(_), count) => {
-            let group = GpuGroup::open(count)?;
-            let objective = BmsMultiObjective::new(group.clone(), model, data)?;
-            let backend = MultiGpuBackend::new(group.clone())?;
-            timed(&backend, &objective, model, data, opts, display, group.describe(), t)
-        }
+        #[cfg(feature = "cuda")]
+        (Device::Gpu(gpu), gpus) => fit_on_gpus(gpu, gpus, model, data, opts, display, t),
         (Device::Cpu { .. }, _) => {
             let objective = BmsObjective::new(model, data);
             let backend = CpuBackend::new();
             timed(&backend, &objective, model, data, opts, display, device.describe(), t)
         }
     }
+}
+
+/// [`fit_on_device`] on `gpu`, or on the first `gpus` GPUs where that is
+/// more than one; `t` is when the upload began.
+#[cfg(feature = "cuda")]
+fn fit_on_gpus(
+    gpu: &std::sync::Arc<crate::cuda::Gpu>,
+    gpus: usize,
+    model: &BmsModel,
+    data: &BmsData,
+    opts: &FitOptions,
+    display: Display,
+    t: Instant,
+) -> Result<DeviceFit> {
+    use crate::cuda::{BmsDeviceObjective, BmsMultiObjective, CudaBackend, GpuGroup, MultiGpuBackend};
+    if gpus <= 1 {
+        let objective =
+            BmsDeviceObjective::new(gpu.clone(), model, data)?.with_single_precision_hvp(opts.single_precision_hvp);
+        let backend = CudaBackend::new(gpu.clone())?;
+        return timed(&backend, &objective, model, data, opts, display, gpu.describe(), t);
+    }
+    let group = GpuGroup::open(gpus)?;
+    let objective = BmsMultiObjective::new(group.clone(), model, data)?;
+    let backend = MultiGpuBackend::new(group.clone())?;
+    timed(&backend, &objective, model, data, opts, display, group.describe(), t)
 }
 
 #[allow(clippy::too_many_arguments)]

@@ -35,11 +35,13 @@ use std::sync::Arc;
 use rayon::prelude::*;
 
 use super::fit::BmsFit;
-use super::probit::{log_ndtr_mills_curvature, norm_cdf};
+use super::probit::norm_cdf;
 use super::row_kernel::eta_gradients;
 use super::{BmsData, BmsModel, RowKernelInputs};
-use crate::cuda::{Device, DeviceStage1, Gpu};
+#[cfg(feature = "cuda")]
+use crate::cuda::Gpu;
 use crate::designs::check_matrix;
+use crate::device::Device;
 use crate::{Designs, Error, Result};
 
 /// Rows per chunk of the CPU path: its Stage-1 bundle (about 10 KB a row at
@@ -51,10 +53,6 @@ pub const GPU_MIN_ROWS: usize = 4_096;
 /// Rows per chunk of the GPU path (bounds the device memory of one chunk's
 /// row Hessians, which Stage 2 writes whether or not they are used).
 pub const GPU_CHUNK_ROWS: usize = 1 << 21;
-/// The smallest Mills ratio lambda(-eta) the GPU path divides by (eta >
-/// about -33.8): below it the device's gradient loses precision to
-/// underflow, and the row is recomputed on the CPU.
-const MIN_MILLS: f64 = 1e-250;
 
 /// Per-row predictions.
 #[derive(Clone, Debug, PartialEq)]
@@ -136,7 +134,8 @@ pub fn predict(
 ) -> Result<Predictions> {
     let data = predictors(model, est, designs, z)?;
     match device {
-        Device::Gpu(gpu) if data.n() >= GPU_MIN_ROWS => gpu_rows(gpu, model, est, &data),
+        #[cfg(feature = "cuda")]
+        Device::Gpu(gpu) if data.n() >= GPU_MIN_ROWS => gpu::rows(gpu, model, est, &data),
         _ => cpu_rows(model, est, &data),
     }
 }
@@ -147,6 +146,7 @@ pub fn predict_cpu(model: &BmsModel, est: Estimates<'_>, designs: Arc<Designs>, 
 }
 
 /// [`predict`] on one GPU, whatever the number of rows.
+#[cfg(feature = "cuda")]
 pub fn predict_gpu(
     gpu: &Arc<Gpu>,
     model: &BmsModel,
@@ -154,7 +154,7 @@ pub fn predict_gpu(
     designs: Arc<Designs>,
     z: &[f64],
 ) -> Result<Predictions> {
-    gpu_rows(gpu, model, est, &predictors(model, est, designs, z)?)
+    gpu::rows(gpu, model, est, &predictors(model, est, designs, z)?)
 }
 
 /// The rows as a data set with every label 0 and weight 1 (neither enters
@@ -277,61 +277,6 @@ fn cpu_rows(model: &BmsModel, est: Estimates<'_>, data: &BmsData) -> Result<Pred
     Ok(finish(model, est, &data.designs, jets))
 }
 
-fn gpu_rows(gpu: &Arc<Gpu>, model: &BmsModel, est: Estimates<'_>, data: &BmsData) -> Result<Predictions> {
-    let r = model.layout().r();
-    let mut out = Jets::with_capacity(data.n(), r);
-    for range in chunks(data.n(), GPU_CHUNK_ROWS) {
-        let start = range.start;
-        let part = data.rows(range)?;
-        let stage = DeviceStage1::new(gpu.clone(), model, &part).map_err(|e| in_chunk(e, start))?;
-        let eval = match stage.evaluate(est.beta) {
-            Ok(eval) => eval,
-            // Some row rejected: the CPU predicts the chunk and lists them.
-            Err(Error::RowRejected { .. }) => {
-                out.append(cpu_jets(model, est.beta, &part).map_err(|e| in_chunk(e, start))?);
-                continue;
-            }
-            Err(e) => return Err(in_chunk(e, start)),
-        };
-        let mut jets = Jets {
-            eta: stage.observed_eta()?,
-            intercept: stage.intercepts()?,
-            grad: gpu.download(&eval.grad)?,
-            rejected: Vec::new(),
-        };
-        drop(eval);
-        let redo = divide_out_mills(&mut jets, r);
-        for i in redo {
-            let row = cpu_jets(model, est.beta, &part.rows(i..i + 1)?).map_err(|e| in_chunk(e, start + i))?;
-            jets.eta[i] = row.eta[0];
-            jets.intercept[i] = row.intercept[0];
-            jets.grad[i * r..(i + 1) * r].copy_from_slice(&row.grad);
-            jets.rejected.extend(row.rejected.into_iter().map(|(_, why)| (i, why)));
-        }
-        out.append(jets);
-    }
-    Ok(finish(model, est, &data.designs, out))
-}
-
-/// Turn the device's gradients `lambda(-eta) e_u` (label 0, weight 1) into
-/// e_u; returns the rows to recompute on the CPU (lambda too small).
-fn divide_out_mills(jets: &mut Jets, r: usize) -> Vec<usize> {
-    let redo: Vec<bool> = jets
-        .grad
-        .par_chunks_mut(r)
-        .zip(&jets.eta)
-        .map(|(g, &eta)| {
-            let (_, mills, _) = log_ndtr_mills_curvature(-eta);
-            if !(mills >= MIN_MILLS && mills.is_finite()) {
-                return true;
-            }
-            g.iter_mut().for_each(|v| *v /= mills);
-            g.iter().any(|v| !v.is_finite())
-        })
-        .collect();
-    redo.iter().enumerate().filter(|(_, &r)| r).map(|(i, _)| i).collect()
-}
-
 /// Probabilities and delta-method standard errors from the jets.
 fn finish(model: &BmsModel, est: Estimates<'_>, designs: &Designs, jets: Jets) -> Predictions {
     let r = model.layout().r();
@@ -417,4 +362,77 @@ pub fn extrapolation_notes(model: &BmsModel, beta: &[f64], designs: &Designs, z:
         .filter(|(k, _)| *k > 0)
         .map(|(k, what)| format!("{k} of {} rows have {what}: extrapolated linearly", z.len()))
         .collect()
+}
+
+/// The GPU path (the `cuda` feature).
+#[cfg(feature = "cuda")]
+mod gpu {
+    use std::sync::Arc;
+
+    use rayon::prelude::*;
+
+    use super::{chunks, cpu_jets, finish, in_chunk, BmsData, BmsModel, Estimates, Jets, Predictions, GPU_CHUNK_ROWS};
+    use crate::bms::probit::log_ndtr_mills_curvature;
+    use crate::cuda::{DeviceStage1, Gpu};
+    use crate::{Error, Result};
+
+    /// The smallest Mills ratio lambda(-eta) the GPU path divides by (eta >
+    /// about -33.8): below it the device's gradient loses precision to
+    /// underflow, and the row is recomputed on the CPU.
+    const MIN_MILLS: f64 = 1e-250;
+
+    pub(super) fn rows(gpu: &Arc<Gpu>, model: &BmsModel, est: Estimates<'_>, data: &BmsData) -> Result<Predictions> {
+        let r = model.layout().r();
+        let mut out = Jets::with_capacity(data.n(), r);
+        for range in chunks(data.n(), GPU_CHUNK_ROWS) {
+            let start = range.start;
+            let part = data.rows(range)?;
+            let stage = DeviceStage1::new(gpu.clone(), model, &part).map_err(|e| in_chunk(e, start))?;
+            let eval = match stage.evaluate(est.beta) {
+                Ok(eval) => eval,
+                // Some row rejected: the CPU predicts the chunk and lists them.
+                Err(Error::RowRejected { .. }) => {
+                    out.append(cpu_jets(model, est.beta, &part).map_err(|e| in_chunk(e, start))?);
+                    continue;
+                }
+                Err(e) => return Err(in_chunk(e, start)),
+            };
+            let mut jets = Jets {
+                eta: stage.observed_eta()?,
+                intercept: stage.intercepts()?,
+                grad: gpu.download(&eval.grad)?,
+                rejected: Vec::new(),
+            };
+            drop(eval);
+            let redo = divide_out_mills(&mut jets, r);
+            for i in redo {
+                let row = cpu_jets(model, est.beta, &part.rows(i..i + 1)?).map_err(|e| in_chunk(e, start + i))?;
+                jets.eta[i] = row.eta[0];
+                jets.intercept[i] = row.intercept[0];
+                jets.grad[i * r..(i + 1) * r].copy_from_slice(&row.grad);
+                jets.rejected.extend(row.rejected.into_iter().map(|(_, why)| (i, why)));
+            }
+            out.append(jets);
+        }
+        Ok(finish(model, est, &data.designs, out))
+    }
+
+    /// Turn the device's gradients `lambda(-eta) e_u` (label 0, weight 1) into
+    /// e_u; returns the rows to recompute on the CPU (lambda too small).
+    fn divide_out_mills(jets: &mut Jets, r: usize) -> Vec<usize> {
+        let redo: Vec<bool> = jets
+            .grad
+            .par_chunks_mut(r)
+            .zip(&jets.eta)
+            .map(|(g, &eta)| {
+                let (_, mills, _) = log_ndtr_mills_curvature(-eta);
+                if !(mills >= MIN_MILLS && mills.is_finite()) {
+                    return true;
+                }
+                g.iter_mut().for_each(|v| *v /= mills);
+                g.iter().any(|v| !v.is_finite())
+            })
+            .collect();
+        redo.iter().enumerate().filter(|(_, &r)| r).map(|(i, _)| i).collect()
+    }
 }

@@ -6,9 +6,11 @@ use std::sync::{Arc, Mutex};
 
 use cudarc::driver::CudaContext;
 
+#[cfg(feature = "testing")]
+use super::runtime::gpu_for_test;
 use super::runtime::{check_libraries, cuda_err, Gpu};
 #[cfg(feature = "testing")]
-use super::runtime::{gpu_for_test, GpuPolicy};
+use crate::device::GpuPolicy;
 use crate::{Error, Result};
 
 impl Gpu {

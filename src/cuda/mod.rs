@@ -6,7 +6,9 @@
 //!
 //! Nothing here links CUDA at build time: on a machine without it, every entry
 //! point returns an error naming what is missing, and [`select_device`]
-//! falls back to the CPU under `MATFREE_GPU=auto`.
+//! falls back to the CPU under `MATFREE_GPU=auto`. Behind the `cuda` feature
+//! (on by default); the device policy itself is [`crate::device`]'s, and is
+//! re-exported here.
 
 mod backend;
 mod bms;
@@ -23,6 +25,7 @@ mod sharded;
 mod staging;
 mod tiled;
 
+pub use crate::device::{select_device, Device, GpuPolicy};
 pub use backend::CudaBackend;
 pub use bms::{evaluate_device, evaluate_rows_device, BmsDeviceObjective, DeviceRowEvaluation, BMS_KERNELS};
 pub use bms_multi::BmsMultiObjective;
@@ -35,6 +38,6 @@ pub use recorded::Recorded;
 pub use row_hessian::{DeviceDesigns, DeviceRowHessian, HvpPrecision, SingleKernel};
 #[cfg(feature = "testing")]
 pub use runtime::gpu_for_test;
-pub use runtime::{select_device, Device, Gpu, GpuPolicy, KernelModule, LoadedKernels};
+pub use runtime::{Gpu, KernelModule, LoadedKernels};
 pub use sharded::{shard_rows, ShardedRowEvaluation, ShardedRowHessian};
 pub use staging::ScalarCopy;

@@ -1,4 +1,5 @@
-//! Finding the GPU once per process, and the `MATFREE_GPU` policy.
+//! Finding the GPU once per process (the `MATFREE_GPU` policy is
+//! [`crate::device`]'s).
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -9,84 +10,12 @@ use cudarc::driver::{CudaContext, CudaFunction, CudaModule, CudaSlice, CudaStrea
 
 use crate::{Error, Result};
 
-/// How to choose between the CPU and the GPU (`MATFREE_GPU`).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum GpuPolicy {
-    /// Use the GPU when one is found, else the CPU (the default).
-    Auto,
-    /// Use the GPU or fail.
-    Required,
-    /// Always the CPU.
-    Off,
-}
-
-impl GpuPolicy {
-    /// Parse a policy (`auto`, `required`, `off`).
-    pub fn parse(value: &str) -> Result<Self> {
-        match value.trim().to_ascii_lowercase().as_str() {
-            "" | "auto" => Ok(Self::Auto),
-            "required" | "require" | "on" => Ok(Self::Required),
-            "off" | "cpu" | "0" => Ok(Self::Off),
-            _ => Err(Error::invalid(
-                "MATFREE_GPU",
-                value,
-                "must be one of auto, required, off",
-            )),
-        }
-    }
-
-    /// The policy from the environment variable `MATFREE_GPU` (unset: auto).
-    pub fn from_env() -> Result<Self> {
-        Self::parse(&std::env::var("MATFREE_GPU").unwrap_or_default())
-    }
-}
-
-/// The device a computation runs on.
-pub enum Device {
-    /// The CPU, with the reason the GPU is not used.
-    Cpu {
-        /// Why not the GPU.
-        reason: String,
-    },
-    /// The GPU.
-    Gpu(Arc<Gpu>),
-}
-
-impl Device {
-    /// A one-line description for logs and summaries.
-    pub fn describe(&self) -> String {
-        match self {
-            Device::Cpu { reason } => format!("cpu ({} threads; {reason})", rayon::current_num_threads()),
-            Device::Gpu(g) => format!(
-                "gpu: {} (sm_{}{})",
-                g.name, g.compute_capability.0, g.compute_capability.1
-            ),
-        }
-    }
-}
-
-/// Apply a policy: `Off` gives the CPU, `Auto` the GPU if it can be started
-/// and the CPU otherwise, `Required` the GPU or an error naming what failed.
-pub fn select_device(policy: GpuPolicy) -> Result<Device> {
-    match policy {
-        GpuPolicy::Off => Ok(Device::Cpu {
-            reason: "MATFREE_GPU=off".into(),
-        }),
-        GpuPolicy::Auto => Ok(match Gpu::get() {
-            Ok(g) => Device::Gpu(g),
-            Err(e) => Device::Cpu {
-                reason: format!("no usable GPU: {e}"),
-            },
-        }),
-        GpuPolicy::Required => Gpu::get().map(Device::Gpu),
-    }
-}
-
 /// The GPU for a GPU test, under the `MATFREE_GPU` rule: `off` or (with
 /// `auto`) no usable GPU prints that the test skipped and gives `None`;
 /// `required` without a GPU panics, failing the test.
 #[cfg(feature = "testing")]
 pub fn gpu_for_test(test: &str) -> Option<Arc<Gpu>> {
+    use crate::device::{select_device, Device, GpuPolicy};
     let policy = GpuPolicy::from_env().unwrap_or_else(|e| panic!("{test}: {e}"));
     match select_device(policy) {
         Ok(Device::Gpu(g)) => Some(g),
@@ -337,6 +266,14 @@ impl Gpu {
     /// The device's name.
     pub fn name(&self) -> &str {
         &self.name
+    }
+
+    /// A one-line description, e.g. `gpu: NVIDIA H200 (sm_90)`.
+    pub fn describe(&self) -> String {
+        format!(
+            "gpu: {} (sm_{}{})",
+            self.name, self.compute_capability.0, self.compute_capability.1
+        )
     }
 
     /// Host synchronisations and device-to-host copies made so far.

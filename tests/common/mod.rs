@@ -152,6 +152,7 @@ pub fn cpu_operator_results(op: &matfree::RowHessian, v: &[f64], k: usize) -> Ve
 }
 
 /// The same four from a single-GPU device operator.
+#[cfg(feature = "cuda")]
 pub fn device_operator_results(dev: &matfree::cuda::DeviceRowHessian, v: &[f64], k: usize) -> Vec<Vec<f64>> {
     let g = dev.gpu();
     let p = dev.layout().p_total();
