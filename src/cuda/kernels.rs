@@ -429,7 +429,7 @@ impl StagedPlan {
         if stage < align || shared_bytes > g.shared_optin {
             return Ok(None);
         }
-        let kernel = if single { &g.f.hvp_staged_f32 } else { &g.f.hvp_staged };
+        let kernel = staged_kernel(g, a, single);
         let per_sm = kernel
             .occupancy_max_active_blocks_per_multiprocessor(warps as u32 * 32, shared_bytes, None)
             .map_err(|e| cuda_err("hvp_staged occupancy", e))? as usize;
@@ -446,6 +446,17 @@ impl StagedPlan {
 
     pub(crate) fn blocks(&self, n: usize) -> usize {
         n.div_ceil(self.rows_per_block)
+    }
+}
+
+/// The staged HVP's entry point: f64 or f32 rows, any layout or two leading
+/// predictors (the BMS shape, which has its own).
+fn staged_kernel<'g>(g: &'g Gpu, a: &RowArgs, single: bool) -> &'g CudaFunction {
+    match (single, a.pair.is_some()) {
+        (false, false) => &g.f.hvp_staged,
+        (false, true) => &g.f.hvp_staged_pair,
+        (true, false) => &g.f.hvp_staged_f32,
+        (true, true) => &g.f.hvp_staged_f32_pair,
     }
 }
 
@@ -482,9 +493,10 @@ pub(crate) fn hvp_staged(
         .int(plan.stage as i32)
         .int(plan.ring as i32)
         .int(a.r as i32);
-    let (kernel, head) = match single {
-        Some(_) => (&g.f.hvp_staged_f32, head),
-        None => (&g.f.hvp_staged, head.int(a.packed as i32)),
+    let kernel = staged_kernel(g, a, single.is_some());
+    let head = match single {
+        Some(_) => head,
+        None => head.int(a.packed as i32),
     };
     let head = head.int(a.p_total as i32);
     let head = match single {

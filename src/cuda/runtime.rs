@@ -33,6 +33,8 @@ pub(crate) struct Functions {
     pub hvp_fused: CudaFunction,
     pub hvp_staged: CudaFunction,
     pub hvp_staged_f32: CudaFunction,
+    pub hvp_staged_pair: CudaFunction,
+    pub hvp_staged_f32_pair: CudaFunction,
     pub pullback_partial: CudaFunction,
     pub dense_partial: CudaFunction,
     pub dense_staged_partial: CudaFunction,
@@ -390,6 +392,8 @@ fn shared_optin(ctx: &CudaContext, f: &Functions) -> Result<usize> {
         .map_err(|e| cuda_err("shared-memory opt-in limit", e))?;
     grant_shared(optin, "hvp_staged", &f.hvp_staged)?;
     grant_shared(optin, "hvp_staged_f32", &f.hvp_staged_f32)?;
+    grant_shared(optin, "hvp_staged_pair", &f.hvp_staged_pair)?;
+    grant_shared(optin, "hvp_staged_f32_pair", &f.hvp_staged_f32_pair)?;
     Ok(optin.max(0) as usize)
 }
 
@@ -474,6 +478,8 @@ fn compile(ctx: &Arc<CudaContext>, compute_capability: (i32, i32)) -> Result<Fun
         hvp_fused: get(0, "hvp_fused")?,
         hvp_staged: get(0, "hvp_staged")?,
         hvp_staged_f32: get(0, "hvp_staged_f32")?,
+        hvp_staged_pair: get(0, "hvp_staged_pair")?,
+        hvp_staged_f32_pair: get(0, "hvp_staged_f32_pair")?,
         pullback_partial: get(0, "pullback_partial")?,
         dense_partial: get(0, "dense_partial")?,
         dense_staged_partial: get(0, "dense_staged_partial")?,
