@@ -23,6 +23,7 @@ pub mod plot;
 pub mod pool;
 pub mod rng;
 pub mod row_hessian;
+pub mod row_objective;
 
 pub use designs::Designs;
 pub use error::{Error, Result};
@@ -31,6 +32,7 @@ pub use matfree_solvers as solvers;
 /// The ndarray this crate takes and returns (`matfree::arrays`).
 pub use ndarray;
 pub use row_hessian::{joint_gradient, JointGradient, RowHessian};
+pub use row_objective::{RowEvaluator, RowObjective};
 
 /// The README's library example, compiled and run as a doctest.
 #[cfg(doctest)]
