@@ -18,8 +18,10 @@ use rayon::prelude::*;
 
 use crate::designs::{first_non_finite, Designs};
 use crate::layout::{Layout, Via};
-use crate::pool::BufferPool;
-use crate::row_hessian::{check_layout_designs, joint_gradient, reduce_chunks, row_direction, RowHessian, ROW_CHUNK};
+use crate::pool::{BufferPool, PooledVec};
+use crate::row_hessian::{
+    check_layout_designs, joint_gradient, reduce_chunks, row_direction, JointGradient, RowHessian, ROW_CHUNK,
+};
 use crate::{Error, Result};
 
 /// What a model implements: one row's negative log-likelihood in its r
@@ -111,7 +113,7 @@ impl<E: RowEvaluator> RowObjective<E> {
     }
 
     /// Every row's value, gradient and Hessian at beta (n, n r, n r^2).
-    fn rows(&self, beta: &[f64]) -> (Vec<f64>, Vec<f64>, crate::pool::PooledVec) {
+    fn rows(&self, beta: &[f64]) -> (Vec<f64>, Vec<f64>, PooledVec) {
         let (n, r) = (self.designs.n(), self.layout.r());
         let (mut neglog, mut grad) = (vec![0.0; n], vec![0.0; n * r]);
         let mut hess = self.buffers.take(n * r * r);
@@ -127,6 +129,23 @@ impl<E: RowEvaluator> RowObjective<E> {
             });
         });
         (neglog, grad, hess)
+    }
+
+    /// The joint value and gradient at beta with the row Hessians (n r^2),
+    /// on the host; `None` outside the model's domain (a non-finite row).
+    pub(crate) fn host_evaluation(&self, beta: &[f64]) -> SolverResult<Option<(JointGradient, PooledVec)>> {
+        expect_len("beta", beta.len(), self.layout.p_total())?;
+        let (neglog, grad, hess) = self.rows(beta);
+        if [&neglog[..], &grad, &hess]
+            .iter()
+            .any(|x| first_non_finite(x).is_some())
+        {
+            return Ok(None); // outside the model's domain (the trait's rule)
+        }
+        Ok(Some((
+            joint_gradient(&self.layout, &self.designs, &neglog, &grad)?,
+            hess,
+        )))
     }
 }
 
@@ -154,15 +173,9 @@ impl<E: RowEvaluator> Objective<CpuBackend> for RowObjective<E> {
     }
 
     fn evaluate(&self, beta: &[f64]) -> SolverResult<Option<Evaluation<'_, CpuBackend>>> {
-        expect_len("beta", beta.len(), self.dim())?;
-        let (neglog, grad, hess) = self.rows(beta);
-        if [&neglog[..], &grad, &hess]
-            .iter()
-            .any(|x| first_non_finite(x).is_some())
-        {
-            return Ok(None); // outside the model's domain (the trait's rule)
-        }
-        let joint = joint_gradient(&self.layout, &self.designs, &neglog, &grad)?;
+        let Some((joint, hess)) = self.host_evaluation(beta)? else {
+            return Ok(None);
+        };
         let hessian = RowHessian::with_storage(self.layout.clone(), self.designs.clone(), hess)?;
         Ok(Some(Evaluation {
             value: joint.neglog,

@@ -5,7 +5,7 @@
 //! `gam(..., paraPen, method = "REML")` at tolerances 1e-12 and wrote
 //! `tests/data/own_model_mgcv.json`. The fit runs with
 //! `model::options()`: REML to a projected gradient of 1e-9 edf, inner
-//! Newton to a decrement of 1e-20. Then the generic row objective on a
+//! Newton to a decrement of 1e-20; on the GPU too, where there is one. Then the generic row objective on a
 //! layout with a direct block, against its own derivatives.
 
 #[path = "../examples/own_model/model.rs"]
@@ -13,14 +13,18 @@ mod model;
 
 use std::sync::Arc;
 
-use matfree::solvers::{fd_hessian_derivative, CpuBackend, Objective};
+use matfree::cuda::{gpu_for_test, CudaBackend, DeviceRowObjective};
+use matfree::solvers::reml::RemlFit;
+use matfree::solvers::{fd_hessian_derivative, CpuBackend, Objective, PcgKernels};
 use matfree::{Block, Designs, Layout, RowEvaluator, RowObjective};
 use serde_json::Value;
 
 const TOL: f64 = 1e-5;
 
+/// Relative to the package root, where cargo runs tests (and where a
+/// staged binary runs on the device machine, whose checkout lies elsewhere).
 fn data(file: &str) -> String {
-    format!("{}/tests/data/{file}", env!("CARGO_MANIFEST_DIR"))
+    format!("tests/data/{file}")
 }
 
 fn numbers(v: &Value, key: &str) -> Vec<f64> {
@@ -42,47 +46,44 @@ fn close(what: &str, got: &[f64], want: &[f64]) {
     }
 }
 
-#[test]
-fn the_own_model_fit_matches_mgcv() {
-    let own = model::fit(&data("own_model.csv")).unwrap();
+/// The fit on `backend`, held to mgcv's values.
+fn matches_mgcv<B: PcgKernels>(backend: &B, objective: &dyn Objective<B>, problem: &model::Problem) -> RemlFit {
+    let (fit, stats) = model::fit_on(backend, objective, &problem.penalty).unwrap();
     let reference: Value =
         serde_json::from_str(&std::fs::read_to_string(data("own_model_mgcv.json")).unwrap()).unwrap();
-    let (fit, p) = (&own.fit, own.fit.laml.beta.len());
+    let p = fit.laml.beta.len();
     assert!(fit.report.converged, "{:?}", fit.report.termination);
     let se = |v: &[f64], p: usize| (0..p).map(|j| v[j * p + j].sqrt()).collect::<Vec<_>>();
     close("lambda", &fit.lambda, &numbers(&reference, "lambda"));
-    close("edf_total", &[own.stats.edf.total], &numbers(&reference, "edf_total"));
-    close("edf_smooth", &own.stats.edf.blocks, &numbers(&reference, "edf_smooth"));
+    close("edf_total", &[stats.edf.total], &numbers(&reference, "edf_total"));
+    close("edf_smooth", &stats.edf.blocks, &numbers(&reference, "edf_smooth"));
     close("coefficients", &fit.laml.beta, &numbers(&reference, "coefficients"));
-    close("se", &se(&own.stats.covariance, p), &numbers(&reference, "se"));
+    close("se", &se(&stats.covariance, p), &numbers(&reference, "se"));
     // The smooth in the B-spline basis (Z b, Z V Z^T): independent of the
     // null-space basis either side's QR chose.
-    let spline = 2..p;
-    let b = own
-        .constraint
-        .expand_coefficients(&fit.laml.beta[spline.clone()])
-        .unwrap();
+    let (spline, z) = (2..p, &problem.constraint);
+    let b = z.expand_coefficients(&fit.laml.beta[spline.clone()]).unwrap();
     close("spline_coefficients", &b, &numbers(&reference, "spline_coefficients"));
-    let v: Vec<f64> = spline
-        .clone()
-        .flat_map(|i| spline.clone().map(move |j| (i, j)))
-        .map(|(i, j)| own.stats.covariance[i * p + j])
-        .collect();
-    let k = own.constraint.dim();
-    close(
-        "spline_se",
-        &se(&own.constraint.expand_covariance(&v).unwrap(), k),
-        &numbers(&reference, "spline_se"),
-    );
+    let pairs = spline.clone().flat_map(|i| spline.clone().map(move |j| (i, j)));
+    let v: Vec<f64> = pairs.map(|(i, j)| stats.covariance[i * p + j]).collect();
+    let spline_se = se(&z.expand_covariance(&v).unwrap(), z.dim());
+    close("spline_se", &spline_se, &numbers(&reference, "spline_se"));
     // mgcv's score is matfree's V less Mp ln(2 pi) / 2 (Mp = 3 unpenalised
     // dimensions); the R script checked that constant on its own parts.
-    assert_eq!(own.null_space_dim as f64, numbers(&reference, "null_space_dim")[0]);
-    let constant = -(own.null_space_dim as f64) * (2.0 * std::f64::consts::PI).ln() / 2.0;
+    assert_eq!(problem.null_space_dim as f64, numbers(&reference, "null_space_dim")[0]);
+    let constant = -(problem.null_space_dim as f64) * (2.0 * std::f64::consts::PI).ln() / 2.0;
     close(
         "reml_score",
         &[fit.laml.value + constant],
         &numbers(&reference, "reml_score"),
     );
+    fit
+}
+
+#[test]
+fn the_own_model_fit_matches_mgcv() {
+    let problem = model::problem(&data("own_model.csv")).unwrap();
+    matches_mgcv(&CpuBackend::new(), &problem.objective, &problem);
 }
 
 /// The same bits on one thread as on three.
@@ -90,13 +91,43 @@ fn the_own_model_fit_matches_mgcv() {
 fn the_fit_is_the_same_for_any_thread_count() {
     let on = |threads: usize| {
         let pool = rayon::ThreadPoolBuilder::new().num_threads(threads).build().unwrap();
-        let own = pool.install(|| model::fit(&data("own_model.csv")).unwrap());
+        let fit = pool.install(|| {
+            let problem = model::problem(&data("own_model.csv")).unwrap();
+            model::fit_on(&CpuBackend::new(), &problem.objective, &problem.penalty)
+                .unwrap()
+                .0
+        });
         (
-            own.fit.laml.value.to_bits(),
-            own.fit.laml.beta.iter().map(|b| b.to_bits()).collect::<Vec<_>>(),
+            fit.laml.value.to_bits(),
+            fit.laml.beta.iter().map(|b| b.to_bits()).collect::<Vec<_>>(),
         )
     };
     assert_eq!(on(1), on(3));
+}
+
+/// On the GPU (the rows on the host, their Hessians uploaded): mgcv's
+/// values as on the CPU, and the CPU fit's to 1e-9.
+#[test]
+#[ignore = "needs a GPU: runs on the device with --include-ignored (tools/gpu-tests.sh)"]
+fn gpu_the_own_model_fit_matches_mgcv_and_the_cpu() {
+    let Some(gpu) = gpu_for_test("gpu_the_own_model_fit_matches_mgcv_and_the_cpu") else {
+        return;
+    };
+    let cpu_problem = model::problem(&data("own_model.csv")).unwrap();
+    let cpu = matches_mgcv(&CpuBackend::new(), &cpu_problem.objective, &cpu_problem);
+    let problem = model::problem(&data("own_model.csv")).unwrap();
+    let device =
+        DeviceRowObjective::new(gpu.clone(), model::problem(&data("own_model.csv")).unwrap().objective).unwrap();
+    let fit = matches_mgcv(&CudaBackend::new(gpu).unwrap(), &device, &problem);
+    for (g, c) in fit
+        .laml
+        .beta
+        .iter()
+        .chain(&fit.lambda)
+        .zip(cpu.laml.beta.iter().chain(&cpu.lambda))
+    {
+        assert!((g - c).abs() <= 1e-9 * c.abs(), "GPU {g:e} vs CPU {c:e}");
+    }
 }
 
 /// A two-coordinate row, theta = (eta = x . beta_0, a direct coefficient c):

@@ -10,7 +10,7 @@ use std::error::Error;
 use std::sync::Arc;
 
 use matfree::solvers::reml::{reml, RemlFit, RemlOptions};
-use matfree::solvers::{Constraint, CpuBackend, FitStatistics, NewtonOptions, Penalty, PenaltyBlock};
+use matfree::solvers::{Constraint, FitStatistics, NewtonOptions, Objective, PcgKernels, Penalty, PenaltyBlock};
 use matfree::{Designs, Layout, PSpline, RowEvaluator, RowObjective};
 
 /// The spline's basis dimension (before the constraint).
@@ -61,13 +61,14 @@ pub fn read(path: &str) -> Result<Vec<Row>, Box<dyn Error>> {
     }
 }
 
-/// The fit and what it reports.
-pub struct OwnFit {
-    pub fit: RemlFit,
-    pub stats: FitStatistics,
+/// The model on one data set: its objective, penalty and the smooth's
+/// constraint.
+pub struct Problem {
+    pub objective: RowObjective<Logit>,
+    pub penalty: Penalty,
     pub constraint: Constraint,
     /// Unpenalised dimensions, p - rank(S): mgcv's REML score is
-    /// `fit.laml.value - null_space_dim ln(2 pi) / 2`.
+    /// matfree's V less `null_space_dim ln(2 pi) / 2`.
     pub null_space_dim: usize,
 }
 
@@ -89,8 +90,8 @@ pub fn options() -> RemlOptions {
     }
 }
 
-/// Fit the model to the rows of `path`.
-pub fn fit(path: &str) -> Result<OwnFit, Box<dyn Error>> {
+/// The model on the rows of `path`.
+pub fn problem(path: &str) -> Result<Problem, Box<dyn Error>> {
     let rows = read(path)?;
     let (n, x2): (usize, Vec<f64>) = (rows.len(), rows.iter().map(|r| r.x2).collect());
     let spline = PSpline::over(&x2, K)?;
@@ -115,14 +116,23 @@ pub fn fit(path: &str) -> Result<OwnFit, Box<dyn Error>> {
     )?;
     let model = Logit(rows.iter().map(|r| r.y).collect());
     let objective = RowObjective::new(Layout::glm(p)?, Arc::new(Designs::single(n, p, x)?), model)?;
-    let backend = CpuBackend::new();
-    let fit = reml(&backend, &objective, &penalty, None, &vec![0.0; p], &options())?;
-    let stats = fit.statistics(&backend, &penalty)?;
     let null_space_dim = p - penalty.ranks().iter().sum::<usize>();
-    Ok(OwnFit {
-        fit,
-        stats,
+    Ok(Problem {
+        objective,
+        penalty,
         constraint,
         null_space_dim,
     })
+}
+
+/// The REML fit and its statistics on `backend` (the CPU's, or a GPU's
+/// with the objective's Hessians uploaded).
+pub fn fit_on<B: PcgKernels>(
+    backend: &B,
+    objective: &dyn Objective<B>,
+    penalty: &Penalty,
+) -> Result<(RemlFit, FitStatistics), Box<dyn Error>> {
+    let fit = reml(backend, objective, penalty, None, &vec![0.0; penalty.dim()], &options())?;
+    let stats = fit.statistics(backend, penalty)?;
+    Ok((fit, stats))
 }
