@@ -27,8 +27,10 @@ pub mod fixture;
 pub mod layout;
 pub mod plot;
 pub mod pool;
+pub mod pspline;
 pub mod rng;
 pub mod row_hessian;
+pub mod row_objective;
 
 pub use designs::Designs;
 pub use error::{Error, Result};
@@ -36,7 +38,9 @@ pub use layout::{Block, Layout};
 pub use matfree_solvers as solvers;
 /// The ndarray this crate takes and returns (`matfree::arrays`).
 pub use ndarray;
+pub use pspline::PSpline;
 pub use row_hessian::{joint_gradient, JointGradient, RowHessian};
+pub use row_objective::{RowEvaluator, RowObjective};
 
 /// The README's library example, compiled and run as a doctest.
 #[cfg(doctest)]

@@ -66,7 +66,7 @@ pub(crate) fn check_design_widths(layout: &Layout, widths: &[usize]) -> Result<(
 }
 
 /// Sum per-chunk partial vectors of length `len` in chunk order.
-fn reduce_chunks(
+pub(crate) fn reduce_chunks(
     n: usize,
     len: usize,
     chunk: usize,
@@ -245,7 +245,7 @@ pub fn joint_gradient(layout: &Layout, designs: &Designs, neglog: &[f64], grad: 
 }
 
 /// theta-direction of row i: d = P_i v.
-fn row_direction(layout: &Layout, designs: &Designs, i: usize, v: &[f64], d: &mut [f64]) {
+pub(crate) fn row_direction(layout: &Layout, designs: &Designs, i: usize, v: &[f64], d: &mut [f64]) {
     for (j, range) in layout.predictors().iter().enumerate() {
         d[j] = dot(designs.row(j, i), &v[range.clone()]);
     }

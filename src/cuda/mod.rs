@@ -20,6 +20,7 @@ mod kernels;
 mod multi;
 mod recorded;
 mod row_hessian;
+mod row_objective;
 mod runtime;
 mod sharded;
 mod staging;
@@ -36,6 +37,7 @@ pub use devices::{gpus_for_test, setup_for_test};
 pub use multi::{GpuGroup, MultiGpuBackend, Replicated};
 pub use recorded::Recorded;
 pub use row_hessian::{DeviceDesigns, DeviceRowHessian, HvpPrecision, SingleKernel};
+pub use row_objective::DeviceRowObjective;
 #[cfg(feature = "testing")]
 pub use runtime::gpu_for_test;
 pub use runtime::{Gpu, KernelModule, LoadedKernels};

@@ -1,0 +1,252 @@
+//! A Newton/REML objective from a model's rows. The model says, for row i
+//! at its coordinates theta_i, the negative log-likelihood with its gradient
+//! and Hessian in theta ([`RowEvaluator`]); [`RowObjective`] does the rest
+//! for any [`Layout`]: theta_i = P_i beta for every row, the model's rows in
+//! parallel, the joint gradient sum_i P_i^T g_i and the [`RowHessian`].
+//!
+//! Each row writes its own slots and every sum over rows is a fixed-order
+//! chunked reduction (see [`crate::row_hessian`]), so an evaluation is
+//! bitwise the same for any number of threads.
+
+use std::rc::Rc;
+use std::sync::Arc;
+
+use matfree_solvers::newton::{fd_hessian_derivative, CostEstimate, Evaluation, Objective};
+use matfree_solvers::operator::expect_len;
+use matfree_solvers::{CpuBackend, Result as SolverResult};
+use rayon::prelude::*;
+
+use crate::designs::{first_non_finite, Designs};
+use crate::layout::{Layout, Via};
+use crate::pool::{BufferPool, PooledVec};
+use crate::row_hessian::{
+    check_layout_designs, joint_gradient, reduce_chunks, row_direction, JointGradient, RowHessian, ROW_CHUNK,
+};
+use crate::{Error, Result};
+
+/// What a model implements: one row's negative log-likelihood in its r
+/// coordinates theta (the layout's linear predictors, then its direct
+/// blocks). A non-finite value, gradient or Hessian entry means theta is
+/// outside the model's domain (Newton then shortens its step).
+pub trait RowEvaluator: Sync {
+    /// Row i's negative log-likelihood at `theta` (length r); its gradient
+    /// goes to `grad` (r) and its Hessian to `hess` (r x r, row-major,
+    /// symmetric). Both arrive zeroed, so only non-zero entries need
+    /// writing.
+    fn row(&self, i: usize, theta: &[f64], grad: &mut [f64], hess: &mut [f64]) -> f64;
+
+    /// The value alone (default: [`RowEvaluator::row`] into scratch);
+    /// override it together with [`RowEvaluator::cheap_value`].
+    fn row_value(&self, i: usize, theta: &[f64]) -> f64 {
+        let r = theta.len();
+        let (mut grad, mut hess) = (vec![0.0; r], vec![0.0; r * r]);
+        self.row(i, theta, &mut grad, &mut hess)
+    }
+
+    /// Whether [`RowEvaluator::row_value`] is much cheaper than
+    /// [`RowEvaluator::row`] (default false: line searches then keep full
+    /// evaluations, so none is repeated).
+    fn cheap_value(&self) -> bool {
+        false
+    }
+
+    /// Whether [`RowEvaluator::row_hessian_derivative`] is implemented
+    /// (default false: REML then differences Hessians, one extra
+    /// evaluation a smoothing parameter, with an error of order its step).
+    fn has_hessian_derivative(&self) -> bool {
+        false
+    }
+
+    /// d/dt H_i(theta + t dtheta) at t = 0 into `out` (r x r, zeroed):
+    /// the third derivatives contracted with `dtheta`. Called only where
+    /// [`RowEvaluator::has_hessian_derivative`] says so.
+    fn row_hessian_derivative(&self, _i: usize, _theta: &[f64], _dtheta: &[f64], _out: &mut [f64]) {}
+}
+
+/// sum_i neglog_i(theta_i(beta)) over a layout and its designs, with the
+/// Hessian as a [`RowHessian`] on the CPU.
+pub struct RowObjective<E> {
+    layout: Layout,
+    designs: Arc<Designs>,
+    evaluator: E,
+    /// The row Hessians' memory, reused across evaluations.
+    buffers: BufferPool,
+    scales: Vec<f64>,
+}
+
+impl<E: RowEvaluator> RowObjective<E> {
+    /// The objective of `evaluator` with one design per predictor of
+    /// `layout`, each of the predictor's width.
+    pub fn new(layout: Layout, designs: Arc<Designs>, evaluator: E) -> Result<Self> {
+        check_layout_designs(&layout, &designs)?;
+        let scales = column_scales(&layout, &designs);
+        Ok(Self {
+            layout,
+            designs,
+            evaluator,
+            buffers: BufferPool::default(),
+            scales,
+        })
+    }
+
+    /// The layout.
+    pub fn layout(&self) -> &Layout {
+        &self.layout
+    }
+    /// The designs.
+    pub fn designs(&self) -> &Arc<Designs> {
+        &self.designs
+    }
+    /// The model.
+    pub fn evaluator(&self) -> &E {
+        &self.evaluator
+    }
+
+    /// f(i, k, theta_i) for the rows of chunk c (k the row's place in it).
+    fn chunk_rows(&self, c: usize, beta: &[f64], mut f: impl FnMut(usize, usize, &[f64])) {
+        let mut theta = vec![0.0; self.layout.r()];
+        let rows = c * ROW_CHUNK..((c + 1) * ROW_CHUNK).min(self.designs.n());
+        for (k, i) in rows.enumerate() {
+            row_direction(&self.layout, &self.designs, i, beta, &mut theta);
+            f(i, k, &theta);
+        }
+    }
+
+    /// Every row's value, gradient and Hessian at beta (n, n r, n r^2).
+    fn rows(&self, beta: &[f64]) -> (Vec<f64>, Vec<f64>, PooledVec) {
+        let (n, r) = (self.designs.n(), self.layout.r());
+        let (mut neglog, mut grad) = (vec![0.0; n], vec![0.0; n * r]);
+        let mut hess = self.buffers.take(n * r * r);
+        let chunks = neglog
+            .par_chunks_mut(ROW_CHUNK)
+            .zip(grad.par_chunks_mut(ROW_CHUNK * r))
+            .zip(hess.par_chunks_mut(ROW_CHUNK * r * r));
+        chunks.enumerate().for_each(|(c, ((v, g), h))| {
+            h.fill(0.0); // a pooled buffer holds the last evaluation's rows
+            self.chunk_rows(c, beta, |i, k, theta| {
+                let (g, h) = (&mut g[k * r..(k + 1) * r], &mut h[k * r * r..(k + 1) * r * r]);
+                v[k] = self.evaluator.row(i, theta, g, h);
+            });
+        });
+        (neglog, grad, hess)
+    }
+
+    /// The joint value and gradient at beta with the row Hessians (n r^2),
+    /// on the host; `None` outside the model's domain (a non-finite row).
+    pub(crate) fn host_evaluation(&self, beta: &[f64]) -> SolverResult<Option<(JointGradient, PooledVec)>> {
+        expect_len("beta", beta.len(), self.layout.p_total())?;
+        let (neglog, grad, hess) = self.rows(beta);
+        if [&neglog[..], &grad, &hess]
+            .iter()
+            .any(|x| first_non_finite(x).is_some())
+        {
+            return Ok(None); // outside the model's domain (the trait's rule)
+        }
+        Ok(Some((
+            joint_gradient(&self.layout, &self.designs, &neglog, &grad)?,
+            hess,
+        )))
+    }
+}
+
+/// Each beta column's root mean square over the rows (1 for a direct
+/// coefficient or an all-zero column): Newton's step cap is in these units.
+fn column_scales(layout: &Layout, designs: &Designs) -> Vec<f64> {
+    let n = designs.n() as f64;
+    let rms = |design: usize, col: usize| {
+        let p = designs.widths()[design];
+        let ss: f64 = designs.matrix(design).iter().skip(col).step_by(p).map(|x| x * x).sum();
+        Some((ss / n).sqrt())
+            .filter(|s| *s > 0.0 && s.is_finite())
+            .unwrap_or(1.0)
+    };
+    let scale = |via: Via| match via {
+        Via::Design { design, col } => rms(design, col),
+        Via::Direct => 1.0,
+    };
+    layout.column_map().into_iter().map(|(_, via)| scale(via)).collect()
+}
+
+impl<E: RowEvaluator> Objective<CpuBackend> for RowObjective<E> {
+    fn dim(&self) -> usize {
+        self.layout.p_total()
+    }
+
+    fn evaluate(&self, beta: &[f64]) -> SolverResult<Option<Evaluation<'_, CpuBackend>>> {
+        let Some((joint, hess)) = self.host_evaluation(beta)? else {
+            return Ok(None);
+        };
+        let hessian = RowHessian::with_storage(self.layout.clone(), self.designs.clone(), hess)?;
+        Ok(Some(Evaluation {
+            value: joint.neglog,
+            gradient: joint.gradient,
+            hessian: Rc::new(hessian),
+        }))
+    }
+
+    fn value(&self, beta: &[f64]) -> SolverResult<Option<f64>> {
+        if !self.evaluator.cheap_value() {
+            return Ok(self.evaluate(beta)?.map(|e| e.value));
+        }
+        expect_len("beta", beta.len(), self.dim())?;
+        let n = self.designs.n();
+        let sum = reduce_chunks(n, 1, ROW_CHUNK, |rows, acc| {
+            self.chunk_rows(rows.start / ROW_CHUNK, beta, |i, _, theta| {
+                acc[0] += self.evaluator.row_value(i, theta);
+            });
+        })[0];
+        Ok(sum.is_finite().then_some(sum))
+    }
+
+    fn cheap_value(&self) -> bool {
+        self.evaluator.cheap_value()
+    }
+
+    /// An HVP reads each row's Hessian and design rows once; the dense
+    /// assembly adds p^2 a row.
+    fn cost(&self) -> CostEstimate {
+        let (n, r, p) = (self.designs.n() as f64, self.layout.r() as f64, self.dim() as f64);
+        CostEstimate {
+            hvp: 2.0 * n * (r * r + p),
+            dense_assembly: 3.0 * n * p * p,
+        }
+    }
+
+    fn coefficient_scales(&self) -> Option<Vec<f64>> {
+        Some(self.scales.clone())
+    }
+
+    fn exact_hessian_derivative(&self) -> bool {
+        self.evaluator.has_hessian_derivative()
+    }
+
+    fn hessian_derivative(
+        &self,
+        beta: &[f64],
+        hessian: &[f64],
+        direction: &[f64],
+        step: f64,
+    ) -> SolverResult<Vec<f64>> {
+        if !self.evaluator.has_hessian_derivative() {
+            return fd_hessian_derivative(self, beta, hessian, direction, step);
+        }
+        expect_len("beta", beta.len(), self.dim())?;
+        expect_len("direction", direction.len(), self.dim())?;
+        let (n, r) = (self.designs.n(), self.layout.r());
+        let mut dh = self.buffers.take(n * r * r);
+        dh.par_chunks_mut(ROW_CHUNK * r * r).enumerate().for_each(|(c, h)| {
+            h.fill(0.0);
+            let mut d = vec![0.0; r];
+            self.chunk_rows(c, beta, |i, k, theta| {
+                row_direction(&self.layout, &self.designs, i, direction, &mut d);
+                let out = &mut h[k * r * r..(k + 1) * r * r];
+                self.evaluator.row_hessian_derivative(i, theta, &d, out);
+            });
+        });
+        if let Some(at) = first_non_finite(&dh) {
+            let field = format!("row_hessian_derivative[row {}][{}]", at / (r * r), at % (r * r));
+            return Err(Error::invalid(field, dh[at], "must be finite at a point inside the domain").into());
+        }
+        Ok(RowHessian::with_storage(self.layout.clone(), self.designs.clone(), dh)?.dense_host())
+    }
+}

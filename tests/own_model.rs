@@ -1,0 +1,212 @@
+//! A user's own model (`examples/own_model/model.rs`: penalised logistic
+//! regression y ~ x1 + s(x2) with a P-spline, REML) against mgcv on the
+//! committed data set: `tests/mgcv/own_model.R` simulated
+//! `tests/data/own_model.csv`, fitted the same design and penalty with
+//! `gam(..., paraPen, method = "REML")` at tolerances 1e-12 and wrote
+//! `tests/data/own_model_mgcv.json`. The fit runs with
+//! `model::options()`: REML to a projected gradient of 1e-9 edf, inner
+//! Newton to a decrement of 1e-20; on the GPU too, where there is one. Then the generic row objective on a
+//! layout with a direct block, against its own derivatives.
+
+#[path = "../examples/own_model/model.rs"]
+mod model;
+
+use std::sync::Arc;
+
+use matfree::cuda::{gpu_for_test, CudaBackend, DeviceRowObjective};
+use matfree::solvers::reml::RemlFit;
+use matfree::solvers::{fd_hessian_derivative, CpuBackend, Objective, PcgKernels};
+use matfree::{Block, Designs, Layout, RowEvaluator, RowObjective};
+use serde_json::Value;
+
+const TOL: f64 = 1e-5;
+
+/// Relative to the package root, where cargo runs tests (and where a
+/// staged binary runs on the device machine, whose checkout lies elsewhere).
+fn data(file: &str) -> String {
+    format!("tests/data/{file}")
+}
+
+fn numbers(v: &Value, key: &str) -> Vec<f64> {
+    match &v[key] {
+        Value::Array(a) => a.iter().map(|x| x.as_f64().expect("a number")).collect(),
+        x => vec![x.as_f64().unwrap_or_else(|| panic!("{key} is not a number"))],
+    }
+}
+
+/// Every entry within TOL of mgcv's, relative.
+fn close(what: &str, got: &[f64], want: &[f64]) {
+    assert_eq!(got.len(), want.len(), "{what}: lengths");
+    for (j, (g, w)) in got.iter().zip(want).enumerate() {
+        let rel = (g - w).abs() / w.abs();
+        assert!(
+            rel <= TOL,
+            "{what}[{j}]: matfree {g:.12e}, mgcv {w:.12e}, relative {rel:.2e}"
+        );
+    }
+}
+
+/// The fit on `backend`, held to mgcv's values.
+fn matches_mgcv<B: PcgKernels>(backend: &B, objective: &dyn Objective<B>, problem: &model::Problem) -> RemlFit {
+    let (fit, stats) = model::fit_on(backend, objective, &problem.penalty).unwrap();
+    let reference: Value =
+        serde_json::from_str(&std::fs::read_to_string(data("own_model_mgcv.json")).unwrap()).unwrap();
+    let p = fit.laml.beta.len();
+    assert!(fit.report.converged, "{:?}", fit.report.termination);
+    let se = |v: &[f64], p: usize| (0..p).map(|j| v[j * p + j].sqrt()).collect::<Vec<_>>();
+    close("lambda", &fit.lambda, &numbers(&reference, "lambda"));
+    close("edf_total", &[stats.edf.total], &numbers(&reference, "edf_total"));
+    close("edf_smooth", &stats.edf.blocks, &numbers(&reference, "edf_smooth"));
+    close("coefficients", &fit.laml.beta, &numbers(&reference, "coefficients"));
+    close("se", &se(&stats.covariance, p), &numbers(&reference, "se"));
+    // The smooth in the B-spline basis (Z b, Z V Z^T): independent of the
+    // null-space basis either side's QR chose.
+    let (spline, z) = (2..p, &problem.constraint);
+    let b = z.expand_coefficients(&fit.laml.beta[spline.clone()]).unwrap();
+    close("spline_coefficients", &b, &numbers(&reference, "spline_coefficients"));
+    let pairs = spline.clone().flat_map(|i| spline.clone().map(move |j| (i, j)));
+    let v: Vec<f64> = pairs.map(|(i, j)| stats.covariance[i * p + j]).collect();
+    let spline_se = se(&z.expand_covariance(&v).unwrap(), z.dim());
+    close("spline_se", &spline_se, &numbers(&reference, "spline_se"));
+    // mgcv's score is matfree's V less Mp ln(2 pi) / 2 (Mp = 3 unpenalised
+    // dimensions); the R script checked that constant on its own parts.
+    assert_eq!(problem.null_space_dim as f64, numbers(&reference, "null_space_dim")[0]);
+    let constant = -(problem.null_space_dim as f64) * (2.0 * std::f64::consts::PI).ln() / 2.0;
+    close(
+        "reml_score",
+        &[fit.laml.value + constant],
+        &numbers(&reference, "reml_score"),
+    );
+    fit
+}
+
+#[test]
+fn the_own_model_fit_matches_mgcv() {
+    let problem = model::problem(&data("own_model.csv")).unwrap();
+    matches_mgcv(&CpuBackend::new(), &problem.objective, &problem);
+}
+
+/// The same bits on one thread as on three.
+#[test]
+fn the_fit_is_the_same_for_any_thread_count() {
+    let on = |threads: usize| {
+        let pool = rayon::ThreadPoolBuilder::new().num_threads(threads).build().unwrap();
+        let fit = pool.install(|| {
+            let problem = model::problem(&data("own_model.csv")).unwrap();
+            model::fit_on(&CpuBackend::new(), &problem.objective, &problem.penalty)
+                .unwrap()
+                .0
+        });
+        (
+            fit.laml.value.to_bits(),
+            fit.laml.beta.iter().map(|b| b.to_bits()).collect::<Vec<_>>(),
+        )
+    };
+    assert_eq!(on(1), on(3));
+}
+
+/// On the GPU (the rows on the host, their Hessians uploaded): mgcv's
+/// values as on the CPU, and the CPU fit's to 1e-9.
+#[test]
+#[ignore = "needs a GPU: runs on the device with --include-ignored (tools/gpu-tests.sh)"]
+fn gpu_the_own_model_fit_matches_mgcv_and_the_cpu() {
+    let Some(gpu) = gpu_for_test("gpu_the_own_model_fit_matches_mgcv_and_the_cpu") else {
+        return;
+    };
+    let cpu_problem = model::problem(&data("own_model.csv")).unwrap();
+    let cpu = matches_mgcv(&CpuBackend::new(), &cpu_problem.objective, &cpu_problem);
+    let problem = model::problem(&data("own_model.csv")).unwrap();
+    let device =
+        DeviceRowObjective::new(gpu.clone(), model::problem(&data("own_model.csv")).unwrap().objective).unwrap();
+    let fit = matches_mgcv(&CudaBackend::new(gpu).unwrap(), &device, &problem);
+    for (g, c) in fit
+        .laml
+        .beta
+        .iter()
+        .chain(&fit.lambda)
+        .zip(cpu.laml.beta.iter().chain(&cpu.lambda))
+    {
+        assert!((g - c).abs() <= 1e-9 * c.abs(), "GPU {g:e} vs CPU {c:e}");
+    }
+}
+
+/// A two-coordinate row, theta = (eta = x . beta_0, a direct coefficient c):
+/// neglog = exp(eta + c) - y (eta + c) + c^2 / 2, a Poisson term with an
+/// offset c shared by every row. Infinite where eta + c > 700.
+struct Shared {
+    y: Vec<f64>,
+}
+
+impl RowEvaluator for Shared {
+    fn row(&self, i: usize, t: &[f64], grad: &mut [f64], hess: &mut [f64]) -> f64 {
+        let (s, c) = (t[0] + t[1], t[1]);
+        let e = if s > 700.0 { f64::INFINITY } else { s.exp() };
+        grad.copy_from_slice(&[e - self.y[i], e - self.y[i] + c]);
+        hess.copy_from_slice(&[e, e, e, e + 1.0]);
+        e - self.y[i] * s + c * c / 2.0
+    }
+    fn has_hessian_derivative(&self) -> bool {
+        true
+    }
+    fn row_hessian_derivative(&self, _i: usize, t: &[f64], d: &[f64], out: &mut [f64]) {
+        out.fill((t[0] + t[1]).exp() * (d[0] + d[1]));
+    }
+}
+
+fn shared_objective(n: usize) -> RowObjective<Shared> {
+    let x: Vec<f64> = (0..n).flat_map(|i| [1.0, (i as f64 / n as f64) - 0.5]).collect();
+    let designs = Arc::new(Designs::single(n, 2, x).unwrap());
+    let layout = Layout::new(&[Block::Predictor(2), Block::Direct(1)]).unwrap();
+    RowObjective::new(
+        layout,
+        designs,
+        Shared {
+            y: (0..n).map(|i| (i % 4) as f64).collect(),
+        },
+    )
+    .unwrap()
+}
+
+#[test]
+fn a_row_objective_over_a_direct_block_has_its_own_derivatives() {
+    let obj = shared_objective(1000);
+    let beta = [0.3, -0.8, 0.2];
+    let ev = obj.evaluate(&beta).unwrap().unwrap();
+    let h = ev.hessian.to_dense().unwrap();
+    // Central differences of the value give the gradient, of the gradient the Hessian.
+    let shifted = |j: usize, t: f64| {
+        let mut b = beta;
+        b[j] += t;
+        obj.evaluate(&b).unwrap().unwrap()
+    };
+    let t = 1e-5;
+    for j in 0..3 {
+        let (up, down) = (shifted(j, t), shifted(j, -t));
+        let fd = (up.value - down.value) / (2.0 * t);
+        assert!(
+            (fd - ev.gradient[j]).abs() <= 1e-6 * ev.gradient[j].abs().max(1.0),
+            "gradient[{j}]"
+        );
+        for k in 0..3 {
+            let fd = (up.gradient[k] - down.gradient[k]) / (2.0 * t);
+            assert!(
+                (fd - h[k * 3 + j]).abs() <= 1e-6 * h[k * 3 + j].abs().max(1.0),
+                "hessian[{k},{j}]"
+            );
+        }
+    }
+    let d = [0.5, 1.0, -0.25];
+    let exact = obj.hessian_derivative(&beta, &h, &d, 1e-6).unwrap();
+    let fd = fd_hessian_derivative::<CpuBackend, _>(&obj, &beta, &h, &d, 1e-6).unwrap();
+    for (e, f) in exact.iter().zip(&fd) {
+        assert!(
+            (e - f).abs() <= 1e-4 * e.abs().max(1.0),
+            "dH: exact {e}, differenced {f}"
+        );
+    }
+    // Outside the domain (a row's exp overflows): no evaluation, no error.
+    assert!(obj.evaluate(&[800.0, 0.0, 0.0]).unwrap().is_none());
+    assert!(obj.value(&[800.0, 0.0, 0.0]).unwrap().is_none());
+    let e = obj.evaluate(&[0.0; 2]).err().expect("a short beta is an error");
+    assert!(e.to_string().contains("beta"), "{e}");
+}
