@@ -10,7 +10,9 @@ mod model;
 
 use std::error::Error;
 
-use matfree::cuda::{select_device, CudaBackend, Device, DeviceRowObjective, GpuPolicy};
+#[cfg(feature = "cuda")]
+use matfree::cuda::{CudaBackend, DeviceRowObjective};
+use matfree::device::{select_device, Device, GpuPolicy};
 use matfree::solvers::reml::RemlFit;
 use matfree::solvers::{CpuBackend, FitStatistics};
 
@@ -32,6 +34,7 @@ fn run(path: &str) -> Result<(), Box<dyn Error>> {
         ..
     } = model::problem(path)?;
     let (fit, stats, on) = match select_device(GpuPolicy::from_env()?)? {
+        #[cfg(feature = "cuda")]
         Device::Gpu(gpu) => {
             let backend = CudaBackend::new(gpu.clone())?;
             let (fit, stats) = model::fit_on(&backend, &DeviceRowObjective::new(gpu, objective)?, &penalty)?;

@@ -13,6 +13,7 @@ mod model;
 
 use std::sync::Arc;
 
+#[cfg(feature = "cuda")]
 use matfree::cuda::{gpu_for_test, CudaBackend, DeviceRowObjective};
 use matfree::solvers::reml::RemlFit;
 use matfree::solvers::{fd_hessian_derivative, CpuBackend, Objective, PcgKernels};
@@ -107,6 +108,7 @@ fn the_fit_is_the_same_for_any_thread_count() {
 
 /// On the GPU (the rows on the host, their Hessians uploaded): mgcv's
 /// values as on the CPU, and the CPU fit's to 1e-9.
+#[cfg(feature = "cuda")]
 #[test]
 #[ignore = "needs a GPU: runs on the device with --include-ignored (tools/gpu-tests.sh)"]
 fn gpu_the_own_model_fit_matches_mgcv_and_the_cpu() {
