@@ -3,9 +3,12 @@
 //!
 //! The central object is a per-row Hessian, H = sum_i P_i^T H_i P_i, with
 //! each H_i a small dense r x r block pulled back to the p coefficients
-//! through two design rows. [`RowHessian`] holds it on the CPU and implements
-//! [`matfree_solvers::LinearOperator`], so the solvers of `matfree-solvers`
-//! (PCG, Jacobi, the dense Cholesky path) run on it unchanged.
+//! through each row's designs (any number of linear predictors, plus
+//! coefficients that enter a row directly: [`Layout`]). [`RowHessian`]
+//! holds it on the CPU and implements [`matfree_solvers::LinearOperator`],
+//! so the solvers of `matfree-solvers` (PCG, Jacobi, the dense Cholesky
+//! path) run on it unchanged; a model implements [`RowEvaluator`] (its
+//! rows) and [`RowObjective`] makes it an objective for Newton and REML.
 //!
 //! The GPU backend (module `cuda`, through cudarc) is the `cuda` feature,
 //! on by default; a build without it (`--no-default-features`) runs on the
