@@ -16,8 +16,15 @@ use crate::Result;
 /// Effective degrees of freedom of a fit.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 pub struct Edf {
-    /// Per smooth (penalty block), each in [0, its dimension].
+    /// Per penalty block, each in [0, its dimension]: the edf of the
+    /// block's columns. Blocks that overlap (a tensor product's) share
+    /// columns, so each reports their smooth's whole edf; see `smooths`.
     pub blocks: Vec<f64>,
+    /// Per smooth: per group of overlapping blocks ([`Penalty::groups`],
+    /// in that order), the edf of the union of their columns, in [0, its
+    /// width]. Where no blocks overlap, equal to `blocks`.
+    #[serde(default)]
+    pub smooths: Vec<f64>,
     /// Of the whole model, in [0, p].
     pub total: f64,
     /// Whether the unpenalised Hessian was indefinite at the fit, so that
@@ -83,11 +90,33 @@ fn within_bounds(edf: Edf, penalty: &Penalty, p: usize) -> Edf {
         .zip(&edf.blocks)
         .map(|(b, &e)| e.clamp(0.0, b.dim as f64))
         .collect();
+    let smooths = group_columns(penalty)
+        .iter()
+        .zip(&edf.smooths)
+        .map(|(cols, &e)| e.clamp(0.0, cols.len() as f64))
+        .collect();
     Edf {
         blocks,
+        smooths,
         total: edf.total.clamp(0.0, p as f64),
         ..edf
     }
+}
+
+/// Each group of overlapping blocks' columns: the union of their ranges,
+/// ascending.
+fn group_columns(penalty: &Penalty) -> Vec<Vec<usize>> {
+    let blocks = penalty.blocks();
+    penalty
+        .groups()
+        .iter()
+        .map(|g| {
+            let mut cols: Vec<usize> = g.iter().flat_map(|&k| blocks[k].range()).collect();
+            cols.sort_unstable();
+            cols.dedup();
+            cols
+        })
+        .collect()
 }
 
 fn edf_of(p: usize, h: &[f64], s: &[f64], penalty: &Penalty) -> Result<Edf> {
@@ -95,8 +124,13 @@ fn edf_of(p: usize, h: &[f64], s: &[f64], penalty: &Penalty) -> Result<Edf> {
     let inv = PenalisedFactor::new(p, &a)?.inverse()?.to_vec();
     let share = |j: usize| (0..p).map(|k| inv[j * p + k] * h[k * p + j]).sum::<f64>();
     let blocks = penalty.blocks().iter().map(|b| b.range().map(share).sum()).collect();
+    let smooths = group_columns(penalty)
+        .iter()
+        .map(|cols| cols.iter().map(|&j| share(j)).sum())
+        .collect();
     Ok(Edf {
         blocks,
+        smooths,
         total: (0..p).map(share).sum(),
         from_positive_part: false,
     })
@@ -236,6 +270,39 @@ mod tests {
         assert!((st.logdet_penalised_hessian - logdet).abs() < 1e-12);
         // Unpenalised coefficients count fully, so total = 2 + blocks.
         assert!((st.edf.total - 2.0 - st.edf.blocks.iter().sum::<f64>()).abs() < 1e-9);
+        assert_eq!(st.edf.smooths, st.edf.blocks, "no overlap: a smooth a block");
+    }
+
+    /// Overlapping blocks (a tensor product's two penalties on columns
+    /// 1..7, one of them on 1..5 only, and a separate block on 8..10): one
+    /// smooth edf per group, the sum of its columns' shares, and the total
+    /// is the unpenalised columns plus the smooths.
+    #[test]
+    fn overlapping_blocks_give_one_edf_per_smooth() {
+        let p = 11;
+        let h = spd(p, 4);
+        let block = |start, dim, seed| PenaltyBlock {
+            start,
+            dim,
+            s: spd(dim, seed),
+        };
+        let blocks = vec![block(1, 6, 5), block(1, 4, 6), block(8, 3, 7)];
+        let penalty = Penalty::new(p, blocks).unwrap();
+        assert_eq!(penalty.groups(), &[vec![0, 1], vec![2]]);
+        let st = FitStatistics::new(&CpuBackend::new(), &h, &penalty, &[2.0, 0.3, 9.0]).unwrap();
+        let vb = &st.covariance;
+        let share = |i: usize| (0..p).map(|k| vb[i * p + k] * h[k * p + i]).sum::<f64>();
+        let te: f64 = (1..7).map(share).sum();
+        let other: f64 = (8..11).map(share).sum();
+        assert_eq!(st.edf.smooths.len(), 2);
+        assert!((st.edf.smooths[0] - te).abs() < 1e-12, "{} vs {te}", st.edf.smooths[0]);
+        assert!((st.edf.smooths[1] - other).abs() < 1e-12);
+        assert!(
+            (st.edf.smooths[0] - st.edf.blocks[0]).abs() < 1e-12,
+            "block 0 spans the smooth"
+        );
+        let unpenalised = share(0) + share(7);
+        assert!((st.edf.total - unpenalised - st.edf.smooths.iter().sum::<f64>()).abs() < 1e-9);
     }
 
     #[test]
