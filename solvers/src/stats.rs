@@ -45,9 +45,15 @@ pub struct Edf {
 /// they do, the positive part of H (its negative eigenvalues set to 0) is
 /// used, which keeps every bound, and `from_positive_part` says so.
 pub fn effective_df(p: usize, h: &[f64], s: &[f64], penalty: &Penalty) -> Result<Edf> {
+    edf_or_positive_part(p, h, s, penalty, edf_of(p, h, s, penalty))
+}
+
+/// `plain` (the edf from H itself) where it keeps its bounds, else the edf
+/// of H's positive part (see [`effective_df`]).
+fn edf_or_positive_part(p: usize, h: &[f64], s: &[f64], penalty: &Penalty, plain: Result<Edf>) -> Result<Edf> {
     let tol = 1e-9 * (p as f64);
     let inside = |v: f64, hi: f64| v >= -tol && v <= hi + tol;
-    if let Ok(plain) = edf_of(p, h, s, penalty) {
+    if let Ok(plain) = plain {
         let ok = inside(plain.total, p as f64)
             && penalty
                 .blocks()
@@ -122,18 +128,24 @@ fn group_columns(penalty: &Penalty) -> Vec<Vec<usize>> {
 fn edf_of(p: usize, h: &[f64], s: &[f64], penalty: &Penalty) -> Result<Edf> {
     let a: Vec<f64> = h.iter().zip(s).map(|(x, y)| x + y).collect();
     let inv = PenalisedFactor::new(p, &a)?.inverse()?.to_vec();
+    Ok(edf_from_inverse(p, &inv, h, penalty))
+}
+
+/// The edf `diag((H + S)^{-1} H)` summed per block, per smooth and in
+/// total, from `inv` = (H + S)^{-1}.
+fn edf_from_inverse(p: usize, inv: &[f64], h: &[f64], penalty: &Penalty) -> Edf {
     let share = |j: usize| (0..p).map(|k| inv[j * p + k] * h[k * p + j]).sum::<f64>();
     let blocks = penalty.blocks().iter().map(|b| b.range().map(share).sum()).collect();
     let smooths = group_columns(penalty)
         .iter()
         .map(|cols| cols.iter().map(|&j| share(j)).sum())
         .collect();
-    Ok(Edf {
+    Edf {
         blocks,
         smooths,
         total: (0..p).map(share).sum(),
         from_positive_part: false,
-    })
+    }
 }
 
 /// The statistics of a fit at its coefficients (see the module docs).
@@ -166,7 +178,8 @@ impl FitStatistics {
         Ok(Self {
             frequentist_covariance: sandwich(p, &covariance, h),
             logdet_penalised_hessian: factor.logdet(),
-            edf: effective_df(p, h, &s, penalty)?,
+            // From the same inverse: H + S is factored once.
+            edf: edf_or_positive_part(p, h, &s, penalty, Ok(edf_from_inverse(p, &covariance, h, penalty)))?,
             covariance,
         })
     }
