@@ -15,6 +15,7 @@ pub mod dense;
 mod error;
 pub mod logdet;
 pub mod newton;
+pub mod observer;
 pub mod operator;
 pub mod pcg;
 pub mod pcg_kernels;
@@ -29,16 +30,17 @@ pub use dense::{clip_eigenvalues, symmetric_eigen, symmetry_error, Cholesky, SYM
 pub use error::{Result, SolverError};
 pub use logdet::{DenseFactor, PenalisedFactor};
 pub use newton::{
-    fd_hessian_derivative, newton, newton_from, resolution, CostEstimate, Evaluation, FitEvent, Forcing, NewtonFit,
-    NewtonIteration, NewtonOptions, NewtonReport, Objective, StepSolver, Termination, RESOLVED_DECREMENT,
+    fd_hessian_derivative, newton, newton_from, newton_observed, resolution, CostEstimate, Evaluation, Forcing,
+    NewtonFit, NewtonIteration, NewtonOptions, NewtonReport, Objective, StepSolver, Termination, RESOLVED_DECREMENT,
 };
+pub use observer::{EvaluationKind, EvaluationRecord, Observer};
 pub use operator::{DenseOperator, LinearOperator};
 pub use pcg::{cg, BreakdownQuantity, Pcg, PcgInfo, PcgOptions, PcgSolution, StopReason};
 pub use pcg_kernels::{PcgKernels, PcgVectors};
 pub use penalty::{Constraint, LogPseudoDet, Penalised, Penalty, PenaltyBlock, PenaltyMatrix};
 pub use precond::{Jacobi, Preconditioner};
 pub use reml::{
-    evaluate_laml, fellner_schall_step, reference_rho, reml, LamlEvaluation, OuterStep, RemlFit, RemlIteration,
-    RemlOptions, RemlReport, RemlTermination, STALL_STEPS,
+    evaluate_laml, fellner_schall_step, reference_rho, reml, reml_observed, LamlEvaluation, OuterStep, RemlFit,
+    RemlIteration, RemlOptions, RemlReport, RemlTermination, STALL_STEPS,
 };
 pub use stats::{effective_df, Edf, FitStatistics};

@@ -7,14 +7,15 @@
 use crate::bms::MarginalSlope;
 use std::time::Instant;
 
-use matfree_solvers::newton::{newton, NewtonOptions, Objective};
-use matfree_solvers::reml::{reml, RemlOptions, RemlReport};
+use matfree_solvers::newton::{newton_observed, NewtonOptions, Objective};
+use matfree_solvers::observer::Observer;
+use matfree_solvers::reml::{reml_observed, RemlOptions, RemlReport};
 use matfree_solvers::stats::FitStatistics;
 pub use matfree_solvers::stats::{effective_df, Edf};
 use matfree_solvers::{Backend, CpuBackend, PcgKernels, Penalty};
 use serde::{Deserialize, Serialize};
 
-use super::progress::{Display, Observed};
+use super::progress::{Display, Progress};
 use super::rigid::rigid_start;
 use super::{bms_penalty, BmsData, BmsModel, BmsObjective};
 use crate::device::Device;
@@ -127,6 +128,19 @@ pub fn fit<B: PcgKernels>(
     data: &BmsData,
     opts: &FitOptions,
 ) -> Result<BmsFit> {
+    fit_observed(backend, objective, &(), model, data, opts)
+}
+
+/// [`fit`], telling `observer` of the Newton and REML solves' progress
+/// (the rigid start's not included).
+pub fn fit_observed<B: PcgKernels>(
+    backend: &B,
+    objective: &dyn Objective<B>,
+    observer: &dyn Observer,
+    model: &BmsModel,
+    data: &BmsData,
+    opts: &FitOptions,
+) -> Result<BmsFit> {
     let penalty = bms_penalty(model)?;
     let p = model.layout().p_total();
     if objective.dim() != p {
@@ -155,8 +169,8 @@ pub fn fit<B: PcgKernels>(
         ));
     }
     let out = match &opts.lambda {
-        Some(lambda) => fixed(backend, objective, &penalty, lambda, &start.beta, opts),
-        None => selected(backend, objective, &penalty, &start.beta, opts),
+        Some(lambda) => fixed(backend, objective, observer, &penalty, lambda, &start.beta, opts),
+        None => selected(backend, objective, observer, &penalty, &start.beta, opts),
     };
     let mut out = out.map_err(|e| explain_start_failure(e, model, data, &start))?;
     out.rigid_start = (start.rows, start.report.converged);
@@ -266,12 +280,13 @@ fn separation_warning(fit: &BmsFit, s: &[f64], weights: &[f64]) -> Option<String
 fn fixed<B: PcgKernels>(
     backend: &B,
     objective: &dyn Objective<B>,
+    observer: &dyn Observer,
     penalty: &Penalty,
     lambda: &[f64],
     beta0: &[f64],
     opts: &FitOptions,
 ) -> Result<BmsFit> {
-    let f = newton(backend, objective, penalty, lambda, beta0, &opts.reml.newton)?;
+    let f = newton_observed(backend, objective, penalty, lambda, beta0, &opts.reml.newton, observer)?;
     let steps = f.report.steps();
     Ok(BmsFit {
         converged: f.report.converged,
@@ -301,11 +316,12 @@ fn fixed<B: PcgKernels>(
 fn selected<B: PcgKernels>(
     backend: &B,
     objective: &dyn Objective<B>,
+    observer: &dyn Observer,
     penalty: &Penalty,
     beta0: &[f64],
     opts: &FitOptions,
 ) -> Result<BmsFit> {
-    let f = reml(backend, objective, penalty, None, beta0, &opts.reml)?;
+    let f = reml_observed(backend, objective, penalty, None, beta0, &opts.reml, observer)?;
     let r = &f.report;
     let mut warnings = Vec::new();
     if !f.laml.newton.converged {
@@ -457,18 +473,16 @@ fn timed<B: PcgKernels>(
     upload: Instant,
 ) -> Result<DeviceFit> {
     let upload_seconds = upload.elapsed().as_secs_f64();
-    let observed = Observed::new(objective, display);
+    let progress = Progress::new(display);
     let t = Instant::now();
-    let result = fit(backend, &observed, model, data, opts);
-    observed.finish();
-    let mut fit = result?;
-    fit.evaluations = observed.evaluations();
+    let result = fit_observed(backend, objective, &progress, model, data, opts);
+    progress.finish();
     Ok(DeviceFit {
-        fit,
+        fit: result?,
         backend: describe,
         upload_seconds,
         fit_seconds: t.elapsed().as_secs_f64(),
-        evaluation_seconds: observed.evaluation_seconds(),
+        evaluation_seconds: progress.evaluation_seconds(),
     })
 }
 

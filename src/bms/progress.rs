@@ -1,5 +1,6 @@
-//! What a fit shows while it runs: an objective wrapper that counts and
-//! times the evaluations and observes every Newton and REML iteration.
+//! What a fit shows while it runs: an observer of the Newton and REML
+//! drivers that counts and times the evaluations they make and shows them
+//! and every Newton and REML iteration.
 //!
 //! [`Display::Status`] keeps one status line on stderr (REML iteration,
 //! smoothing parameters, Newton step, evaluations, elapsed time), redrawn
@@ -13,9 +14,9 @@ use std::io::{IsTerminal, Write};
 use std::time::{Duration, Instant};
 
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
-use matfree_solvers::newton::{CostEstimate, Evaluation, FitEvent, Objective};
+use matfree_solvers::newton::NewtonIteration;
+use matfree_solvers::observer::{EvaluationKind, EvaluationRecord, Observer};
 use matfree_solvers::reml::RemlIteration;
-use matfree_solvers::Backend;
 
 /// What a fit writes to stderr while it runs.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -39,10 +40,9 @@ struct State {
     value: f64,
 }
 
-/// An objective that counts, times and shows its evaluations and the
+/// An observer that counts, times and shows the evaluations and the
 /// iterations it is told of.
-pub(crate) struct Observed<'o, B: Backend> {
-    inner: &'o dyn Objective<B>,
+pub(crate) struct Progress {
     display: Display,
     bar: Option<ProgressBar>,
     start: Instant,
@@ -51,8 +51,8 @@ pub(crate) struct Observed<'o, B: Backend> {
     state: RefCell<State>,
 }
 
-impl<'o, B: Backend> Observed<'o, B> {
-    pub(crate) fn new(inner: &'o dyn Objective<B>, display: Display) -> Self {
+impl Progress {
+    pub(crate) fn new(display: Display) -> Self {
         let live = display == Display::Status && std::io::stderr().is_terminal();
         let bar = live.then(|| {
             let bar = ProgressBar::with_draw_target(None, ProgressDrawTarget::stderr());
@@ -63,7 +63,6 @@ impl<'o, B: Backend> Observed<'o, B> {
             bar
         });
         Self {
-            inner,
             display,
             bar,
             start: Instant::now(),
@@ -71,11 +70,6 @@ impl<'o, B: Backend> Observed<'o, B> {
             evaluating: Cell::new(0.0),
             state: RefCell::new(State::default()),
         }
-    }
-
-    /// Objective evaluations so far.
-    pub(crate) fn evaluations(&self) -> usize {
-        self.count.get()
     }
 
     /// Seconds spent in objective evaluations so far.
@@ -127,76 +121,58 @@ impl<'o, B: Backend> Observed<'o, B> {
             self.start.elapsed().as_secs_f64()
         )
     }
+
+    /// The verbose line of an evaluation: its value, or what it computed.
+    fn evaluation_line(&self, e: &EvaluationRecord) -> String {
+        let what = match e.kind {
+            EvaluationKind::HessianDerivative => "Hessian derivative".to_string(),
+            EvaluationKind::Full | EvaluationKind::Value => format!("neglog {:.6}", e.value.unwrap_or(f64::NAN)),
+        };
+        format!(
+            "  evaluation {:>4}: {what}  ({:.1} s)",
+            self.count.get(),
+            self.start.elapsed().as_secs_f64()
+        )
+    }
 }
 
-impl<B: Backend> Objective<B> for Observed<'_, B> {
-    fn dim(&self) -> usize {
-        self.inner.dim()
-    }
-    fn evaluate(&self, beta: &[f64]) -> matfree_solvers::Result<Option<Evaluation<'_, B>>> {
-        let t = Instant::now();
-        let e = self.inner.evaluate(beta)?;
-        self.evaluating.set(self.evaluating.get() + t.elapsed().as_secs_f64());
+impl Observer for Progress {
+    fn evaluation(&self, e: &EvaluationRecord) {
+        self.evaluating.set(self.evaluating.get() + e.seconds);
         self.count.set(self.count.get() + 1);
-        let value = e.as_ref().map_or(f64::NAN, |e| e.value);
+        if self.display == Display::Verbose {
+            stderr_line(&self.evaluation_line(e));
+        }
+        self.redraw();
+    }
+
+    fn newton_iteration(&self, it: &NewtonIteration) {
+        {
+            let mut s = self.state.borrow_mut();
+            s.newton += 1;
+            s.value = it.objective;
+        }
         if self.display == Display::Verbose {
             stderr_line(&format!(
-                "  evaluation {:>4}: neglog {value:.6}  ({:.1} s)",
-                self.count.get(),
-                self.start.elapsed().as_secs_f64()
+                "  Newton step: objective {:.6}, decrement {:.3e}, step length {}",
+                it.objective, it.decrement, it.step_length
             ));
         }
         self.redraw();
-        Ok(e)
     }
-    fn cost(&self) -> CostEstimate {
-        self.inner.cost()
-    }
-    fn coefficient_scales(&self) -> Option<Vec<f64>> {
-        self.inner.coefficient_scales()
-    }
-    fn observe(&self, event: FitEvent<'_>) {
-        self.inner.observe(event);
-        match event {
-            FitEvent::Newton(it) => {
-                let mut s = self.state.borrow_mut();
-                s.newton += 1;
-                s.value = it.objective;
-                drop(s);
-                if self.display == Display::Verbose {
-                    stderr_line(&format!(
-                        "  Newton step: objective {:.6}, decrement {:.3e}, step length {}",
-                        it.objective, it.decrement, it.step_length
-                    ));
-                }
-            }
-            FitEvent::Reml(it) => {
-                {
-                    let mut s = self.state.borrow_mut();
-                    s.reml += 1;
-                    s.newton = 0;
-                    s.lambda = it.rho.iter().map(|r| r.exp()).collect();
-                }
-                let plain = self.display == Display::Verbose || (self.display == Display::Status && self.bar.is_none());
-                if plain {
-                    stderr_line(&self.reml_line(it));
-                }
-            }
+
+    fn reml_iteration(&self, it: &RemlIteration) {
+        {
+            let mut s = self.state.borrow_mut();
+            s.reml += 1;
+            s.newton = 0;
+            s.lambda = it.rho.iter().map(|r| r.exp()).collect();
+        }
+        let plain = self.display == Display::Verbose || (self.display == Display::Status && self.bar.is_none());
+        if plain {
+            stderr_line(&self.reml_line(it));
         }
         self.redraw();
-    }
-    fn exact_hessian_derivative(&self) -> bool {
-        self.inner.exact_hessian_derivative()
-    }
-    fn hessian_derivative(&self, beta: &[f64], h: &[f64], d: &[f64], step: f64) -> matfree_solvers::Result<Vec<f64>> {
-        // The inner objective's own derivative where it has one; the finite
-        // difference through this wrapper otherwise, so that its evaluation
-        // is counted and timed.
-        if self.inner.exact_hessian_derivative() {
-            self.inner.hessian_derivative(beta, h, d, step)
-        } else {
-            matfree_solvers::fd_hessian_derivative(self, beta, h, d, step)
-        }
     }
 }
 

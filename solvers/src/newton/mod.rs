@@ -32,12 +32,13 @@ use std::time::Instant;
 use serde::{Deserialize, Serialize};
 
 use crate::backend::Backend;
+use crate::observer::{Observer, Watched};
 use crate::operator::{expect_len, LinearOperator};
 use crate::pcg_kernels::PcgKernels;
 use crate::penalty::{Penalty, PenaltyMatrix};
 use crate::{Result, SolverError};
 use line_search::line_search;
-pub use objective::{fd_hessian_derivative, CostEstimate, Evaluation, FitEvent, Objective};
+pub use objective::{fd_hessian_derivative, CostEstimate, Evaluation, Objective};
 use options::check;
 pub use options::{Forcing, NewtonOptions, StepSolver};
 use step::{confirm, solve_step, Step};
@@ -194,6 +195,7 @@ struct Point<'a, B: PcgKernels> {
 struct Problem<'a, 'o, B: PcgKernels> {
     backend: &'a B,
     objective: &'o dyn Objective<B>,
+    observer: &'a dyn Observer,
     penalty: &'a Penalty,
     lambda: &'a [f64],
     s: PenaltyMatrix<B>,
@@ -236,10 +238,18 @@ fn coefficient_scales<B: Backend>(objective: &dyn Objective<B>) -> Result<Vec<f6
     Ok(s)
 }
 
-impl<'o, B: PcgKernels> Problem<'_, 'o, B> {
+impl<'a, 'o, B: PcgKernels> Problem<'a, 'o, B> {
+    /// The objective with the observer, for the calls that evaluate it.
+    fn watched(&self) -> Watched<'a, 'o, B> {
+        Watched {
+            objective: self.objective,
+            observer: self.observer,
+        }
+    }
+
     /// The penalised point at beta, or `None` where it is not finite.
     fn point(&self, beta: Vec<f64>) -> Result<Option<Point<'o, B>>> {
-        let Some(e) = self.objective.evaluate(&beta)? else {
+        let Some(e) = self.watched().evaluate(&beta)? else {
             return Ok(None);
         };
         self.point_from(beta, e)
@@ -266,7 +276,7 @@ impl<'o, B: PcgKernels> Problem<'_, 'o, B> {
 
     /// The penalised value at beta, or `None` where it is not finite.
     fn value(&self, beta: &[f64]) -> Result<Option<f64>> {
-        let Some(v) = self.objective.value(beta)? else {
+        let Some(v) = self.watched().value(beta)? else {
             return Ok(None);
         };
         let f = v + 0.5 * self.penalty.quadratic(self.lambda, beta)?;
@@ -284,7 +294,22 @@ pub fn newton<'o, B: PcgKernels>(
     beta0: &[f64],
     opts: &NewtonOptions,
 ) -> Result<NewtonFit<'o, B>> {
-    newton_from(backend, objective, penalty, lambda, beta0, None, opts)
+    newton_observed(backend, objective, penalty, lambda, beta0, opts, &())
+}
+
+/// [`newton`], telling `observer` of every iteration, evaluation and the
+/// solve's end.
+pub fn newton_observed<'o, B: PcgKernels>(
+    backend: &B,
+    objective: &'o dyn Objective<B>,
+    penalty: &Penalty,
+    lambda: &[f64],
+    beta0: &[f64],
+    opts: &NewtonOptions,
+    observer: &dyn Observer,
+) -> Result<NewtonFit<'o, B>> {
+    let watched = Watched { objective, observer };
+    newton_watched(backend, watched, penalty, lambda, beta0, None, opts)
 }
 
 /// [`newton`] with the objective's evaluation at `beta0` already in hand
@@ -301,6 +326,24 @@ pub fn newton_from<'o, B: PcgKernels>(
     start: Option<Evaluation<'o, B>>,
     opts: &NewtonOptions,
 ) -> Result<NewtonFit<'o, B>> {
+    let watched = Watched {
+        objective,
+        observer: &(),
+    };
+    newton_watched(backend, watched, penalty, lambda, beta0, start, opts)
+}
+
+/// [`newton_from`] with the objective's observer.
+pub(crate) fn newton_watched<'o, B: PcgKernels>(
+    backend: &B,
+    watched: Watched<'_, 'o, B>,
+    penalty: &Penalty,
+    lambda: &[f64],
+    beta0: &[f64],
+    start: Option<Evaluation<'o, B>>,
+    opts: &NewtonOptions,
+) -> Result<NewtonFit<'o, B>> {
+    let Watched { objective, observer } = watched;
     opts.validate()?;
     let p = objective.dim();
     expect_len("penalty dimension", penalty.dim(), p)?;
@@ -311,6 +354,7 @@ pub fn newton_from<'o, B: PcgKernels>(
     let prob = Problem {
         backend,
         objective,
+        observer,
         penalty,
         lambda,
         s: PenaltyMatrix::from_penalty(backend, penalty, lambda)?,
@@ -360,6 +404,7 @@ pub fn newton_from<'o, B: PcgKernels>(
         iterations: run.iterations,
         check: run.check,
     };
+    observer.newton_stop(&report);
     Ok(NewtonFit {
         beta: cur.beta,
         objective: cur.value,
@@ -481,7 +526,7 @@ fn iterate<'o, B: PcgKernels>(prob: &Problem<'_, 'o, B>, cur: &Point<'o, B>, run
         }
     };
     record.seconds = t0.elapsed().as_secs_f64();
-    prob.objective.observe(FitEvent::Newton(&record));
+    prob.observer.newton_iteration(&record);
     run.iterations.push(record);
     Ok(outcome)
 }

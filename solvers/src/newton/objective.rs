@@ -1,6 +1,6 @@
 //! What Newton minimises: the objective trait, its evaluation at one beta,
-//! the cost estimates that steer the step solver, the events a wrapper can
-//! observe, and the finite-difference Hessian derivative REML falls back on.
+//! the cost estimates that steer the step solver, and the finite-difference
+//! Hessian derivative REML falls back on.
 
 use std::rc::Rc;
 
@@ -10,7 +10,7 @@ use crate::backend::Backend;
 use crate::operator::{expect_len, LinearOperator};
 use crate::{Result, SolverError};
 
-use super::{check, inf_norm, NewtonIteration};
+use super::{check, inf_norm};
 
 /// The unpenalised objective at one beta, as returned by [`Objective::evaluate`].
 pub struct Evaluation<'a, B: Backend> {
@@ -55,16 +55,6 @@ impl CostEstimate {
     }
 }
 
-/// An iteration that has just ended, told to [`Objective::observe`] (for
-/// progress displays).
-#[derive(Clone, Copy, Debug)]
-pub enum FitEvent<'a> {
-    /// An inner Newton iteration.
-    Newton(&'a NewtonIteration),
-    /// An outer REML iteration.
-    Reml(&'a crate::reml::RemlIteration),
-}
-
 /// A twice-differentiable negative log-likelihood (or any smooth loss).
 ///
 /// The driver evaluates it at host betas; the Hessian it returns is an
@@ -101,9 +91,6 @@ pub trait Objective<B: Backend> {
     fn coefficient_scales(&self) -> Option<Vec<f64>> {
         None
     }
-    /// Told of every Newton and REML iteration as it ends (the default
-    /// ignores them); a wrapper that shows progress overrides it.
-    fn observe(&self, _event: FitEvent<'_>) {}
     /// Whether [`Objective::hessian_derivative`] is overridden with an
     /// exact derivative (a wrapper forwards it only then, and otherwise
     /// differentiates through its own `evaluate`).

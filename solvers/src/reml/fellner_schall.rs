@@ -104,7 +104,7 @@ pub(super) fn fellner_schall_phase<'o, B: PcgKernels>(
         let kept = halved_until_lower(ctx, &trial, &full, &mut record)?;
         evaluations += record.newton_evaluations;
         record.seconds = t0.elapsed().as_secs_f64();
-        keep(ctx.objective, &mut iterations, record);
+        keep(ctx.watched.observer, &mut iterations, record);
         match kept {
             Some(next) => trial = next,
             None => break,

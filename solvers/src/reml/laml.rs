@@ -5,7 +5,8 @@
 use serde::{Deserialize, Serialize};
 
 use crate::logdet::PenalisedFactor;
-use crate::newton::{newton_from, Evaluation, NewtonReport, Objective};
+use crate::newton::{newton_watched, Evaluation, NewtonReport, Objective};
+use crate::observer::Watched;
 use crate::operator::expect_len;
 use crate::pcg_kernels::PcgKernels;
 use crate::penalty::{Penalty, PenaltyBlock};
@@ -61,11 +62,15 @@ pub fn evaluate_laml<B: PcgKernels>(
     opts: &RemlOptions,
 ) -> Result<LamlEvaluation> {
     opts.validate()?;
-    let trial = laml_value(backend, objective, penalty, rho, beta0, None, opts)?;
+    let watched = Watched {
+        objective,
+        observer: &(),
+    };
+    let trial = laml_value(backend, watched, penalty, rho, beta0, None, opts)?;
     if !trial.laml.newton.converged {
         return Err(not_converged(&trial.laml.newton));
     }
-    let (laml, _) = with_gradient(objective, penalty, trial, opts)?;
+    let (laml, _) = with_gradient(watched, penalty, trial, opts)?;
     Ok(laml)
 }
 
@@ -93,7 +98,7 @@ pub(super) struct Trial<'o, B: PcgKernels> {
 /// (`laml.newton.converged` says which).
 pub(super) fn laml_value<'o, B: PcgKernels>(
     backend: &B,
-    objective: &'o dyn Objective<B>,
+    watched: Watched<'_, 'o, B>,
     penalty: &Penalty,
     rho: &[f64],
     beta0: &[f64],
@@ -103,7 +108,7 @@ pub(super) fn laml_value<'o, B: PcgKernels>(
     expect_len("rho", rho.len(), penalty.n_blocks())?;
     let lambda: Vec<f64> = rho.iter().map(|r| r.exp()).collect();
     penalty.check_lambda(&lambda)?;
-    let fit = newton_from(backend, objective, penalty, &lambda, beta0, start, &opts.newton)?;
+    let fit = newton_watched(backend, watched, penalty, &lambda, beta0, start, &opts.newton)?;
     let hessian = fit.hessian.to_dense()?;
     expect_len("dense Hessian", hessian.len(), fit.beta.len() * fit.beta.len())?;
     let s = penalty.dense(&lambda)?;
@@ -138,7 +143,7 @@ pub(super) fn laml_value<'o, B: PcgKernels>(
 /// A trial completed with dV/drho and the fixed-H outer Hessian; returns the
 /// evaluation at beta_hat for the next inner solve.
 pub(super) fn with_gradient<'o, B: PcgKernels>(
-    objective: &'o dyn Objective<B>,
+    watched: Watched<'_, 'o, B>,
     penalty: &Penalty,
     trial: Trial<'o, B>,
     opts: &RemlOptions,
@@ -152,7 +157,7 @@ pub(super) fn with_gradient<'o, B: PcgKernels>(
     let parts = Derivatives::new(penalty, &lambda, &laml.beta, &factor)?;
     let mut gradient = Vec::with_capacity(lambda.len());
     for (k, &log_det) in laml.log_pseudo_det_gradient.iter().enumerate() {
-        let tr_dh = parts.trace_dh(objective, &laml, &factor, k, opts.fd_step)?;
+        let tr_dh = parts.trace_dh(watched, &laml, &factor, k, opts.fd_step)?;
         let quad = parts.quad[k];
         gradient.push(0.5 * (quad + lambda[k] * laml.penalty_traces[k] + tr_dh - log_det));
     }
@@ -188,7 +193,7 @@ impl Derivatives {
     /// standard errors (`||t d_k||_A = fd_step`).
     fn trace_dh<B: PcgKernels>(
         &self,
-        objective: &dyn Objective<B>,
+        watched: Watched<'_, '_, B>,
         laml: &LamlEvaluation,
         factor: &PenalisedFactor,
         k: usize,
@@ -199,7 +204,7 @@ impl Derivatives {
         if norm_a == 0.0 {
             return Ok(0.0);
         }
-        let dh = objective.hessian_derivative(&laml.beta, &laml.hessian, &self.d[k], fd_step / norm_a)?;
+        let dh = watched.hessian_derivative(&laml.beta, &laml.hessian, &self.d[k], fd_step / norm_a)?;
         expect_len("hessian_derivative", dh.len(), p * p)?;
         let inv = factor.inverse()?;
         Ok((0..p)

@@ -68,6 +68,7 @@ mod walk;
 use std::time::Instant;
 
 use crate::newton::{Evaluation, Objective};
+use crate::observer::{Observer, Watched};
 use crate::operator::expect_len;
 use crate::pcg_kernels::PcgKernels;
 use crate::penalty::Penalty;
@@ -96,9 +97,24 @@ pub fn reml<B: PcgKernels>(
     beta0: &[f64],
     opts: &RemlOptions,
 ) -> Result<RemlFit> {
+    reml_observed(backend, objective, penalty, rho0, beta0, opts, &())
+}
+
+/// [`reml`], telling `observer` of every outer and inner iteration, every
+/// evaluation and every solve's end.
+pub fn reml_observed<B: PcgKernels>(
+    backend: &B,
+    objective: &dyn Objective<B>,
+    penalty: &Penalty,
+    rho0: Option<&[f64]>,
+    beta0: &[f64],
+    opts: &RemlOptions,
+    observer: &dyn Observer,
+) -> Result<RemlFit> {
     check_inputs(objective, penalty, rho0, beta0, opts)?;
     let clock = Instant::now();
-    let Some(first) = objective.evaluate(beta0)? else {
+    let watched = Watched { objective, observer };
+    let Some(first) = watched.evaluate(beta0)? else {
         return Err(SolverError::invalid(
             "beta0",
             "a point",
@@ -110,7 +126,7 @@ pub fn reml<B: PcgKernels>(
     let rho_ref = reference_rho(penalty, &backend.download(&diag)?)?;
     let ctx = Ctx {
         backend,
-        objective,
+        watched,
         penalty,
         outer: Outer::around(rho_ref, opts),
         beta0,
@@ -144,6 +160,7 @@ pub fn reml<B: PcgKernels>(
         mode_checks: walk.mode_checks,
         seconds: clock.elapsed().as_secs_f64(),
     };
+    observer.reml_stop(&report);
     Ok(RemlFit {
         lambda: cur.rho.iter().map(|r| r.exp()).collect(),
         laml: cur,
@@ -173,7 +190,7 @@ fn check_inputs<B: PcgKernels>(
 /// and the first inner solve's start.
 struct Ctx<'o, 'a, B: PcgKernels> {
     backend: &'a B,
-    objective: &'o dyn Objective<B>,
+    watched: Watched<'a, 'o, B>,
     penalty: &'a Penalty,
     outer: Outer<'a>,
     beta0: &'a [f64],
@@ -191,7 +208,7 @@ impl<'o, B: PcgKernels> Ctx<'o, '_, B> {
         start: Option<Evaluation<'o, B>>,
         opts: &RemlOptions,
     ) -> Result<Option<Trial<'o, B>>> {
-        match laml_value(self.backend, self.objective, self.penalty, rho, beta0, start, opts) {
+        match laml_value(self.backend, self.watched, self.penalty, rho, beta0, start, opts) {
             Ok(trial) => Ok(Some(trial)),
             Err(SolverError::NotPositiveDefinite { .. }) => Ok(None),
             Err(e) => Err(e),
@@ -201,6 +218,6 @@ impl<'o, B: PcgKernels> Ctx<'o, '_, B> {
     /// A kept trial with its gradient ([`with_gradient`]), and the
     /// objective's evaluation at its beta_hat.
     fn gradient(&self, trial: Trial<'o, B>) -> Result<(LamlEvaluation, Evaluation<'o, B>)> {
-        with_gradient(self.objective, self.penalty, trial, self.outer.opts)
+        with_gradient(self.watched, self.penalty, trial, self.outer.opts)
     }
 }

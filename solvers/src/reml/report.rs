@@ -5,8 +5,7 @@ use std::time::Instant;
 
 use serde::{Deserialize, Serialize};
 
-use crate::newton::{FitEvent, Objective};
-use crate::pcg_kernels::PcgKernels;
+use crate::observer::Observer;
 
 use super::stop::{DEGENERATE_FALL, DEGENERATE_MOVE, STALL_STEPS};
 use super::{LamlEvaluation, RemlOptions};
@@ -235,13 +234,9 @@ pub(super) fn still(
     }
 }
 
-/// Record an outer iteration, telling the objective first.
-pub(super) fn keep<B: PcgKernels>(
-    objective: &dyn Objective<B>,
-    iterations: &mut Vec<RemlIteration>,
-    record: RemlIteration,
-) {
-    objective.observe(FitEvent::Reml(&record));
+/// Record an outer iteration, telling the observer first.
+pub(super) fn keep(observer: &dyn Observer, iterations: &mut Vec<RemlIteration>, record: RemlIteration) {
+    observer.reml_iteration(&record);
     iterations.push(record);
 }
 

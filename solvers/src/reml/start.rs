@@ -65,7 +65,7 @@ pub(super) fn start_trial<'o, B: PcgKernels>(
     start: &[f64],
     first: Evaluation<'o, B>,
 ) -> Result<(Trial<'o, B>, usize)> {
-    let (b, o, p, outer) = (ctx.backend, ctx.objective, ctx.penalty, &ctx.outer);
+    let (b, o, p, outer) = (ctx.backend, ctx.watched, ctx.penalty, &ctx.outer);
     let mut first = Some(first);
     let mut evaluations = 0;
     let mut last = None;

@@ -128,7 +128,7 @@ impl<'o, B: PcgKernels> Walk<'o, B> {
             probe.evaluations,
             t0,
         );
-        keep(ctx.objective, &mut self.iterations, record);
+        keep(ctx.watched.observer, &mut self.iterations, record);
         self.correction.iter_mut().for_each(|c| *c = 0.0);
         self.radius = ctx.outer.opts.max_step;
         self.values.clear();
@@ -189,7 +189,7 @@ impl<'o, B: PcgKernels> Walk<'o, B> {
         let opts = ctx.outer.opts;
         let Some((t, trial)) = accepted else {
             record.seconds = t0.elapsed().as_secs_f64();
-            keep(ctx.objective, &mut self.iterations, record);
+            keep(ctx.watched.observer, &mut self.iterations, record);
             if self.measured_at.as_ref() != Some(&self.cur.rho) {
                 // Once per point: measure the curvature and search again.
                 return Ok(Next::Iterate);
@@ -207,7 +207,7 @@ impl<'o, B: PcgKernels> Walk<'o, B> {
         };
         record.step_length = t;
         record.seconds = t0.elapsed().as_secs_f64();
-        keep(ctx.objective, &mut self.iterations, record);
+        keep(ctx.watched.observer, &mut self.iterations, record);
         self.advance(next, next_at_beta, jumped);
         Ok(if small {
             Next::Check(Some(RemlTermination::Step))
@@ -300,7 +300,7 @@ impl<'o, B: PcgKernels> Walk<'o, B> {
             return Ok(false);
         };
         let record = still(OuterStep::ColdStart, &self.cur, 0.0, newton_iterations, spent, t0);
-        keep(ctx.objective, &mut self.iterations, record);
+        keep(ctx.watched.observer, &mut self.iterations, record);
         self.cur = lower;
         Ok(true)
     }

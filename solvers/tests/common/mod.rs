@@ -122,6 +122,8 @@ pub struct Logistic<'d> {
     pub cheap_value: bool,
     /// Full evaluations made so far.
     pub evaluations: std::cell::Cell<usize>,
+    /// Value-only evaluations made so far.
+    pub values: std::cell::Cell<usize>,
 }
 
 impl<'d> Logistic<'d> {
@@ -133,6 +135,7 @@ impl<'d> Logistic<'d> {
             exact_dh: false,
             cheap_value: true,
             evaluations: std::cell::Cell::new(0),
+            values: std::cell::Cell::new(0),
         }
     }
 
@@ -222,6 +225,7 @@ impl Objective<CpuBackend> for Logistic<'_> {
         }))
     }
     fn value(&self, beta: &[f64]) -> Result<Option<f64>> {
+        self.values.set(self.values.get() + 1);
         Ok(self.inside(beta).then(|| self.neglog(beta)))
     }
     fn cheap_value(&self) -> bool {
