@@ -32,11 +32,11 @@ pub use newton::{
     fd_hessian_derivative, newton, newton_from, resolution, CostEstimate, Evaluation, FitEvent, Forcing, NewtonFit,
     NewtonIteration, NewtonOptions, NewtonReport, Objective, StepSolver, Termination, RESOLVED_DECREMENT,
 };
-pub use operator::{DenseOperator, LinearOperator};
+pub use operator::{DenseOperator, LinearOperator, DEFAULT_DENSE_MAX_DIM, NO_DIAGONAL_RULE};
 pub use pcg::{cg, BreakdownQuantity, Pcg, PcgInfo, PcgOptions, PcgSolution, StopReason};
 pub use pcg_kernels::{PcgKernels, PcgVectors};
 pub use penalty::{Constraint, LogPseudoDet, Penalised, Penalty, PenaltyBlock, PenaltyMatrix};
-pub use precond::{Jacobi, Preconditioner};
+pub use precond::{precondition, Identity, Jacobi, Preconditioner};
 pub use reml::{
     evaluate_laml, fellner_schall_step, reference_rho, reml, LamlEvaluation, OuterStep, RemlFit, RemlIteration,
     RemlOptions, RemlReport, RemlTermination, STALL_STEPS,
