@@ -25,6 +25,16 @@ pub trait Backend {
     /// A bank of scalar slots (host array or device buffer).
     type Scalars;
 
+    /// A backend made on the spot, with no context to share, for the
+    /// default methods of [`crate::LinearOperator`] (which have none at
+    /// hand). The CPU's is one; a device backend, whose vectors belong to a
+    /// context, has none (the default).
+    fn standalone() -> Option<Self>
+    where
+        Self: Sized,
+    {
+        None
+    }
     /// A zero vector of length `n`.
     fn zeros(&self, n: usize) -> Result<Self::Vector>;
     /// A vector of length `n` whose entries are unspecified until written

@@ -78,6 +78,9 @@ impl Backend for CpuBackend {
     type Scalars = Vec<f64>;
     type Recording = ();
 
+    fn standalone() -> Option<Self> {
+        Some(Self::new())
+    }
     fn zeros(&self, n: usize) -> Result<Vec<f64>> {
         Ok(vec![0.0; n])
     }

@@ -34,11 +34,11 @@ pub use newton::{
     NewtonFit, NewtonIteration, NewtonOptions, NewtonReport, Objective, StepSolver, Termination, RESOLVED_DECREMENT,
 };
 pub use observer::{EvaluationKind, EvaluationRecord, Observer};
-pub use operator::{DenseOperator, LinearOperator};
+pub use operator::{DenseOperator, LinearOperator, DEFAULT_DENSE_MAX_DIM, NO_DIAGONAL_RULE};
 pub use pcg::{cg, BreakdownQuantity, Pcg, PcgInfo, PcgOptions, PcgSolution, StopReason};
 pub use pcg_kernels::{PcgKernels, PcgVectors};
 pub use penalty::{Constraint, LogPseudoDet, Penalised, Penalty, PenaltyBlock, PenaltyMatrix};
-pub use precond::{Jacobi, Preconditioner};
+pub use precond::{precondition, Identity, Jacobi, Preconditioner};
 pub use reml::{
     evaluate_laml, fellner_schall_step, reference_rho, reml, reml_observed, LamlEvaluation, OuterStep, RemlFit,
     RemlIteration, RemlOptions, RemlReport, RemlTermination, STALL_STEPS,

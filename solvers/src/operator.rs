@@ -5,21 +5,111 @@ use crate::backend::Backend;
 use crate::cpu::CpuBackend;
 use crate::{Result, SolverError};
 
-/// A symmetric linear operator on vectors of a backend.
+/// A symmetric linear operator on vectors of a backend (SciPy's
+/// `LinearOperator`, faer's `LinOp`): `dim` and `apply` are all an operator
+/// must give; the rest have defaults, which an operator overrides where it
+/// knows better (all of this crate's operators do: theirs are faster).
 ///
 /// Multi-vector arguments hold `k` columns of length `dim()` back to back
 /// (column `j` at `j * dim .. (j + 1) * dim`).
+///
+/// The defaults work through a backend made on the spot
+/// ([`Backend::standalone`]; the CPU's): on a device backend they are a
+/// named error, and a device operator gives `apply_multi` and `to_dense`.
 pub trait LinearOperator<B: Backend> {
     /// The operator's dimension (it is square).
     fn dim(&self) -> usize;
     /// y = A x.
     fn apply(&self, x: &B::Vector, y: &mut B::Vector) -> Result<()>;
-    /// Y = A X for `k` right-hand sides at once.
-    fn apply_multi(&self, x: &B::Vector, k: usize, y: &mut B::Vector) -> Result<()>;
-    /// out = diag(A).
-    fn diagonal(&self, out: &mut B::Vector) -> Result<()>;
-    /// A as a dense row-major `dim x dim` host matrix.
-    fn to_dense(&self) -> Result<Vec<f64>>;
+    /// Y = A X for `k` right-hand sides at once. The default applies `apply`
+    /// to each column in turn (the same bits as `k` single applies).
+    fn apply_multi(&self, x: &B::Vector, k: usize, y: &mut B::Vector) -> Result<()> {
+        apply_by_columns(self, x, k, y)
+    }
+    /// out = diag(A). The default is an error naming the rule: an operator
+    /// without its diagonal is solved unpreconditioned
+    /// ([`crate::precond::Identity`]).
+    fn diagonal(&self, _out: &mut B::Vector) -> Result<()> {
+        Err(SolverError::invalid("diagonal()", "not provided", NO_DIAGONAL_RULE))
+    }
+    /// A as a dense row-major `dim x dim` host matrix. The default builds it
+    /// from `dim` applications to unit vectors, for `dim <=`
+    /// [`DEFAULT_DENSE_MAX_DIM`]; above that it is an error naming the rule.
+    fn to_dense(&self) -> Result<Vec<f64>> {
+        dense_by_columns(self)
+    }
+}
+
+/// The rule a default `diagonal()` names.
+pub const NO_DIAGONAL_RULE: &str =
+    "this operator does not provide its diagonal; use an unpreconditioned solve (Identity) or give diagonal()";
+
+/// The largest dimension the default `to_dense` builds (a 4096 x 4096
+/// matrix: 128 MiB, and 4096 applications).
+pub const DEFAULT_DENSE_MAX_DIM: usize = 4096;
+
+/// The backend a default method works through, or an error naming the
+/// method that needs one.
+fn standalone<B: Backend>(method: &str) -> Result<B> {
+    B::standalone().ok_or_else(|| {
+        SolverError::invalid(
+            format!("{method} (default)"),
+            std::any::type_name::<B>(),
+            "the default needs a backend made on the spot (the CPU's); an operator on this backend must give its own",
+        )
+    })
+}
+
+/// Y = A X column by column through `apply` (the default `apply_multi`).
+fn apply_by_columns<B: Backend, O: LinearOperator<B> + ?Sized>(
+    op: &O,
+    x: &B::Vector,
+    k: usize,
+    y: &mut B::Vector,
+) -> Result<()> {
+    let be = standalone::<B>("apply_multi")?;
+    let n = op.dim();
+    expect_len("x", be.len(x), n * k)?;
+    expect_len("y", be.len(y), n * k)?;
+    if n == 0 {
+        return Ok(());
+    }
+    let host_x = be.download(x)?;
+    let mut host_y = Vec::with_capacity(n * k);
+    let mut column = be.zeros(n)?;
+    for xj in host_x.chunks(n) {
+        op.apply(&be.upload(xj)?, &mut column)?;
+        host_y.extend(be.download(&column)?);
+    }
+    *y = be.upload(&host_y)?;
+    Ok(())
+}
+
+/// A from its applications to the unit vectors (the default `to_dense`).
+fn dense_by_columns<B: Backend, O: LinearOperator<B> + ?Sized>(op: &O) -> Result<Vec<f64>> {
+    let n = op.dim();
+    if n > DEFAULT_DENSE_MAX_DIM {
+        return Err(SolverError::invalid(
+            "dim",
+            n,
+            format!(
+                "the default to_dense() builds the matrix from dim applications and needs dim <= \
+                 {DEFAULT_DENSE_MAX_DIM}; give to_dense() for larger operators"
+            ),
+        ));
+    }
+    let be = standalone::<B>("to_dense")?;
+    let (mut unit, mut column) = (vec![0.0; n], be.zeros(n)?);
+    let mut a = vec![0.0; n * n];
+    for j in 0..n {
+        unit[j] = 1.0;
+        op.apply(&be.upload(&unit)?, &mut column)?;
+        unit[j] = 0.0;
+        for (i, v) in be.download(&column)?.into_iter().enumerate() {
+            a[i * n + j] = v;
+        }
+    }
+    Ok(a)
 }
 
 /// Check that a vector argument has the length an operation needs.

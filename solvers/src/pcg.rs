@@ -36,7 +36,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::operator::{expect_len, LinearOperator};
 use crate::pcg_kernels::{slot, PcgKernels, PcgVectors};
-use crate::precond::Preconditioner;
+use crate::precond::{precondition, Preconditioner};
 use crate::{Result, SolverError};
 
 /// Status codes stored in the `STATUS` slot.
@@ -550,7 +550,7 @@ impl<'o> Blocks<'o> {
         if opts.refresh_every > 0 && self.queued >= self.next_refresh {
             // Residual replacement keeps the search direction p.
             residual(backend, a, b, &w.x, &mut w.r)?;
-            m.apply(&w.r, &mut w.z)?;
+            precondition(backend, m, &w.r, &mut w.z)?;
             backend.dot(&w.r, &w.z, s, slot::RZ)?;
             backend.dot(&w.r, &w.r, s, slot::RR)?;
             self.next_refresh = self.queued + opts.refresh_every;
@@ -626,7 +626,7 @@ fn start<B: PcgKernels>(
             return Ok(());
         }
     }
-    m.apply(&w.r, &mut w.z)?;
+    precondition(backend, m, &w.r, &mut w.z)?;
     backend.copy(&w.z, &mut w.p)?;
     backend.dot(&w.r, &w.z, s, slot::RZ)?;
     backend.dot(&w.r, &w.r, s, slot::RR)?;
@@ -653,7 +653,7 @@ fn iteration<B: PcgKernels>(
     backend.pcg_alpha(s)?;
     backend.axpy(s, slot::ALPHA, &w.p, &mut w.x)?;
     backend.axpy(s, slot::NEG_ALPHA, &w.q, &mut w.r)?;
-    m.apply(&w.r, &mut w.z)?;
+    precondition(backend, m, &w.r, &mut w.z)?;
     backend.dot(&w.r, &w.z, s, slot::RZ_NEW)?;
     backend.dot(&w.r, &w.r, s, slot::RR)?;
     backend.pcg_beta(s)?;

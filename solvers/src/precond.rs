@@ -1,4 +1,5 @@
-//! Preconditioners: Jacobi (inverse diagonal), with the identity as its unit case.
+//! Preconditioners: the identity (an unpreconditioned solve) and Jacobi
+//! (inverse diagonal).
 
 use crate::backend::Backend;
 use crate::operator::expect_len;
@@ -13,6 +14,53 @@ pub trait Preconditioner<B: Backend> {
     /// backend fuse the whole PCG update; see `Backend::pcg_step_diagonal`).
     fn inverse_diagonal(&self) -> Option<&B::Vector> {
         None
+    }
+
+    /// Whether M = I. A solver then takes z = r with its own backend, so
+    /// [`Identity`], which holds none, is usable on every backend.
+    fn is_identity(&self) -> bool {
+        false
+    }
+}
+
+/// z = M^{-1} r as a solver applies it: a copy for the identity, `m.apply`
+/// otherwise.
+pub fn precondition<B: Backend>(
+    backend: &B,
+    m: &dyn Preconditioner<B>,
+    r: &B::Vector,
+    z: &mut B::Vector,
+) -> Result<()> {
+    if m.is_identity() {
+        return backend.copy(r, z);
+    }
+    m.apply(r, z)
+}
+
+/// The identity preconditioner, M = I: an unpreconditioned solve, for an
+/// operator of any dimension on any backend,
+/// `cg(&backend, &op, &Identity, &b, None, &opts)`.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Identity;
+
+impl<B: Backend> Preconditioner<B> for Identity {
+    /// z = r. Solvers copy with their own backend ([`precondition`]); a call
+    /// here works through a backend made on the spot
+    /// ([`Backend::standalone`], the CPU's) and is an error naming the rule
+    /// on a device backend.
+    fn apply(&self, r: &B::Vector, z: &mut B::Vector) -> Result<()> {
+        match B::standalone() {
+            Some(backend) => backend.copy(r, z),
+            None => Err(SolverError::invalid(
+                "Identity.apply",
+                std::any::type_name::<B>(),
+                "needs a backend made on the spot (the CPU's); on this backend use precondition(backend, m, r, z)",
+            )),
+        }
+    }
+
+    fn is_identity(&self) -> bool {
+        true
     }
 }
 
@@ -45,7 +93,8 @@ impl<'b, B: Backend> Jacobi<'b, B> {
     }
 
     /// The identity preconditioner of dimension `n`, as a Jacobi with unit
-    /// diagonal.
+    /// diagonal (an n-vector of ones on the backend). [`Identity`] is the
+    /// same solve with no vector; on the CPU the two give the same bits.
     pub fn identity(backend: &'b B, n: usize) -> Result<Self> {
         let ones = backend.upload(&vec![1.0; n])?;
         Self::new(backend, &ones, None, 0.0)
