@@ -43,7 +43,7 @@ fn benches(c: &mut Criterion) {
     });
     #[cfg(feature = "cuda")]
     if let Some(gpu) = gpu {
-        let stage1 = matfree::cuda::DeviceStage1::new(gpu.clone(), &g.model, &g.data).expect("upload");
+        let stage1 = matfree::bms::device::DeviceStage1::new(gpu.clone(), &g.model, &g.data).expect("upload");
         group.throughput(Throughput::Elements(n as u64));
         group.bench_function(BenchmarkId::new("gpu_stage1_stage2", n), |b| {
             b.iter(|| {

@@ -13,10 +13,10 @@
 
 use std::time::Instant;
 
+use matfree::bms::device::DeviceStage1;
 use matfree::bms::generator::{generate, GeneratorConfig};
 use matfree::cuda::{
-    select_device, CudaBackend, Device, DeviceCholesky, DeviceRowHessian, DeviceStage1, Gpu, GpuPolicy, HvpPrecision,
-    SingleKernel,
+    select_device, CudaBackend, Device, DeviceCholesky, DeviceRowHessian, Gpu, GpuPolicy, HvpPrecision, SingleKernel,
 };
 use matfree::fixture::{random_row_problem, Rng, Shape};
 use matfree::solvers::{cg, Backend, Cholesky, CpuBackend, Jacobi, LinearOperator, Pcg, PcgKernels, PcgOptions};

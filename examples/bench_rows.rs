@@ -95,10 +95,11 @@ mod gpu {
     use std::sync::Arc;
     use std::time::Instant;
 
+    use matfree::bms::device::{evaluate_rows_device, DeviceStage1};
     use matfree::bms::generator::Generated;
     use matfree::bms::row_kernel::RowKernelOutputs;
     use matfree::bms::RowKernelInputs;
-    use matfree::cuda::{evaluate_rows_device, DeviceDesigns, DeviceStage1, Gpu};
+    use matfree::cuda::{DeviceDesigns, Gpu};
     use matfree::device::{select_device, Device, GpuPolicy};
 
     type AnyResult<T> = Result<T, Box<dyn std::error::Error>>;

@@ -37,7 +37,7 @@ fn run(path: &str) -> Result<(), Box<dyn Error>> {
         #[cfg(feature = "cuda")]
         Device::Gpu(gpu) => {
             let backend = CudaBackend::new(gpu.clone())?;
-            let (fit, stats) = model::fit_on(&backend, &DeviceRowObjective::new(gpu, objective)?, &penalty)?;
+            let (fit, stats) = model::fit_on(&backend, &DeviceRowObjective::from_host(gpu, objective)?, &penalty)?;
             (fit, stats, "the GPU".to_string())
         }
         Device::Cpu { reason } => {

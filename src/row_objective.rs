@@ -35,6 +35,22 @@ pub trait RowEvaluator: Sync {
     /// writing.
     fn row(&self, i: usize, theta: &[f64], grad: &mut [f64], hess: &mut [f64]) -> f64;
 
+    /// Rows `first..first + neglog.len()` at their coordinates `theta` (r
+    /// a row, row-major), into `neglog`, `grad` (r a row) and `hess` (r^2
+    /// a row), the last two zeroed. The default calls
+    /// [`RowEvaluator::row`] for each; a model whose rows need working
+    /// memory overrides it to set that up once a batch.
+    fn rows(&self, first: usize, theta: &[f64], neglog: &mut [f64], grad: &mut [f64], hess: &mut [f64]) {
+        let r = theta.len() / neglog.len().max(1);
+        let each = theta
+            .chunks_exact(r)
+            .zip(grad.chunks_exact_mut(r))
+            .zip(hess.chunks_exact_mut(r * r));
+        for (k, ((t, g), h)) in each.enumerate() {
+            neglog[k] = self.row(first + k, t, g, h);
+        }
+    }
+
     /// The value alone (default: [`RowEvaluator::row`] into scratch);
     /// override it together with [`RowEvaluator::cheap_value`].
     fn row_value(&self, i: usize, theta: &[f64]) -> f64 {
@@ -101,6 +117,17 @@ impl<E: RowEvaluator> RowObjective<E> {
     pub fn evaluator(&self) -> &E {
         &self.evaluator
     }
+    /// The layout, the designs and the model.
+    pub fn into_parts(self) -> (Layout, Arc<Designs>, E) {
+        (self.layout, self.designs, self.evaluator)
+    }
+
+    /// Row i's coordinates theta_i = P_i beta (r values).
+    pub fn theta(&self, beta: &[f64], i: usize) -> Vec<f64> {
+        let mut theta = vec![0.0; self.layout.r()];
+        row_direction(&self.layout, &self.designs, i, beta, &mut theta);
+        theta
+    }
 
     /// f(i, k, theta_i) for the rows of chunk c (k the row's place in it).
     fn chunk_rows(&self, c: usize, beta: &[f64], mut f: impl FnMut(usize, usize, &[f64])) {
@@ -112,7 +139,8 @@ impl<E: RowEvaluator> RowObjective<E> {
         }
     }
 
-    /// Every row's value, gradient and Hessian at beta (n, n r, n r^2).
+    /// Every row's value, gradient and Hessian at beta (n, n r, n r^2),
+    /// a chunk of rows a task ([`RowEvaluator::rows`]).
     fn rows(&self, beta: &[f64]) -> (Vec<f64>, Vec<f64>, PooledVec) {
         let (n, r) = (self.designs.n(), self.layout.r());
         let (mut neglog, mut grad) = (vec![0.0; n], vec![0.0; n * r]);
@@ -123,35 +151,94 @@ impl<E: RowEvaluator> RowObjective<E> {
             .zip(hess.par_chunks_mut(ROW_CHUNK * r * r));
         chunks.enumerate().for_each(|(c, ((v, g), h))| {
             h.fill(0.0); // a pooled buffer holds the last evaluation's rows
-            self.chunk_rows(c, beta, |i, k, theta| {
-                let (g, h) = (&mut g[k * r..(k + 1) * r], &mut h[k * r * r..(k + 1) * r * r]);
-                v[k] = self.evaluator.row(i, theta, g, h);
-            });
+            let mut theta = vec![0.0; v.len() * r];
+            self.chunk_rows(c, beta, |_, k, t| theta[k * r..(k + 1) * r].copy_from_slice(t));
+            self.evaluator.rows(c * ROW_CHUNK, &theta, v, g, h);
         });
         (neglog, grad, hess)
     }
 
+    /// Every row's value, gradient and Hessian at beta (n, n r, n r^2),
+    /// all finite; a row with a non-finite entry is outside the model's
+    /// domain, [`Error::RowRejected`].
+    pub(crate) fn host_rows(&self, beta: &[f64]) -> Result<(Vec<f64>, Vec<f64>, PooledVec)> {
+        expect_len("beta", beta.len(), self.layout.p_total())?;
+        let r = self.layout.r();
+        let (neglog, grad, hess) = self.rows(beta);
+        let rejected = [(&neglog[..], 1), (&grad, r), (&hess, r * r)]
+            .iter()
+            .filter_map(|(x, width)| first_non_finite(x).map(|at| at / width))
+            .min();
+        match rejected {
+            Some(row) => Err(Error::RowRejected {
+                row,
+                reason: "a non-finite value, gradient or Hessian entry (outside the model's domain)".into(),
+            }),
+            None => Ok((neglog, grad, hess)),
+        }
+    }
+
     /// The joint value and gradient at beta with the row Hessians (n r^2),
     /// on the host; `None` outside the model's domain (a non-finite row).
-    pub(crate) fn host_evaluation(&self, beta: &[f64]) -> SolverResult<Option<(JointGradient, PooledVec)>> {
-        expect_len("beta", beta.len(), self.layout.p_total())?;
-        let (neglog, grad, hess) = self.rows(beta);
-        if [&neglog[..], &grad, &hess]
-            .iter()
-            .any(|x| first_non_finite(x).is_some())
-        {
-            return Ok(None); // outside the model's domain (the trait's rule)
-        }
+    fn host_evaluation(&self, beta: &[f64]) -> SolverResult<Option<(JointGradient, PooledVec)>> {
+        let Some((neglog, grad, hess)) = outside_domain(self.host_rows(beta))? else {
+            return Ok(None);
+        };
         Ok(Some((
             joint_gradient(&self.layout, &self.designs, &neglog, &grad)?,
             hess,
         )))
     }
+
+    /// The model's exact d/dt H(beta + t direction) at t = 0 (dense p x p),
+    /// from [`RowEvaluator::row_hessian_derivative`].
+    pub(crate) fn row_hessian_derivative(&self, beta: &[f64], direction: &[f64]) -> SolverResult<Vec<f64>> {
+        expect_len("beta", beta.len(), self.layout.p_total())?;
+        expect_len("direction", direction.len(), self.layout.p_total())?;
+        let (n, r) = (self.designs.n(), self.layout.r());
+        let mut dh = self.buffers.take(n * r * r);
+        dh.par_chunks_mut(ROW_CHUNK * r * r).enumerate().for_each(|(c, h)| {
+            h.fill(0.0);
+            let mut d = vec![0.0; r];
+            self.chunk_rows(c, beta, |i, k, theta| {
+                row_direction(&self.layout, &self.designs, i, direction, &mut d);
+                let out = &mut h[k * r * r..(k + 1) * r * r];
+                self.evaluator.row_hessian_derivative(i, theta, &d, out);
+            });
+        });
+        if let Some(at) = first_non_finite(&dh) {
+            let field = format!("row_hessian_derivative[row {}][{}]", at / (r * r), at % (r * r));
+            return Err(Error::invalid(field, dh[at], "must be finite at a point inside the domain").into());
+        }
+        Ok(RowHessian::with_storage(self.layout.clone(), self.designs.clone(), dh)?.dense_host())
+    }
+}
+
+/// An HVP reads each row's Hessian (r^2) and design rows (the predictors'
+/// widths) once; the dense assembly adds p^2 a row.
+pub fn row_cost(layout: &Layout, n: usize) -> CostEstimate {
+    let (n, r, p) = (n as f64, layout.r() as f64, layout.p_total() as f64);
+    let design: usize = layout.predictors().iter().map(|range| range.len()).sum();
+    CostEstimate {
+        hvp: 2.0 * n * (r * r + design as f64),
+        dense_assembly: 3.0 * n * p * p,
+    }
+}
+
+/// A row a model rejects at beta ([`Error::RowRejected`]) means beta is
+/// outside the model's domain: the Newton driver then shrinks its step.
+/// Every other error is an error.
+pub fn outside_domain<T>(result: Result<T>) -> SolverResult<Option<T>> {
+    match result {
+        Ok(v) => Ok(Some(v)),
+        Err(Error::RowRejected { .. }) => Ok(None),
+        Err(e) => Err(e.into()),
+    }
 }
 
 /// Each beta column's root mean square over the rows (1 for a direct
 /// coefficient or an all-zero column): Newton's step cap is in these units.
-fn column_scales(layout: &Layout, designs: &Designs) -> Vec<f64> {
+pub fn column_scales(layout: &Layout, designs: &Designs) -> Vec<f64> {
     let n = designs.n() as f64;
     let rms = |design: usize, col: usize| {
         let p = designs.widths()[design];
@@ -202,14 +289,8 @@ impl<E: RowEvaluator> Objective<CpuBackend> for RowObjective<E> {
         self.evaluator.cheap_value()
     }
 
-    /// An HVP reads each row's Hessian and design rows once; the dense
-    /// assembly adds p^2 a row.
     fn cost(&self) -> CostEstimate {
-        let (n, r, p) = (self.designs.n() as f64, self.layout.r() as f64, self.dim() as f64);
-        CostEstimate {
-            hvp: 2.0 * n * (r * r + p),
-            dense_assembly: 3.0 * n * p * p,
-        }
+        row_cost(&self.layout, self.designs.n())
     }
 
     fn coefficient_scales(&self) -> Option<Vec<f64>> {
@@ -227,26 +308,9 @@ impl<E: RowEvaluator> Objective<CpuBackend> for RowObjective<E> {
         direction: &[f64],
         step: f64,
     ) -> SolverResult<Vec<f64>> {
-        if !self.evaluator.has_hessian_derivative() {
-            return fd_hessian_derivative(self, beta, hessian, direction, step);
+        match self.evaluator.has_hessian_derivative() {
+            true => self.row_hessian_derivative(beta, direction),
+            false => fd_hessian_derivative(self, beta, hessian, direction, step),
         }
-        expect_len("beta", beta.len(), self.dim())?;
-        expect_len("direction", direction.len(), self.dim())?;
-        let (n, r) = (self.designs.n(), self.layout.r());
-        let mut dh = self.buffers.take(n * r * r);
-        dh.par_chunks_mut(ROW_CHUNK * r * r).enumerate().for_each(|(c, h)| {
-            h.fill(0.0);
-            let mut d = vec![0.0; r];
-            self.chunk_rows(c, beta, |i, k, theta| {
-                row_direction(&self.layout, &self.designs, i, direction, &mut d);
-                let out = &mut h[k * r * r..(k + 1) * r * r];
-                self.evaluator.row_hessian_derivative(i, theta, &d, out);
-            });
-        });
-        if let Some(at) = first_non_finite(&dh) {
-            let field = format!("row_hessian_derivative[row {}][{}]", at / (r * r), at % (r * r));
-            return Err(Error::invalid(field, dh[at], "must be finite at a point inside the domain").into());
-        }
-        Ok(RowHessian::with_storage(self.layout.clone(), self.designs.clone(), dh)?.dense_host())
     }
 }

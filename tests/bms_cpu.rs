@@ -6,7 +6,7 @@ use matfree::bms::generator::{generate, GeneratorConfig};
 use matfree::bms::probit::{log_ndtr, norm_cdf};
 use matfree::bms::MarginalSlope;
 use matfree::bms::{evaluate_rows, row_neglog, Bases, BmsModel, CubicBasis, RowKernelInputs, RowStage1};
-use matfree::solvers::LinearOperator;
+use matfree::solvers::{LinearOperator, Objective};
 use matfree::Error;
 
 fn bases(p_h: usize, p_w: usize, s_f: f64) -> Bases {
@@ -484,4 +484,36 @@ fn fused_and_bundled_evaluations_reject_the_same_row() {
             }
         }
     }
+}
+
+/// The CPU objective is the generic row objective over the model's fused
+/// rows: the same bits as the model's own evaluation (value, gradient,
+/// Hessian) whatever the batching, and a beta where the model rejects a row
+/// is outside the domain (no evaluation, no error).
+#[test]
+fn the_objective_is_the_models_rows_bitwise_and_a_rejected_row_is_outside() {
+    let g = generate(GeneratorConfig {
+        n: 777,
+        p_m: 3,
+        p_g: 2,
+        p_h: 4,
+        p_w: 3,
+        s_f: 0.9,
+        seed: 8,
+    })
+    .unwrap();
+    let (model, data) = (&g.model, &g.data);
+    let objective = model.objective(data).unwrap();
+    let eval = model.evaluate(data, &g.beta).unwrap();
+    let want = model.joint_gradient(data, &eval).unwrap();
+    let got = objective.evaluate(&g.beta).unwrap().unwrap();
+    assert_eq!(got.value.to_bits(), want.neglog.to_bits());
+    let bits = |x: &[f64]| x.iter().map(|v| v.to_bits()).collect::<Vec<_>>();
+    assert_eq!(bits(&got.gradient), bits(&want.gradient));
+    let dense = model.row_hessian(data, &eval).unwrap().to_dense().unwrap();
+    assert_eq!(bits(&got.hessian.to_dense().unwrap()), bits(&dense));
+    let far: Vec<f64> = g.beta.iter().map(|b| b * 1e6 + 1e6).collect();
+    let rejected = matches!(model.evaluate(data, &far), Err(Error::RowRejected { .. }));
+    assert!(rejected, "beta far out should be rejected by a row");
+    assert!(objective.evaluate(&far).unwrap().is_none());
 }

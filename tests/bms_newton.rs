@@ -2,14 +2,13 @@
 
 mod common;
 
-use matfree::bms::BmsObjective;
 use matfree::solvers::newton::{newton, StepSolver};
 use matfree::solvers::CpuBackend;
 
 #[test]
 fn newton_on_bms_matches_dense_reference_from_a_poor_start() {
     let f = common::newton_fixture();
-    let objective = BmsObjective::new(&f.g.model, &f.g.data);
+    let objective = f.g.model.objective(&f.g.data).unwrap();
     for solver in [StepSolver::Pcg, StepSolver::Dense] {
         let opts = f.options(solver);
         let fit = newton(&CpuBackend::new(), &objective, &f.penalty, &f.lambda, &f.beta0, &opts).unwrap();

@@ -9,9 +9,9 @@
 use std::sync::Arc;
 
 use matfree::bms::fit::{fit, BmsFit, FitOptions};
-use matfree::bms::rigid::RigidObjective;
+use matfree::bms::rigid::rigid_objective;
 use matfree::bms::MarginalSlope;
-use matfree::bms::{bms_penalty, Bases, BmsData, BmsModel, BmsObjective, CubicBasis};
+use matfree::bms::{bms_penalty, Bases, BmsData, BmsModel, CubicBasis};
 use matfree::fixture::Rng;
 use matfree::solvers::newton::Objective;
 use matfree::solvers::reml::{evaluate_laml, RemlOptions};
@@ -62,7 +62,7 @@ fn simulated(n: usize, seed: u64) -> matfree::bms::generator::Generated {
 }
 
 fn cpu_fit(model: &BmsModel, data: &BmsData) -> BmsFit {
-    let objective = BmsObjective::new(model, data);
+    let objective = model.objective(data).unwrap();
     fit(&CpuBackend::new(), &objective, model, data, &FitOptions::default()).unwrap()
 }
 
@@ -91,7 +91,7 @@ fn check_fit_with_step(label: &str, model: &BmsModel, data: &BmsData, f: &BmsFit
         f.edf.total
     );
     // Penalised stationarity from a fresh evaluation: g^T (H + S)^{-1} g.
-    let objective = BmsObjective::new(model, data);
+    let objective = model.objective(data).unwrap();
     let e = objective.evaluate(&f.beta).unwrap().unwrap();
     let s = penalty.dense(&f.lambda).unwrap();
     let sb = penalty.apply(&f.lambda, &f.beta).unwrap();
@@ -115,7 +115,7 @@ fn check_fit_with_step(label: &str, model: &BmsModel, data: &BmsData, f: &BmsFit
 /// upper bound (a smooth the data do not support).
 fn check_reml_stationary(label: &str, model: &BmsModel, data: &BmsData, f: &BmsFit, h: f64) {
     let penalty = bms_penalty(model).unwrap();
-    let objective = BmsObjective::new(model, data);
+    let objective = model.objective(data).unwrap();
     let mut opts = RemlOptions::default();
     opts.newton.max_step = 2.0;
     let rho: Vec<f64> = f.lambda.iter().map(|l| l.ln()).collect();
@@ -302,8 +302,8 @@ fn rigid_objective_matches_the_model_without_smooths() {
         seed: 9,
     })
     .unwrap();
-    let rigid = RigidObjective::new(&g.model, &g.data).unwrap();
-    let full = BmsObjective::new(&g.model, &g.data);
+    let rigid = rigid_objective(&g.model, &g.data).unwrap();
+    let full = g.model.objective(&g.data).unwrap();
     for beta in [g.beta.clone(), vec![0.1, -0.3, 0.2, -0.7, 0.4]] {
         let (a, b) = (
             rigid.evaluate(&beta).unwrap().unwrap(),
@@ -524,7 +524,7 @@ fn separation_by_a_combination_of_covariates_is_named() {
     let m = model(3, 1);
     let d = data(&[a, b], &[], z, y);
     matfree::bms::checks::check_data(&m, &d, None).unwrap();
-    let objective = BmsObjective::new(&m, &d);
+    let objective = m.objective(&d).unwrap();
     let opts = FitOptions {
         lambda: Some(vec![1.0, 1.0]),
         ..FitOptions::default()
@@ -561,7 +561,7 @@ fn reml_ends_at_the_lowest_v_along_each_axis() {
         assert!(f.converged, "{label}: {}", f.termination);
         let report = f.reml_report.as_ref().unwrap();
         let penalty = bms_penalty(&g.model).unwrap();
-        let objective = BmsObjective::new(&g.model, &g.data);
+        let objective = g.model.objective(&g.data).unwrap();
         let mut opts = RemlOptions::default();
         opts.newton.max_step = 2.0;
         opts.newton.max_iter = 100;
@@ -610,7 +610,7 @@ fn indefinite_hessian_and_sharp_v_converge() {
 #[test]
 fn fixed_lambda_fits_report_the_reml_score() {
     let g = simulated(2000, 3);
-    let objective = BmsObjective::new(&g.model, &g.data);
+    let objective = g.model.objective(&g.data).unwrap();
     let at = |lambda: Vec<f64>| {
         let opts = FitOptions {
             lambda: Some(lambda),

@@ -4,13 +4,11 @@
 
 mod common;
 
+use matfree::bms::device::{evaluate_device, evaluate_rows_device, DeviceStage1};
 use matfree::bms::generator::{generate, Generated, GeneratorConfig};
 use matfree::bms::row_kernel::evaluate_rows;
 use matfree::bms::MarginalSlope;
-use matfree::cuda::{
-    evaluate_rows_device, gpu_for_test, BmsDeviceObjective, CudaBackend, DeviceDesigns, DeviceRowEvaluation,
-    DeviceStage1, Gpu,
-};
+use matfree::cuda::{gpu_for_test, CudaBackend, DeviceDesigns, DeviceRowEvaluation, Gpu};
 use matfree::fixture::Rng;
 use matfree::solvers::newton::{newton, StepSolver};
 use matfree::solvers::{CpuBackend, LinearOperator};
@@ -117,7 +115,7 @@ fn one_call_evaluation_matches_the_cpu_model() {
     };
     let g = fixture(150, 6, 5, 21);
     let designs = DeviceDesigns::upload(gpu, &g.data.designs).unwrap();
-    let dev = matfree::cuda::evaluate_device(&g.model, &g.data, &designs, &g.beta).unwrap();
+    let dev = evaluate_device(&g.model, &g.data, &designs, &g.beta).unwrap();
     let rows = g.model.evaluate(&g.data, &g.beta).unwrap();
     let want = g.model.joint_gradient(&g.data, &rows).unwrap();
     let got = dev.joint_gradient().unwrap();
@@ -170,9 +168,11 @@ fn newton_on_bms_on_device_matches_dense_reference() {
         (StepSolver::Pcg, true),
         (StepSolver::Dense, false),
     ] {
-        let objective = BmsDeviceObjective::new(gpu.clone(), &f.g.model, &f.g.data)
-            .unwrap()
-            .with_single_precision_hvp(single);
+        let objective =
+            f.g.model
+                .device_objective(gpu.clone(), &f.g.data)
+                .unwrap()
+                .with_single_precision_hvp(single);
         let opts = f.options(solver);
         let fit = newton(&backend, &objective, &f.penalty, &f.lambda, &f.beta0, &opts).unwrap();
         let label = format!("{solver:?}, f32 products {single}");

@@ -12,8 +12,7 @@ use std::rc::Rc;
 use std::sync::Mutex;
 
 use matfree::cuda::{
-    setup_for_test, shard_rows, BmsDeviceObjective, BmsMultiObjective, CudaBackend, DeviceRowHessian, Gpu, GpuGroup,
-    MultiGpuBackend, ShardedRowHessian,
+    setup_for_test, shard_rows, CudaBackend, DeviceRowHessian, Gpu, GpuGroup, MultiGpuBackend, ShardedRowHessian,
 };
 use matfree::fixture::{random_row_problem, Rng, Shape};
 use matfree::solvers::newton::{newton, Objective, StepSolver};
@@ -216,14 +215,14 @@ fn newton_on_bms_on_a_group_matches_one_gpu() {
     let f = common::newton_fixture();
     let (model, data) = (&f.g.model, &f.g.data);
     let gpu0 = groups[0].gpus()[0].clone();
-    let single = BmsDeviceObjective::new(gpu0.clone(), model, data).unwrap();
+    let single = model.device_objective(gpu0.clone(), data).unwrap();
     let one = CudaBackend::new(gpu0).unwrap();
     let want = single.evaluate(&f.g.beta).unwrap().unwrap();
     let opts = f.options(StepSolver::Pcg);
     let want_fit = newton(&one, &single, &f.penalty, &f.lambda, &f.beta0, &opts).unwrap();
     for group in groups {
         let label = format!("{} gpus", group.len());
-        let objective = BmsMultiObjective::new(group.clone(), model, data).unwrap();
+        let objective = model.sharded_objective(group.clone(), data).unwrap();
         let be = MultiGpuBackend::new(group.clone()).unwrap();
         let got = objective.evaluate(&f.g.beta).unwrap().unwrap();
         common::assert_close(&format!("{label}: neglog"), &[got.value], &[want.value], 1e-12);

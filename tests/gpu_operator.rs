@@ -350,7 +350,8 @@ fn bad_shapes_are_rejected_before_launch() {
 #[test]
 #[ignore = "needs a GPU: runs on the device with --include-ignored (tools/gpu-tests.sh)"]
 fn models_register_kernel_modules_and_compile_errors_keep_the_log() {
-    use matfree::cuda::{KernelModule, BMS_KERNELS};
+    use matfree::bms::device::BMS_KERNELS;
+    use matfree::cuda::KernelModule;
     let Some(gpu) = gpu_for_test("models_register_kernel_modules_and_compile_errors_keep_the_log") else {
         return;
     };

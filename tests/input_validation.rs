@@ -6,7 +6,7 @@
 use std::sync::Arc;
 
 use matfree::bms::fit::{fit, FitOptions};
-use matfree::bms::{Bases, BmsData, BmsModel, BmsObjective, CubicBasis};
+use matfree::bms::{Bases, BmsData, BmsModel, CubicBasis};
 use matfree::fixture::Rng;
 use matfree::solvers::{cg, CpuBackend, DenseOperator, Jacobi, PcgOptions, Penalty, PenaltyBlock};
 use matfree::{Error, RowHessian};
@@ -125,7 +125,7 @@ fn random_tiny_fits_never_panic() {
         let z: Vec<f64> = (0..n).map(|_| rng.normal() * 3.0).collect();
         let y: Vec<f64> = (0..n).map(|_| f64::from(rng.uniform() < 0.5)).collect();
         let data = BmsData::new(designs, z, y, vec![1.0; n]).unwrap();
-        let objective = BmsObjective::new(&model, &data);
+        let objective = model.objective(&data).unwrap();
         match fit(&CpuBackend::new(), &objective, &model, &data, &FitOptions::default()) {
             Ok(f) => {
                 assert!(f.converged || !f.warnings.is_empty(), "{}", f.termination);

@@ -14,7 +14,7 @@ mod model;
 use std::sync::Arc;
 
 #[cfg(feature = "cuda")]
-use matfree::cuda::{gpu_for_test, CudaBackend, DeviceRowObjective};
+use matfree::cuda::{gpu_for_test, CudaBackend, DeviceRowObjective, GpuGroup, MultiGpuBackend, ShardedRowObjective};
 use matfree::solvers::reml::RemlFit;
 use matfree::solvers::{fd_hessian_derivative, CpuBackend, Objective, PcgKernels};
 use matfree::{Block, Designs, Layout, RowEvaluator, RowObjective};
@@ -119,7 +119,7 @@ fn gpu_the_own_model_fit_matches_mgcv_and_the_cpu() {
     let cpu = matches_mgcv(&CpuBackend::new(), &cpu_problem.objective, &cpu_problem);
     let problem = model::problem(&data("own_model.csv")).unwrap();
     let device =
-        DeviceRowObjective::new(gpu.clone(), model::problem(&data("own_model.csv")).unwrap().objective).unwrap();
+        DeviceRowObjective::from_host(gpu.clone(), model::problem(&data("own_model.csv")).unwrap().objective).unwrap();
     let fit = matches_mgcv(&CudaBackend::new(gpu).unwrap(), &device, &problem);
     for (g, c) in fit
         .laml
@@ -211,4 +211,77 @@ fn a_row_objective_over_a_direct_block_has_its_own_derivatives() {
     assert!(obj.value(&[800.0, 0.0, 0.0]).unwrap().is_none());
     let e = obj.evaluate(&[0.0; 2]).err().expect("a short beta is an error");
     assert!(e.to_string().contains("beta"), "{e}");
+}
+
+/// A model with CPU rows on one GPU and on a group of one device (and of
+/// every visible device, with two or more): the same value, gradient and
+/// Hessian as on the CPU, the exact dH of the host rows, the value alone
+/// and the domain rule (a row outside it: no evaluation, no error).
+#[cfg(feature = "cuda")]
+#[test]
+#[ignore = "needs a GPU: runs on the device with --include-ignored (tools/gpu-tests.sh)"]
+fn gpu_host_rows_on_one_gpu_and_on_a_group_match_the_cpu() {
+    use matfree::solvers::Backend;
+    let Some(gpu) = gpu_for_test("gpu_host_rows_on_one_gpu_and_on_a_group_match_the_cpu") else {
+        return;
+    };
+    let n = 1001;
+    let cpu = shared_objective(n);
+    let beta = [0.3, -0.8, 0.2];
+    let want = cpu.evaluate(&beta).unwrap().unwrap();
+    let h = want.hessian.to_dense().unwrap();
+    let d = [0.5, 1.0, -0.25];
+    let want_dh = cpu.hessian_derivative(&beta, &h, &d, 1e-6).unwrap();
+    let near = |what: &str, got: &[f64], want: &[f64]| {
+        for (g, w) in got.iter().zip(want) {
+            assert!((g - w).abs() <= 1e-12 * w.abs().max(1.0), "{what}: {g:e} vs {w:e}");
+        }
+    };
+    let one = DeviceRowObjective::from_host(gpu.clone(), shared_objective(n)).unwrap();
+    let backend = CudaBackend::new(gpu.clone()).unwrap();
+    let got = one.evaluate(&beta).unwrap().unwrap();
+    near("one gpu: value", &[got.value], &[want.value]);
+    near("one gpu: gradient", &got.gradient, &want.gradient);
+    near("one gpu: hessian", &got.hessian.to_dense().unwrap(), &h);
+    near(
+        "one gpu: dH",
+        &one.hessian_derivative(&beta, &h, &d, 1e-6).unwrap(),
+        &want_dh,
+    );
+    near(
+        "one gpu: value alone",
+        &[one.value(&beta).unwrap().unwrap()],
+        &[want.value],
+    );
+    assert!(one.evaluate(&[800.0, 0.0, 0.0]).unwrap().is_none());
+    let v = backend.upload(&d).unwrap();
+    let mut hv = backend.zeros(3).unwrap();
+    got.hessian.apply(&v, &mut hv).unwrap();
+    let hv = backend.download(&hv).unwrap();
+    let want_hv: Vec<f64> = (0..3).map(|i| (0..3).map(|j| h[i * 3 + j] * d[j]).sum()).collect();
+    near("one gpu: product", &hv, &want_hv);
+    let mut groups = vec![GpuGroup::open(1).unwrap()];
+    if matfree::cuda::Gpu::count().unwrap() >= 2 {
+        groups.push(GpuGroup::open_all().unwrap());
+    }
+    for group in groups {
+        let label = format!("{} gpus", group.len());
+        let sharded = ShardedRowObjective::from_host(group, shared_objective(n)).unwrap();
+        let got = sharded.evaluate(&beta).unwrap().unwrap();
+        near(&format!("{label}: value"), &[got.value], &[want.value]);
+        near(&format!("{label}: gradient"), &got.gradient, &want.gradient);
+        near(&format!("{label}: hessian"), &got.hessian.to_dense().unwrap(), &h);
+        let fd = fd_hessian_derivative::<MultiGpuBackend, _>(&sharded, &beta, &h, &d, 1e-6).unwrap();
+        let cpu_fd = fd_hessian_derivative::<CpuBackend, _>(&cpu, &beta, &h, &d, 1e-6).unwrap();
+        for (g, w) in fd.iter().zip(&cpu_fd) {
+            assert!(
+                (g - w).abs() <= 1e-6 * w.abs().max(1.0),
+                "{label}: differenced dH {g:e} vs {w:e}"
+            );
+        }
+        assert!(
+            sharded.evaluate(&[800.0, 0.0, 0.0]).unwrap().is_none(),
+            "{label}: outside"
+        );
+    }
 }

@@ -11,7 +11,6 @@ use matfree::bms::fit::{fit, FitOptions};
 use matfree::bms::generator::{generate, Generated, GeneratorConfig};
 use matfree::bms::predict::{predict_cpu, Estimates, Predictions};
 use matfree::bms::probit::norm_cdf;
-use matfree::bms::BmsObjective;
 use matfree::fixture::Rng;
 use matfree::solvers::CpuBackend;
 use matfree::Error;
@@ -91,7 +90,7 @@ fn delta_method_se_matches_finite_differences_along_draws() {
 
 fn rmse_against_truth(n: usize, test: &Generated) -> f64 {
     let g = simulated(n, 21);
-    let objective = BmsObjective::new(&g.model, &g.data);
+    let objective = g.model.objective(&g.data).unwrap();
     let f = fit(
         &CpuBackend::new(),
         &objective,

@@ -7,14 +7,13 @@ use matfree::bms::fit::{fit, FitOptions};
 use matfree::bms::generator::{generate, GeneratorConfig};
 use matfree::bms::predict::{predict_cpu, Estimates};
 use matfree::bms::saved::{SavedFit, ScoreColumn, FORMAT_VERSION};
-use matfree::bms::BmsObjective;
 use matfree::solvers::CpuBackend;
 use matfree::Error;
 
 /// A fit at fixed lambda (`lambda`) or by REML (`None`).
 fn saved(lambda: Option<Vec<f64>>) -> SavedFit {
     let g = generate(GeneratorConfig::fit_shape(1000, 1)).unwrap();
-    let objective = BmsObjective::new(&g.model, &g.data);
+    let objective = g.model.objective(&g.data).unwrap();
     let opts = FitOptions {
         lambda,
         ..FitOptions::default()

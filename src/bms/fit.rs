@@ -17,7 +17,7 @@ use serde::{Deserialize, Serialize};
 
 use super::progress::{Display, Progress};
 use super::rigid::rigid_start;
-use super::{bms_penalty, BmsData, BmsModel, BmsObjective};
+use super::{bms_penalty, BmsData, BmsModel};
 use crate::device::Device;
 use crate::{Error, Result};
 
@@ -429,7 +429,7 @@ pub fn fit_on_device(
         #[cfg(feature = "cuda")]
         (Device::Gpu(gpu), gpus) => fit_on_gpus(gpu, gpus, model, data, opts, display, t),
         (Device::Cpu { .. }, _) => {
-            let objective = BmsObjective::new(model, data);
+            let objective = model.objective(data)?;
             let backend = CpuBackend::new();
             timed(&backend, &objective, model, data, opts, display, device.describe(), t)
         }
@@ -448,15 +448,16 @@ fn fit_on_gpus(
     display: Display,
     t: Instant,
 ) -> Result<DeviceFit> {
-    use crate::cuda::{BmsDeviceObjective, BmsMultiObjective, CudaBackend, GpuGroup, MultiGpuBackend};
+    use crate::cuda::{CudaBackend, GpuGroup, MultiGpuBackend};
     if gpus <= 1 {
-        let objective =
-            BmsDeviceObjective::new(gpu.clone(), model, data)?.with_single_precision_hvp(opts.single_precision_hvp);
+        let objective = model
+            .device_objective(gpu.clone(), data)?
+            .with_single_precision_hvp(opts.single_precision_hvp);
         let backend = CudaBackend::new(gpu.clone())?;
         return timed(&backend, &objective, model, data, opts, display, gpu.describe(), t);
     }
     let group = GpuGroup::open(gpus)?;
-    let objective = BmsMultiObjective::new(group.clone(), model, data)?;
+    let objective = model.sharded_objective(group.clone(), data)?;
     let backend = MultiGpuBackend::new(group.clone())?;
     timed(&backend, &objective, model, data, opts, display, group.describe(), t)
 }

@@ -234,7 +234,7 @@ impl BmsModel {
                         grad,
                         hess,
                     };
-                    if let Err(e) = self.fused_row(data, beta, i, &mut scratch, out) {
+                    if let Err(e) = self.fused_row(data, &self.theta(data, beta, i), i, &mut scratch, out) {
                         return Some(e);
                     }
                 }
@@ -247,12 +247,44 @@ impl BmsModel {
         }
     }
 
-    /// Row i: its intercept, cells and moments summed as they come, and
-    /// Stage 2's finish.
-    fn fused_row(&self, data: &BmsData, beta: &[f64], i: usize, s: &mut Scratch, out: RowOut) -> Result<()> {
-        let theta = self.theta(data, beta, i);
-        let a = solve_root(&self.bases, &theta, i)?;
-        let rb = RowBases::new(&self.bases, &theta);
+    /// Rows `first..` at their coordinates `theta` (r a row) with one set
+    /// of buffers, as [`crate::RowEvaluator::rows`] asks: a row the model
+    /// rejects gets a NaN value (outside the domain).
+    pub(crate) fn fused_rows(
+        &self,
+        data: &BmsData,
+        first: usize,
+        theta: &[f64],
+        neglog: &mut [f64],
+        grad: &mut [f64],
+        hess: &mut [f64],
+    ) {
+        let r = self.bases.r();
+        let mut scratch = Scratch::new(r);
+        let rows = theta
+            .chunks_exact(r)
+            .zip(neglog.iter_mut())
+            .zip(grad.chunks_exact_mut(r))
+            .zip(hess.chunks_exact_mut(r * r));
+        for (k, (((theta, neglog), grad), hess)) in rows.enumerate() {
+            let mut intercept = 0.0;
+            let out = RowOut {
+                neglog: &mut *neglog,
+                intercept: &mut intercept,
+                grad,
+                hess,
+            };
+            if self.fused_row(data, theta, first + k, &mut scratch, out).is_err() {
+                *neglog = f64::NAN;
+            }
+        }
+    }
+
+    /// Row i at its coordinates theta: its intercept, cells and moments
+    /// summed as they come, and Stage 2's finish.
+    fn fused_row(&self, data: &BmsData, theta: &[f64], i: usize, s: &mut Scratch, out: RowOut) -> Result<()> {
+        let a = solve_root(&self.bases, theta, i)?;
+        let rb = RowBases::new(&self.bases, theta);
         let cells = self.bases.bounds(theta[1], a);
         sum_cells(&rb, a, &cells, s);
         let f_a = s.sums.d[0] / (2.0 * PI);
@@ -263,7 +295,7 @@ impl BmsModel {
         s.sums.finish();
         s.sums.derivatives(theta[0], &mut s.row);
         let (z, y, w) = (data.z[i], data.y[i], data.weights[i]);
-        let o = self.bases.observed(&theta, a, z);
+        let o = self.bases.observed(theta, a, z);
         let obs = ObservedRow {
             e: o.e,
             chi: o.chi,

@@ -10,6 +10,8 @@ pub mod basis;
 pub mod calibration;
 pub mod cells;
 pub mod checks;
+#[cfg(feature = "cuda")]
+pub mod device;
 pub mod fit;
 mod fused;
 pub mod generator;
@@ -45,7 +47,7 @@ use calibration::{checked_cells, solve_root};
 use inputs::RowHead;
 pub use inputs::{KernelArrays, RowKernelInputs, RowStage1};
 pub use layout::{marginal_slope_designs, standard_layout, BlockLayout, MarginalSlope};
-pub use objective::{bms_penalty, BmsObjective};
+pub use objective::{bms_penalty, BmsObjective, BmsRows};
 pub use row_kernel::{evaluate_rows, RowKernelOutputs};
 
 /// A data set: designs, scores, labels and weights.

@@ -372,8 +372,9 @@ mod gpu {
     use rayon::prelude::*;
 
     use super::{chunks, cpu_jets, finish, in_chunk, BmsData, BmsModel, Estimates, Jets, Predictions, GPU_CHUNK_ROWS};
+    use crate::bms::device::DeviceStage1;
     use crate::bms::probit::log_ndtr_mills_curvature;
-    use crate::cuda::{DeviceStage1, Gpu};
+    use crate::cuda::Gpu;
     use crate::{Error, Result};
 
     /// The smallest Mills ratio lambda(-eta) the GPU path divides by (eta >

@@ -18,23 +18,31 @@
 use crate::bms::MarginalSlope;
 use std::sync::Arc;
 
-use matfree_solvers::newton::{newton, Evaluation, NewtonOptions, NewtonReport, Objective};
-use matfree_solvers::{CpuBackend, Penalty, Result as SolverResult};
-use rayon::prelude::*;
+use matfree_solvers::newton::{newton, NewtonOptions, NewtonReport, Objective};
+use matfree_solvers::{CpuBackend, Penalty};
 
 use super::probit::log_ndtr_mills_curvature;
 use super::{BmsData, BmsModel};
-use crate::designs::Designs;
-use crate::layout::Layout;
-use crate::row_hessian::{joint_gradient, RowHessian};
+use crate::row_objective::{RowEvaluator, RowObjective};
 use crate::Result;
 
-/// The rigid model's negative log-likelihood on a data set (CPU).
-pub struct RigidObjective<'a> {
-    layout: Layout,
+/// The rigid model's rows on a data set (theta = (q, b)).
+pub struct RigidRows<'a> {
     data: &'a BmsData,
     s_f: f64,
-    scales: Vec<f64>,
+}
+
+/// The rigid model's negative log-likelihood on a data set (CPU).
+pub type RigidObjective<'a> = RowObjective<RigidRows<'a>>;
+
+impl RowEvaluator for RigidRows<'_> {
+    fn row(&self, i: usize, theta: &[f64], grad: &mut [f64], hess: &mut [f64]) -> f64 {
+        let (d, y, w) = (self.data.z[i], self.data.y[i], self.data.weights[i]);
+        let (neglog, g, h) = rigid_row(theta[0], theta[1], d, y, w, self.s_f);
+        grad.copy_from_slice(&g);
+        hess.copy_from_slice(&h);
+        neglog
+    }
 }
 
 /// The rigid predictor `eta = q c + s_f b z` and `c = sqrt(1 + s_f^2 b^2)`.
@@ -57,83 +65,27 @@ pub fn rigid_row(q: f64, b: f64, z: f64, y: f64, w: f64, s_f: f64) -> (f64, [f64
     (-w * log_cdf, g, h)
 }
 
-impl<'a> RigidObjective<'a> {
-    /// The rigid part of `model` (its designs and frailty scale) on `data`.
-    pub fn new(model: &BmsModel, data: &'a BmsData) -> Result<Self> {
-        let b = model.blocks();
-        let layout = super::standard_layout(b.p_m, b.p_g, 0, 0)?;
-        let mut scales = model.coefficient_scales(data);
-        scales.truncate(b.p_m + b.p_g);
-        Ok(Self {
-            layout,
-            data,
-            s_f: model.bases().s_f,
-            scales,
-        })
-    }
-
-    /// Rows whose margin `s eta` exceeds [`EXTREME_ETA`] at `beta`.
-    fn extreme_rows(&self, beta: &[f64]) -> usize {
-        (0..self.data.n())
-            .filter(|&i| {
-                let (q, b) = self.q_b(beta, i);
-                let eta = rigid_eta(q, b, self.data.z[i], self.s_f).0;
-                (2.0 * self.data.y[i] - 1.0) * eta > EXTREME_ETA
-            })
-            .count()
-    }
-
-    /// Row i's (q, b) at beta.
-    fn q_b(&self, beta: &[f64], i: usize) -> (f64, f64) {
-        let (d, p) = (&self.data.designs, self.layout.predictors());
-        let dot = |x: &[f64], b: &[f64]| x.iter().zip(b).map(|(x, b)| x * b).sum::<f64>();
-        (
-            dot(d.x_m_row(i), &beta[p[0].clone()]),
-            dot(d.x_g_row(i), &beta[p[1].clone()]),
-        )
-    }
-
-    fn rows(&self, beta: &[f64]) -> (Vec<f64>, Vec<f64>, Vec<f64>) {
-        let rows: Vec<(f64, [f64; 2], [f64; 4])> = (0..self.data.n())
-            .into_par_iter()
-            .map(|i| {
-                let (q, b) = self.q_b(beta, i);
-                rigid_row(q, b, self.data.z[i], self.data.y[i], self.data.weights[i], self.s_f)
-            })
-            .collect();
-        let neglog = rows.iter().map(|r| r.0).collect();
-        let grad = rows.iter().flat_map(|r| r.1).collect();
-        let hess = rows.iter().flat_map(|r| r.2).collect();
-        (neglog, grad, hess)
-    }
+/// The rigid part of `model` (its designs and frailty scale) on `data`.
+pub fn rigid_objective<'a>(model: &BmsModel, data: &'a BmsData) -> Result<RigidObjective<'a>> {
+    let b = model.blocks();
+    let layout = super::standard_layout(b.p_m, b.p_g, 0, 0)?;
+    let rows = RigidRows {
+        data,
+        s_f: model.bases().s_f,
+    };
+    RowObjective::new(layout, data.designs.clone(), rows)
 }
 
-impl Objective<CpuBackend> for RigidObjective<'_> {
-    fn dim(&self) -> usize {
-        self.layout.p_total()
-    }
-
-    fn evaluate(&self, beta: &[f64]) -> SolverResult<Option<Evaluation<'_, CpuBackend>>> {
-        if beta.len() != self.dim() || beta.iter().any(|b| !b.is_finite()) {
-            return Ok(None);
-        }
-        let (neglog, grad, hess) = self.rows(beta);
-        let designs: &Arc<Designs> = &self.data.designs;
-        let joint = joint_gradient(&self.layout, designs, &neglog, &grad)?;
-        let Ok(hessian) = RowHessian::new(self.layout.clone(), designs.clone(), hess) else {
-            // A Hessian that overflowed: outside the domain.
-            return Ok(None);
-        };
-        Ok(Some(Evaluation {
-            value: joint.neglog,
-            gradient: joint.gradient,
-            hessian: std::rc::Rc::new(hessian),
-        }))
-    }
-
-    fn coefficient_scales(&self) -> Option<Vec<f64>> {
-        Some(self.scales.clone())
-    }
+/// Rows whose margin `s eta` exceeds [`EXTREME_ETA`] at `beta`.
+fn extreme_rows(objective: &RigidObjective, beta: &[f64]) -> usize {
+    let rows = objective.evaluator();
+    (0..rows.data.n())
+        .filter(|&i| {
+            let theta = objective.theta(beta, i);
+            let eta = rigid_eta(theta[0], theta[1], rows.data.z[i], rows.s_f).0;
+            (2.0 * rows.data.y[i] - 1.0) * eta > EXTREME_ETA
+        })
+        .count()
 }
 
 /// The rigid fit used as a start: the flexible model's beta with
@@ -169,7 +121,7 @@ pub fn rigid_start(model: &BmsModel, data: &BmsData, max_rows: usize) -> Result<
     } else {
         data
     };
-    let objective = RigidObjective::new(model, data)?;
+    let objective = rigid_objective(model, data)?;
     let p = objective.dim();
     let penalty = Penalty::new(p, Vec::new())?;
     let opts = NewtonOptions {
@@ -178,7 +130,7 @@ pub fn rigid_start(model: &BmsModel, data: &BmsData, max_rows: usize) -> Result<
         ..NewtonOptions::default()
     };
     let fit = newton(&CpuBackend::new(), &objective, &penalty, &[], &vec![0.0; p], &opts)?;
-    let extreme_rows = objective.extreme_rows(&fit.beta);
+    let extreme_rows = extreme_rows(&objective, &fit.beta);
     let mut beta = fit.beta;
     beta.resize(model.layout().p_total(), 0.0);
     Ok(RigidStart {

@@ -11,9 +11,6 @@
 //! re-exported here.
 
 mod backend;
-mod bms;
-mod bms_multi;
-mod bms_stage1;
 mod dense;
 mod devices;
 mod kernels;
@@ -23,23 +20,23 @@ mod row_hessian;
 mod row_objective;
 mod runtime;
 mod sharded;
+mod sharded_objective;
 mod staging;
 mod tiled;
 
 pub use crate::device::{select_device, Device, GpuPolicy};
 pub use backend::CudaBackend;
-pub use bms::{evaluate_device, evaluate_rows_device, BmsDeviceObjective, DeviceRowEvaluation, BMS_KERNELS};
-pub use bms_multi::BmsMultiObjective;
-pub use bms_stage1::{DeviceStage1, PendingRows};
 pub use dense::{DeviceCholesky, DeviceDenseFactor, DEVICE_DENSE_MIN_P};
 #[cfg(feature = "testing")]
 pub use devices::{gpus_for_test, setup_for_test};
 pub use multi::{GpuGroup, MultiGpuBackend, Replicated};
 pub use recorded::Recorded;
 pub use row_hessian::{DeviceDesigns, DeviceRowHessian, HvpPrecision, SingleKernel};
-pub use row_objective::DeviceRowObjective;
+pub use row_objective::{DeviceRowEvaluation, DeviceRowEvaluator, DeviceRowObjective, HostRows, PendingRows};
+pub(crate) use runtime::cuda_err;
 #[cfg(feature = "testing")]
 pub use runtime::gpu_for_test;
 pub use runtime::{Gpu, KernelModule, LoadedKernels};
 pub use sharded::{shard_rows, ShardedRowEvaluation, ShardedRowHessian};
+pub use sharded_objective::{ShardRows, ShardedRowObjective};
 pub use staging::ScalarCopy;

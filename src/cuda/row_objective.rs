@@ -1,68 +1,222 @@
-//! A [`RowObjective`] whose Hessian lives on the GPU: the model's rows are
-//! evaluated on the host as on the CPU, and each evaluation's row Hessians
-//! are uploaded (n r^2 values) over designs uploaded once, so PCG, the
-//! dense path and REML's factorisations run on the device.
+//! The objective of any model whose rows live on one GPU: the model
+//! evaluates its rows there ([`DeviceRowEvaluator`]: each row's value,
+//! gradient and Hessian in its coordinates, resident on the device) and
+//! [`DeviceRowObjective`] does the rest, as [`RowObjective`] does on the
+//! CPU: the joint value and gradient (a fixed-order device reduction), the
+//! Hessian as a [`DeviceRowHessian`], the domain rule, the cost and the
+//! coefficient scales. [`HostRows`] is the evaluator of a model with CPU
+//! rows only: its rows are evaluated on the host and uploaded.
 
 use std::rc::Rc;
 use std::sync::Arc;
 
-use matfree_solvers::newton::{CostEstimate, Evaluation, Objective};
+use cudarc::driver::CudaSlice;
+use matfree_solvers::newton::{fd_hessian_derivative, CostEstimate, Evaluation, Objective};
 use matfree_solvers::{CpuBackend, Result as SolverResult};
 
 use super::{CudaBackend, DeviceDesigns, DeviceRowHessian, Gpu};
-use crate::row_objective::{RowEvaluator, RowObjective};
-use crate::Result;
+use crate::designs::Designs;
+use crate::layout::Layout;
+use crate::row_hessian::JointGradient;
+use crate::row_objective::{column_scales, outside_domain, row_cost, RowEvaluator, RowObjective};
+use crate::{Error, Result};
 
-/// [`RowObjective`] on [`CudaBackend`].
-pub struct DeviceRowObjective<E> {
-    rows: RowObjective<E>,
-    designs: Arc<DeviceDesigns>,
+/// One evaluation's per-row results on the device.
+pub struct DeviceRowEvaluation {
+    /// Per-row neglog (n).
+    pub neglog: CudaSlice<f64>,
+    /// Per-row gradients (n x r).
+    pub grad: CudaSlice<f64>,
+    /// The joint Hessian operator over the per-row Hessians.
+    pub hessian: DeviceRowHessian,
 }
 
-impl<E: RowEvaluator> DeviceRowObjective<E> {
-    /// Upload the designs of `rows` to `gpu` once.
-    pub fn new(gpu: Arc<Gpu>, rows: RowObjective<E>) -> Result<Self> {
-        let designs = DeviceDesigns::upload(gpu, rows.designs())?;
-        Ok(Self { rows, designs })
+impl DeviceRowEvaluation {
+    /// The joint neglog and its gradient in beta (fixed-order device reduction).
+    pub fn joint_gradient(&self) -> Result<JointGradient> {
+        self.hessian.joint_gradient(&self.neglog, &self.grad)
     }
-    /// The host objective.
-    pub fn host(&self) -> &RowObjective<E> {
+}
+
+/// The verdict a queued evaluation waits for.
+type Verdict = Box<dyn FnOnce() -> Result<()>>;
+
+/// A queued evaluation: its rows, and the check (a download of the model's
+/// per-row status, say) that says whether every row is valid.
+pub struct PendingRows {
+    rows: DeviceRowEvaluation,
+    verdict: Verdict,
+}
+
+impl PendingRows {
+    /// Rows whose validity `verdict` tells when called: an error (a
+    /// rejected row, [`Error::RowRejected`], for a point outside the
+    /// model's domain) fails the evaluation.
+    pub fn new(rows: DeviceRowEvaluation, verdict: impl FnOnce() -> Result<()> + 'static) -> Self {
+        Self {
+            rows,
+            verdict: Box::new(verdict),
+        }
+    }
+
+    /// Rows already known to be valid.
+    pub fn ready(rows: DeviceRowEvaluation) -> Self {
+        Self::new(rows, || Ok(()))
+    }
+
+    /// Wait for the verdict: the rows, or the error.
+    pub fn finish(self) -> Result<DeviceRowEvaluation> {
+        (self.verdict)()?;
+        Ok(self.rows)
+    }
+}
+
+/// What a model implements to evaluate its rows on one GPU.
+pub trait DeviceRowEvaluator {
+    /// The layout of a row's coordinates.
+    fn layout(&self) -> &Layout;
+
+    /// The designs on the device, one per predictor of the layout.
+    fn designs(&self) -> &Arc<DeviceDesigns>;
+
+    /// Queue every row's value, gradient and Hessian at beta without
+    /// waiting for the verdict ([`PendingRows::finish`] waits), so that
+    /// several devices' shards run at once. A row outside the model's
+    /// domain is [`Error::RowRejected`] at the verdict.
+    fn launch(&self, beta: &[f64]) -> Result<PendingRows>;
+
+    /// Whether [`DeviceRowEvaluator::value`] is much cheaper than
+    /// [`DeviceRowEvaluator::launch`] (default false).
+    fn cheap_value(&self) -> bool {
+        false
+    }
+
+    /// The joint value alone (`None` outside the domain); called only where
+    /// [`DeviceRowEvaluator::cheap_value`] says so.
+    fn value(&self, _beta: &[f64]) -> Result<Option<f64>> {
+        Err(Error::invalid(
+            "value",
+            "not offered",
+            "call it only where cheap_value() is true",
+        ))
+    }
+
+    /// Whether [`DeviceRowEvaluator::hessian_derivative`] is exact
+    /// (default false: the objective differences Hessians instead).
+    fn exact_hessian_derivative(&self) -> bool {
+        false
+    }
+
+    /// d/dt H(beta + t direction) at t = 0, dense row-major p x p; called
+    /// only where [`DeviceRowEvaluator::exact_hessian_derivative`] says so.
+    fn hessian_derivative(&self, _beta: &[f64], _direction: &[f64]) -> Result<Vec<f64>> {
+        Err(Error::invalid(
+            "hessian_derivative",
+            "not offered",
+            "call it only where exact_hessian_derivative() is true",
+        ))
+    }
+}
+
+/// Check that device designs have the host designs' shape.
+pub(crate) fn check_same_designs(device: &DeviceDesigns, host: &Designs) -> Result<()> {
+    if (device.n(), device.widths()) != (host.n(), host.widths()) {
+        return Err(Error::invalid(
+            "device designs (n, widths)",
+            format!("({}, {:?})", device.n(), device.widths()),
+            format!("must equal the host designs' ({}, {:?})", host.n(), host.widths()),
+        ));
+    }
+    Ok(())
+}
+
+/// sum_i neglog_i(theta_i(beta)) with the rows, the Hessian operator and
+/// the joint reductions on one GPU.
+pub struct DeviceRowObjective<E> {
+    rows: E,
+    scales: Vec<f64>,
+    single_precision_hvp: bool,
+}
+
+impl<E: DeviceRowEvaluator> DeviceRowObjective<E> {
+    /// The objective of `rows`; `host` are its designs on the host (the
+    /// coefficient scales are theirs).
+    pub fn new(rows: E, host: &Designs) -> Result<Self> {
+        check_same_designs(rows.designs(), host)?;
+        crate::row_hessian::check_layout_designs(rows.layout(), host)?;
+        let scales = column_scales(rows.layout(), host);
+        Ok(Self {
+            rows,
+            scales,
+            single_precision_hvp: false,
+        })
+    }
+
+    /// Whether each evaluation's Hessian operator gives its PCG products a
+    /// packed f32 copy of the rows
+    /// ([`DeviceRowHessian::with_single_precision_hvp`]; default off). The
+    /// gradient, the dense steps and the log-determinants stay f64, so a
+    /// fit converges to the same optimum; only its PCG steps are inexact.
+    pub fn with_single_precision_hvp(mut self, on: bool) -> Self {
+        self.single_precision_hvp = on;
+        self
+    }
+
+    /// The model's rows.
+    pub fn evaluator(&self) -> &E {
         &self.rows
     }
+
+    /// Every row at beta, on the device (verdict read).
+    pub fn evaluate_rows(&self, beta: &[f64]) -> Result<DeviceRowEvaluation> {
+        self.rows.launch(beta)?.finish()
+    }
 }
 
-impl<E: RowEvaluator> Objective<CudaBackend> for DeviceRowObjective<E> {
+impl<E: DeviceRowEvaluator> Objective<CudaBackend> for DeviceRowObjective<E> {
     fn dim(&self) -> usize {
-        Objective::<CpuBackend>::dim(&self.rows)
+        self.rows.layout().p_total()
     }
+
     fn evaluate(&self, beta: &[f64]) -> SolverResult<Option<Evaluation<'_, CudaBackend>>> {
-        let Some((joint, hess)) = self.rows.host_evaluation(beta)? else {
+        let Some(rows) = outside_domain(self.evaluate_rows(beta))? else {
             return Ok(None);
         };
-        let on_device = self.designs.gpu().upload(&hess)?;
-        let hessian = DeviceRowHessian::from_device(self.rows.layout().clone(), self.designs.clone(), on_device)?;
+        let joint = rows.joint_gradient()?;
+        let hessian = match self.single_precision_hvp {
+            true => rows.hessian.with_single_precision_hvp()?,
+            false => rows.hessian,
+        };
         Ok(Some(Evaluation {
             value: joint.neglog,
             gradient: joint.gradient,
             hessian: Rc::new(hessian),
         }))
     }
+
     fn value(&self, beta: &[f64]) -> SolverResult<Option<f64>> {
-        Objective::<CpuBackend>::value(&self.rows, beta) // on the host: no upload
+        match self.rows.cheap_value() {
+            true => Ok(self.rows.value(beta)?),
+            false => Ok(self.evaluate(beta)?.map(|e| e.value)),
+        }
     }
+
     fn cheap_value(&self) -> bool {
-        self.rows.evaluator().cheap_value()
+        self.rows.cheap_value()
     }
+
     fn cost(&self) -> CostEstimate {
-        Objective::<CpuBackend>::cost(&self.rows)
+        row_cost(self.rows.layout(), self.rows.designs().n())
     }
+
     fn coefficient_scales(&self) -> Option<Vec<f64>> {
-        Objective::<CpuBackend>::coefficient_scales(&self.rows)
+        Some(self.scales.clone())
     }
+
     fn exact_hessian_derivative(&self) -> bool {
-        self.rows.evaluator().has_hessian_derivative()
+        self.rows.exact_hessian_derivative()
     }
-    /// The host objective's (exact, or differenced on the host).
+
     fn hessian_derivative(
         &self,
         beta: &[f64],
@@ -70,6 +224,82 @@ impl<E: RowEvaluator> Objective<CudaBackend> for DeviceRowObjective<E> {
         direction: &[f64],
         step: f64,
     ) -> SolverResult<Vec<f64>> {
-        Objective::<CpuBackend>::hessian_derivative(&self.rows, beta, hessian, direction, step)
+        match self.rows.exact_hessian_derivative() {
+            true => Ok(self.rows.hessian_derivative(beta, direction)?),
+            false => fd_hessian_derivative(self, beta, hessian, direction, step),
+        }
+    }
+}
+
+/// The device evaluator of a model with CPU rows ([`RowEvaluator`]): each
+/// evaluation's rows are computed on the host, as [`RowObjective`] does,
+/// and uploaded (n (1 + r + r^2) values) over designs uploaded once.
+pub struct HostRows<E> {
+    host: RowObjective<E>,
+    designs: Arc<DeviceDesigns>,
+}
+
+impl<E: RowEvaluator> HostRows<E> {
+    /// Upload the designs of `host` to `gpu` once.
+    pub fn new(gpu: Arc<Gpu>, host: RowObjective<E>) -> Result<Self> {
+        let designs = DeviceDesigns::upload(gpu, host.designs())?;
+        Ok(Self { host, designs })
+    }
+
+    /// The host objective.
+    pub fn host(&self) -> &RowObjective<E> {
+        &self.host
+    }
+}
+
+impl<E: RowEvaluator> DeviceRowEvaluator for HostRows<E> {
+    fn layout(&self) -> &Layout {
+        self.host.layout()
+    }
+
+    fn designs(&self) -> &Arc<DeviceDesigns> {
+        &self.designs
+    }
+
+    fn launch(&self, beta: &[f64]) -> Result<PendingRows> {
+        let (neglog, grad, hess) = self.host.host_rows(beta)?;
+        let gpu = self.designs.gpu();
+        let hessian = DeviceRowHessian::from_device(self.layout().clone(), self.designs.clone(), gpu.upload(&hess)?)?;
+        Ok(PendingRows::ready(DeviceRowEvaluation {
+            neglog: gpu.upload(&neglog)?,
+            grad: gpu.upload(&grad)?,
+            hessian,
+        }))
+    }
+
+    fn cheap_value(&self) -> bool {
+        self.host.evaluator().cheap_value()
+    }
+
+    /// On the host: nothing uploaded.
+    fn value(&self, beta: &[f64]) -> Result<Option<f64>> {
+        Ok(Objective::<CpuBackend>::value(&self.host, beta)?)
+    }
+
+    fn exact_hessian_derivative(&self) -> bool {
+        self.host.evaluator().has_hessian_derivative()
+    }
+
+    fn hessian_derivative(&self, beta: &[f64], direction: &[f64]) -> Result<Vec<f64>> {
+        Ok(self.host.row_hessian_derivative(beta, direction)?)
+    }
+}
+
+impl<E: RowEvaluator> DeviceRowObjective<HostRows<E>> {
+    /// [`RowObjective`] on [`CudaBackend`]: the rows on the host, their
+    /// Hessians uploaded each evaluation, the designs once.
+    pub fn from_host(gpu: Arc<Gpu>, host: RowObjective<E>) -> Result<Self> {
+        let designs = host.designs().clone();
+        Self::new(HostRows::new(gpu, host)?, &designs)
+    }
+
+    /// The host objective.
+    pub fn host(&self) -> &RowObjective<E> {
+        self.rows.host()
     }
 }

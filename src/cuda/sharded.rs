@@ -12,9 +12,9 @@ use std::sync::{Arc, Mutex};
 use cudarc::driver::CudaSlice;
 use matfree_solvers::{LinearOperator, Result as SolverResult, SolverError};
 
-use super::bms::DeviceRowEvaluation;
 use super::multi::{GpuGroup, MultiGpuBackend, Replicated};
 use super::row_hessian::{split_joint, DeviceRowHessian};
+use super::row_objective::DeviceRowEvaluation;
 use crate::designs::check_matrix;
 use crate::layout::Layout;
 use crate::row_hessian::{JointGradient, RowHessian};

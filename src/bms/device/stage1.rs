@@ -27,11 +27,11 @@ use std::sync::{Arc, Mutex};
 
 use cudarc::driver::{CudaSlice, CudaStream, CudaView, CudaViewMut, LaunchArgs, LaunchConfig, PushKernelArg};
 
-use super::bms::{check_status, row_grid, stage2_tile, DeviceRowEvaluation, RowOutputs, Stage2Tile, BMS_KERNELS};
-use super::row_hessian::DeviceDesigns;
-use super::runtime::{cuda_err, Gpu, LoadedKernels};
+use super::rows::{check_status, row_grid, stage2_tile, RowOutputs, Stage2Tile, BMS_KERNELS};
 use crate::bms::{BmsData, BmsModel, CubicBasis};
+use crate::cuda::{cuda_err, DeviceDesigns, DeviceRowEvaluation, DeviceRowEvaluator, Gpu, LoadedKernels, PendingRows};
 use crate::designs::check_matrix;
+use crate::layout::Layout;
 use crate::{Error, Result};
 
 /// Threads per block of the Stage-1 kernels (one thread per row or cell).
@@ -125,21 +125,6 @@ fn combinations(basis: Option<&CubicBasis>, beta: &[f64]) -> Vec<f64> {
     }
 }
 
-/// A queued evaluation: its rows and per-row status, not yet checked.
-pub struct PendingRows {
-    gpu: Arc<Gpu>,
-    rows: DeviceRowEvaluation,
-    status: CudaSlice<u32>,
-}
-
-impl PendingRows {
-    /// Wait for the verdict: the rows, or the first rejected row's error.
-    pub fn finish(self) -> Result<DeviceRowEvaluation> {
-        check_status(&self.gpu, &self.status)?;
-        Ok(self.rows)
-    }
-}
-
 /// Per-row and per-cell-slot buffers written by Stage 1 and read by Stage 2.
 struct Work {
     q: CudaSlice<f64>,
@@ -176,6 +161,18 @@ pub struct DeviceStage1 {
     streams: Vec<Arc<CudaStream>>,
     /// The model's kernels on this device.
     kernels: Arc<LoadedKernels>,
+}
+
+impl DeviceRowEvaluator for DeviceStage1 {
+    fn layout(&self) -> &Layout {
+        self.model.layout()
+    }
+    fn designs(&self) -> &Arc<DeviceDesigns> {
+        &self.designs
+    }
+    fn launch(&self, beta: &[f64]) -> Result<PendingRows> {
+        DeviceStage1::launch(self, beta)
+    }
 }
 
 /// The scalars of the kernels' shared model arguments, kept alive for a launch.
@@ -294,11 +291,8 @@ impl DeviceStage1 {
             self.merge_status(&work.status, &mut out.status, part)
         })?;
         let (rows, status) = out.finish(&self.designs, self.model.layout())?;
-        Ok(PendingRows {
-            gpu: self.gpu().clone(),
-            rows,
-            status,
-        })
+        let gpu = self.gpu().clone();
+        Ok(PendingRows::new(rows, move || check_status(&gpu, &status)))
     }
 
     /// Queue work for each part of the rows on its stream, then make the

@@ -9,12 +9,10 @@ use std::sync::Arc;
 
 use cudarc::driver::{CudaSlice, CudaViewMut, LaunchArgs, LaunchConfig, PushKernelArg};
 
-use super::bms_stage1::DeviceStage1;
-use super::row_hessian::{DeviceDesigns, DeviceRowHessian};
-use super::runtime::{cuda_err, Gpu, KernelModule};
+use super::stage1::DeviceStage1;
 use crate::bms::inputs::RowKernelInputs;
+use crate::cuda::{cuda_err, DeviceDesigns, DeviceRowEvaluation, DeviceRowHessian, Gpu, KernelModule};
 use crate::layout::Layout;
-use crate::row_hessian::JointGradient;
 use crate::{Error, Result};
 
 /// The BMS model's kernels (Stage 1 and Stage 2 in one module: Stage 2
@@ -25,23 +23,23 @@ pub static BMS_KERNELS: KernelModule = KernelModule {
     // kernels/bms_stage1.cu's parts, in its order (the C++ replay includes
     // that file; NVRTC gets the parts themselves, having no file system).
     source: concat!(
-        include_str!("../../kernels/bms_stage1/basis.cuh"),
+        include_str!("../../../kernels/bms_stage1/basis.cuh"),
         "\n",
-        include_str!("../../kernels/bms_stage1/edges.cuh"),
+        include_str!("../../../kernels/bms_stage1/edges.cuh"),
         "\n",
-        include_str!("../../kernels/bms_stage1/pieces.cuh"),
+        include_str!("../../../kernels/bms_stage1/pieces.cuh"),
         "\n",
-        include_str!("../../kernels/bms_stage1/quadrature.cuh"),
+        include_str!("../../../kernels/bms_stage1/quadrature.cuh"),
         "\n",
-        include_str!("../../kernels/bms_stage1/moments.cuh"),
+        include_str!("../../../kernels/bms_stage1/moments.cuh"),
         "\n",
-        include_str!("../../kernels/bms_stage1/calibration.cuh"),
+        include_str!("../../../kernels/bms_stage1/calibration.cuh"),
         "\n",
-        include_str!("../../kernels/bms_stage1/cells.cuh"),
+        include_str!("../../../kernels/bms_stage1/cells.cuh"),
         "\n",
-        include_str!("../../kernels/bms_stage1/observed.cuh"),
+        include_str!("../../../kernels/bms_stage1/observed.cuh"),
         "\n",
-        include_str!("../../kernels/bms_row.cu")
+        include_str!("../../../kernels/bms_row.cu")
     ),
     kernels: &[
         "bms_row",
@@ -64,23 +62,6 @@ pub static BMS_KERNELS: KernelModule = KernelModule {
 const ROW_THREADS: u32 = 64;
 // The Q sums' tensor-core steps take whole warps.
 const _: () = assert!(ROW_THREADS.is_multiple_of(32));
-
-/// One evaluation's per-row results on the device.
-pub struct DeviceRowEvaluation {
-    /// Per-row neglog (n).
-    pub neglog: CudaSlice<f64>,
-    /// Per-row gradients (n x r).
-    pub grad: CudaSlice<f64>,
-    /// The joint Hessian operator over the per-row Hessians.
-    pub hessian: DeviceRowHessian,
-}
-
-impl DeviceRowEvaluation {
-    /// The joint neglog and its gradient in beta (fixed-order device reduction).
-    pub fn joint_gradient(&self) -> Result<JointGradient> {
-        self.hessian.joint_gradient(&self.neglog, &self.grad)
-    }
-}
 
 /// The Stage-2 bundle's arrays on the device, in the row kernel's argument
 /// order: `rows` = mu_1, mu_2, y, w; `cells` = c0..c3, a, aa, r, ar, sbb,
@@ -361,7 +342,7 @@ pub(crate) fn check_status(gpu: &Gpu, status: &CudaSlice<u32>) -> Result<()> {
 /// results stay on the device; the host gets the status verdict here and the
 /// joint neglog and gradient from [`DeviceRowEvaluation::joint_gradient`].
 /// Repeated evaluations of one data set should hold a [`DeviceStage1`] (as
-/// [`BmsDeviceObjective`] does), which uploads the rows only once.
+/// [`super::BmsDeviceObjective`] does), which uploads the rows only once.
 pub fn evaluate_device(
     model: &crate::bms::BmsModel,
     data: &crate::bms::BmsData,
@@ -369,77 +350,6 @@ pub fn evaluate_device(
     beta: &[f64],
 ) -> Result<DeviceRowEvaluation> {
     DeviceStage1::with_designs(designs.clone(), model, data)?.evaluate(beta)
-}
-
-/// sum_i neglog_i(beta) with both stages, the Hessian operator and the
-/// joint reductions on the device.
-pub struct BmsDeviceObjective<'a> {
-    model: &'a crate::bms::BmsModel,
-    data: &'a crate::bms::BmsData,
-    stage1: DeviceStage1,
-    scales: Vec<f64>,
-    single_precision_hvp: bool,
-}
-
-impl<'a> BmsDeviceObjective<'a> {
-    /// Upload the data set once; every evaluation reuses it.
-    pub fn new(gpu: Arc<Gpu>, model: &'a crate::bms::BmsModel, data: &'a crate::bms::BmsData) -> Result<Self> {
-        Ok(Self {
-            model,
-            data,
-            stage1: DeviceStage1::new(gpu, model, data)?,
-            scales: model.coefficient_scales(data),
-            single_precision_hvp: false,
-        })
-    }
-
-    /// Whether each evaluation's Hessian operator gives its PCG products a
-    /// packed f32 copy of the rows
-    /// ([`DeviceRowHessian::with_single_precision_hvp`]; default off). The
-    /// gradient, the dense steps and the log-determinants stay f64, so a
-    /// fit converges to the same optimum; only its PCG steps are inexact.
-    pub fn with_single_precision_hvp(mut self, on: bool) -> Self {
-        self.single_precision_hvp = on;
-        self
-    }
-
-    fn rows(&self, beta: &[f64]) -> Result<DeviceRowEvaluation> {
-        self.stage1.evaluate(beta)
-    }
-}
-
-impl matfree_solvers::newton::Objective<super::CudaBackend> for BmsDeviceObjective<'_> {
-    fn dim(&self) -> usize {
-        self.model.layout().p_total()
-    }
-
-    fn evaluate(
-        &self,
-        beta: &[f64],
-    ) -> matfree_solvers::Result<Option<matfree_solvers::newton::Evaluation<'_, super::CudaBackend>>> {
-        use crate::bms::objective::outside_domain;
-        let Some(rows) = outside_domain(self.rows(beta))? else {
-            return Ok(None);
-        };
-        let joint = rows.joint_gradient()?;
-        let hessian = match self.single_precision_hvp {
-            true => rows.hessian.with_single_precision_hvp()?,
-            false => rows.hessian,
-        };
-        Ok(Some(matfree_solvers::newton::Evaluation {
-            value: joint.neglog,
-            gradient: joint.gradient,
-            hessian: std::rc::Rc::new(hessian),
-        }))
-    }
-
-    fn cost(&self) -> matfree_solvers::newton::CostEstimate {
-        crate::bms::objective::bms_cost(self.model, self.data.n())
-    }
-
-    fn coefficient_scales(&self) -> Option<Vec<f64>> {
-        Some(self.scales.clone())
-    }
 }
 
 #[cfg(test)]
