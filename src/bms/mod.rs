@@ -16,6 +16,7 @@ pub mod fit;
 mod fused;
 pub mod generator;
 pub mod inputs;
+pub mod job;
 pub mod layout;
 mod nodes;
 pub mod objective;

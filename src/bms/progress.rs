@@ -31,6 +31,18 @@ pub enum Display {
     Verbose,
 }
 
+impl Display {
+    /// The display a `--quiet` and a `--verbose` flag ask for: quiet wins,
+    /// neither gives [`Display::Status`].
+    pub fn from_flags(quiet: bool, verbose: bool) -> Self {
+        match (quiet, verbose) {
+            (true, _) => Self::Quiet,
+            (_, true) => Self::Verbose,
+            _ => Self::Status,
+        }
+    }
+}
+
 /// Where the fit is, for the status line.
 #[derive(Default)]
 struct State {
@@ -180,4 +192,17 @@ impl Observer for Progress {
 /// the fit (`eprintln!` would panic on it).
 fn stderr_line(text: &str) {
     let _ = writeln!(std::io::stderr().lock(), "{text}");
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Display;
+
+    #[test]
+    fn quiet_wins_over_verbose_and_neither_is_the_status_line() {
+        assert_eq!(Display::from_flags(true, true), Display::Quiet);
+        assert_eq!(Display::from_flags(true, false), Display::Quiet);
+        assert_eq!(Display::from_flags(false, true), Display::Verbose);
+        assert_eq!(Display::from_flags(false, false), Display::Status);
+    }
 }

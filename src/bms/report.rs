@@ -8,9 +8,10 @@ use std::fmt;
 
 use serde::Serialize;
 
+use super::basis::CubicBasis;
 use super::fit::BmsFit;
 use super::summary::{coefficients, Coefficient, SmoothTerm};
-use super::BmsModel;
+use super::{Bases, BmsModel};
 
 /// Everything a fit reports, printed by its `Display` (a table) and
 /// serialised as JSON; every printed number is also in the JSON.
@@ -78,8 +79,8 @@ impl BmsFit {
             .into_iter()
             .zip(&self.lambda)
             .zip(&self.edf.blocks)
-            .map(|(((name, range), &lambda), &edf)| SmoothTerm {
-                name: name.into(),
+            .map(|(((smooth, range), &lambda), &edf)| SmoothTerm {
+                name: smooth.name().into(),
                 dim: range.len(),
                 lambda,
                 edf,
@@ -140,12 +141,58 @@ pub fn parameter_names(model: &BmsModel, names: DesignNames<'_>) -> Vec<(usize, 
     m.chain(g).chain(smooth(&b.h, "H")).chain(smooth(&b.w, "L")).collect()
 }
 
-/// The smooth terms' names and coefficient ranges.
-pub fn smooth_blocks(model: &BmsModel) -> Vec<(&'static str, std::ops::Range<usize>)> {
+/// A smooth term of the model.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Smooth {
+    /// The score warp H(z).
+    ScoreWarp,
+    /// The link deviation L(t), t = a + b z.
+    LinkDeviation,
+}
+
+impl Smooth {
+    /// Its name in the summary and on the plot.
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::ScoreWarp => "score warp H(z)",
+            Self::LinkDeviation => "link deviation L(t)",
+        }
+    }
+
+    /// Its basis among `bases` (`None` where the model has no such term).
+    pub fn basis(self, bases: &Bases) -> Option<&CubicBasis> {
+        match self {
+            Self::ScoreWarp => bases.score.as_ref(),
+            Self::LinkDeviation => bases.link.as_ref(),
+        }
+    }
+
+    /// The interval a plot shows it on, inside the default knots
+    /// ([`super::problem::SCORE_KNOTS`], [`super::problem::LINK_KNOTS`]),
+    /// where the rows are: z in [-3, 3] (99.7% of a standardised score), t
+    /// in [-5, 5].
+    pub fn plot_range(self) -> (f64, f64) {
+        match self {
+            Self::ScoreWarp => (-3.0, 3.0),
+            Self::LinkDeviation => (-5.0, 5.0),
+        }
+    }
+
+    /// The label of a plot's x axis.
+    pub fn x_label(self) -> &'static str {
+        match self {
+            Self::ScoreWarp => "z",
+            Self::LinkDeviation => "t = a + b z",
+        }
+    }
+}
+
+/// The smooth terms the model has and their coefficient ranges.
+pub fn smooth_blocks(model: &BmsModel) -> Vec<(Smooth, std::ops::Range<usize>)> {
     let b = model.blocks();
     let mut out = Vec::new();
-    out.extend(b.h.clone().map(|r| ("score warp H(z)", r)));
-    out.extend(b.w.clone().map(|r| ("link deviation L(t)", r)));
+    out.extend(b.h.clone().map(|r| (Smooth::ScoreWarp, r)));
+    out.extend(b.w.clone().map(|r| (Smooth::LinkDeviation, r)));
     out
 }
 
@@ -234,4 +281,42 @@ fn table(r: &FitSummary) -> String {
         s += &format!("note: {n}\n");
     }
     s
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::bms::problem::ModelShape;
+
+    /// Each smooth the model has, in beta's order, with its own basis, and
+    /// plotted inside its knots (beyond them the smooth is extrapolated).
+    #[test]
+    fn smooths_are_found_by_block_and_plotted_inside_their_knots() {
+        let shape = ModelShape::default();
+        let model = BmsModel::new(shape.bases().unwrap(), 3, 2).unwrap();
+        let blocks = smooth_blocks(&model);
+        let kinds: Vec<Smooth> = blocks.iter().map(|(s, _)| *s).collect();
+        assert_eq!(kinds, [Smooth::ScoreWarp, Smooth::LinkDeviation]);
+        assert_eq!(blocks[0].1, 5..13);
+        assert_eq!(blocks[1].1, 13..19);
+        for (smooth, range) in blocks {
+            let basis = smooth.basis(model.bases()).unwrap();
+            assert_eq!(basis.dim(), range.len());
+            let (knots, (lo, hi)) = (basis.knots(), smooth.plot_range());
+            assert!(
+                knots[0] < lo && lo < hi && hi < knots[knots.len() - 1],
+                "{smooth:?}: {knots:?}"
+            );
+        }
+        assert_eq!(Smooth::ScoreWarp.plot_range(), (-3.0, 3.0));
+        assert_eq!(Smooth::LinkDeviation.plot_range(), (-5.0, 5.0));
+        let link_only = ModelShape {
+            score_basis: 0,
+            ..shape
+        };
+        let model = BmsModel::new(link_only.bases().unwrap(), 3, 2).unwrap();
+        let blocks = smooth_blocks(&model);
+        assert_eq!(blocks, [(Smooth::LinkDeviation, 5..11)]);
+        assert!(Smooth::ScoreWarp.basis(model.bases()).is_none());
+    }
 }

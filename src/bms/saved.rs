@@ -14,6 +14,7 @@ use serde::{Deserialize, Serialize};
 
 use super::basis::CubicBasis;
 use super::fit::BmsFit;
+use super::predict::{extrapolation_notes, Predictions};
 use super::{Bases, BmsModel};
 use crate::data::{read_csv, ColumnSpec, INTERCEPT};
 use crate::{Designs, Error, Result};
@@ -216,6 +217,27 @@ impl SavedFit {
             z: ds.z,
             empty_rows: ds.empty_rows,
         })
+    }
+
+    /// The notes a user should read with `pred`, this fit's predictions of
+    /// `designs` and `z`: a fit that did not converge, rows beyond the
+    /// knots ([`extrapolation_notes`]), rows that could not be predicted
+    /// ([`SavedFit::rejected_notes`]) and a missing covariance.
+    pub fn prediction_notes(&self, model: &BmsModel, designs: &Designs, z: &[f64], pred: &Predictions) -> Vec<String> {
+        let mut notes = Vec::new();
+        if !self.fit.converged {
+            notes.push(format!(
+                "the saved fit did not converge ({}): these predictions come from its best point, not from an \
+                 optimum",
+                self.fit.termination
+            ));
+        }
+        notes.extend(extrapolation_notes(model, &self.fit.beta, designs, z, &pred.intercept));
+        notes.extend(self.rejected_notes(designs, z, &pred.rejected));
+        if pred.se_eta.is_none() {
+            notes.push("the saved fit has no covariance (it did not end at a minimum): se_eta is left empty".into());
+        }
+        notes
     }
 
     /// The notes on rows [`crate::bms::predict::Predictions::rejected`] lists:

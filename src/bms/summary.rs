@@ -122,9 +122,9 @@ pub fn sub_block(a: &[f64], p: usize, range: std::ops::Range<usize>) -> Vec<f64>
         .collect()
 }
 
-/// The panels of the fitted smooths with 95% bands, for `crate::plot`:
-/// the score warp H(z) on z in [-3, 3], the link deviation L(t) on t in
-/// [-5, 5] (121 points each), with the truth where the data were simulated.
+/// The panels of the fitted smooths with 95% bands, for `crate::plot`,
+/// each on its [`super::report::Smooth::plot_range`] (121 points), with the
+/// truth where the data were simulated.
 pub fn smooth_panels(
     model: &super::BmsModel,
     beta: &[f64],
@@ -134,19 +134,18 @@ pub fn smooth_panels(
     let p = beta.len();
     let bases = model.bases();
     let mut panels = Vec::new();
-    for (name, range) in super::report::smooth_blocks(model) {
-        let score = name.starts_with("score");
-        let basis = if score { &bases.score } else { &bases.link };
-        let basis = basis
-            .as_ref()
+    for (smooth, range) in super::report::smooth_blocks(model) {
+        let name = smooth.name();
+        let basis = smooth
+            .basis(bases)
             .ok_or_else(|| Error::invalid(name, "a smooth block", "has no basis in the model"))?;
-        let (lo, hi) = if score { (-3.0, 3.0) } else { (-5.0, 5.0) };
+        let (lo, hi) = smooth.plot_range();
         let grid: Vec<f64> = (0..=120).map(|k| lo + (hi - lo) * k as f64 / 120.0).collect();
         let truth = truth.map(|t| &t[range.clone()]);
         let band = smooth_band(basis, &beta[range.clone()], &sub_block(cov, p, range), &grid, truth)?;
         panels.push(crate::plot::Panel {
             title: name.to_string(),
-            x_label: if score { "z" } else { "t = a + b z" }.into(),
+            x_label: smooth.x_label().into(),
             y_label: "effect".into(),
             band,
         });
