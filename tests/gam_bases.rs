@@ -4,10 +4,10 @@
 //! = TRUE) for s(x, bs = "cr", k = 10), s(x, bs = "ps", k = 10),
 //! te(x1, x2, k = c(5, 4)), te(x1, x2, k = c(6, 5), bs = "ps") and
 //! s(f, bs = "re"), their PredictMat at new points (beyond the range too),
-//! and model.matrix(~ x + g). Every matrix must match to 1e-10 relative to
-//! its largest entry.
+//! model.matrix(~ x + g), and a whole model as gam(..., fit = FALSE) sets
+//! it up. Every matrix must match to 1e-10 relative to its largest entry.
 
-use matfree::gam::{Basis, Column, Parametric, Smooth, Spec};
+use matfree::gam::{self, Basis, Column, Parametric, Smooth, Spec, Term};
 use serde_json::Value;
 
 const TOL: f64 = 1e-10;
@@ -187,23 +187,64 @@ fn treatment_contrasts_match_model_matrix() {
     }
 }
 
-/// The terms' columns side by side, as model.matrix binds them.
+/// The parametric terms' columns side by side, as model.matrix binds them.
 fn model_matrix(terms: &[Parametric], d: &Data) -> Vec<f64> {
-    let n = d.x.len();
-    let blocks: Vec<(usize, Vec<f64>)> = terms
+    let terms: Vec<Term> = terms.iter().cloned().map(Term::Parametric).collect();
+    let (x, g) = ([Column::Numeric(&d.x)], [Column::Factor(&d.g)]);
+    let parts: Vec<(&Term, &[Column])> = vec![(&terms[0], &[]), (&terms[1], &x), (&terms[2], &g)];
+    let (x, penalties) = gam::model_matrix(&parts, d.x.len()).unwrap();
+    assert!(penalties.is_empty());
+    x
+}
+
+/// y ~ g + x + s(x, bs = "cr", k = 10) + te(x1, x2, k = c(5, 4)) + s(f, bs = "re")
+/// as gam(..., fit = FALSE) sets it up: the whole X and every penalty at
+/// its offset.
+#[test]
+fn a_whole_model_matches_gam_setup() {
+    let reference = reference();
+    let set = &reference["datasets"][0];
+    let d = Data::from(set);
+    let (x, te, f, g) = (
+        [Column::Numeric(&d.x)],
+        [Column::Numeric(&d.x1), Column::Numeric(&d.x2)],
+        [Column::Factor(&d.f)],
+        [Column::Factor(&d.g)],
+    );
+    let smooth = |label: &str, spec: Spec, cols: &[Column]| Term::Smooth(Smooth::new(label, &spec, cols).unwrap());
+    let terms = [
+        Term::Parametric(Parametric::Intercept),
+        Term::Parametric(Parametric::factor("g", &d.g).unwrap()),
+        Term::Parametric(Parametric::Numeric { label: "x".into() }),
+        smooth("s(x)", Spec::Cr { k: 10 }, &x),
+        smooth("te(x1,x2)", Spec::Te(vec![Spec::Cr { k: 5 }, Spec::Cr { k: 4 }]), &te),
+        smooth("s(f)", Spec::Re, &f),
+    ];
+    let columns: [&[Column]; 6] = [&[], &g, &x, &x, &te, &f];
+    let parts: Vec<(&Term, &[Column])> = terms.iter().zip(columns).collect();
+    let (design, penalties) = gam::model_matrix(&parts, d.x.len()).unwrap();
+    let want = &reference["gam_setup"];
+    let p = terms.iter().map(Term::dim).sum();
+    let mut worst = relative_error("gam X", &design, p, &want["X"]);
+    let offsets: Vec<usize> = want["off"]
+        .as_array()
+        .unwrap()
         .iter()
-        .map(|t| {
-            let cols: Vec<Column> = match t {
-                Parametric::Intercept => vec![],
-                Parametric::Numeric { .. } => vec![Column::Numeric(&d.x)],
-                Parametric::Factor { .. } => vec![Column::Factor(&d.g)],
-            };
-            (t.dim(), t.design(&cols, n).unwrap())
+        .map(|o| o.as_u64().unwrap() as usize - 1)
+        .collect();
+    assert_eq!(penalties.iter().map(|b| b.start).collect::<Vec<_>>(), offsets);
+    for (k, (b, w)) in penalties.iter().zip(want["S"].as_array().unwrap()).enumerate() {
+        worst = worst.max(relative_error(&format!("gam S[{k}]"), &b.s, b.dim, w));
+    }
+    let names: Vec<String> = terms
+        .iter()
+        .flat_map(|t| match t {
+            Term::Parametric(t) => t.column_names(),
+            Term::Smooth(s) => (1..=s.dim()).map(|j| format!("{}.{j}", s.label())).collect(),
         })
         .collect();
-    (0..n)
-        .flat_map(|i| blocks.iter().flat_map(move |(p, x)| x[i * p..(i + 1) * p].to_vec()))
-        .collect()
+    assert_eq!(names, strings(&want["term_names"]));
+    eprintln!("gam setup: worst relative error {worst:e}");
 }
 
 #[test]

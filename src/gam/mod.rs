@@ -22,6 +22,7 @@ mod ps;
 mod re;
 mod smooth;
 mod tensor;
+mod term;
 
 pub use cr::CrBasis;
 pub use factor::Factor;
@@ -30,6 +31,7 @@ pub use ps::PsBasis;
 pub use re::ReBasis;
 pub use smooth::{Basis, Smooth, Spec};
 pub use tensor::TensorBasis;
+pub use term::{model_matrix, Term};
 
 use crate::{Error, Result};
 

@@ -1,9 +1,11 @@
 # The mgcv oracle for tests/gam_bases.rs: mgcv's smooth terms as smoothCon
 # builds them (absorb.cons = TRUE, scale.penalty = TRUE), their PredictMat
-# at new points, and model.matrix with treatment contrasts, on three small
+# at new points and model.matrix with treatment contrasts, on three small
 # data sets (ties; an unevenly spread x; a Gaussian x), written to
-# tests/data/bases_mgcv.json. Every matrix is written row-major with 17
-# significant digits, so the file holds the doubles exactly.
+# tests/data/bases_mgcv.json; and, on the first, the X and penalties of a
+# whole model as gam(..., fit = FALSE) sets them up. Every matrix is
+# written row-major with 17 significant digits, so the file holds the
+# doubles exactly.
 #
 # Factor levels sort in the C collation (byte order), as the Rust side
 # sorts them: set here so that the file does not depend on the locale.
@@ -89,5 +91,17 @@ sets <- c(
   dataset("uneven", uneven, new_data(uneven, c("w", "x", "y", "z", "z", "y", "w"), c("1", "10", "2", "2", "1", "10", "1"))),
   dataset("gauss", gauss, new_data(gauss, c("s12", "s01", "s05", "s05", "s07", "s03", "s11"), rep(c("ctl", "trt"), length.out = 7)))
 )
-json <- obj(mgcv_version = sprintf('"%s"', packageVersion("mgcv")), datasets = arr(sets))
+# The whole model's columns and penalties as gam() sets them up (fit =
+# FALSE): parametric terms first, then the smooths in formula order; off is
+# each penalty's first column (1-based).
+setup <- function(d) {
+  d$f <- factor(d$f)
+  d$g <- factor(d$g)
+  set.seed(11)
+  d$y <- rnorm(nrow(d))
+  G <- gam(y ~ g + x + s(x, bs = "cr", k = 10) + te(x1, x2, k = c(5, 4)) + s(f, bs = "re"),
+           data = d, fit = FALSE)
+  obj(X = mat(G$X), S = arr(sapply(G$S, mat)), off = arr(G$off), term_names = arr(str(G$term.names)))
+}
+json <- obj(mgcv_version = sprintf('"%s"', packageVersion("mgcv")), datasets = arr(sets), gam_setup = setup(ties))
 writeLines(json, "tests/data/bases_mgcv.json")
