@@ -29,9 +29,11 @@ struct Margin {
     penalty: Vec<f64>,
 }
 
-/// mgcv skips the re-parametrisation when the basis at the points is this
-/// ill-conditioned (`.Machine$double.eps^0.66`).
-const REPARAM_TOL: f64 = 4.0e-11;
+/// mgcv skips the re-parametrisation when the basis at the points has a
+/// singular value ratio below `.Machine$double.eps^0.66`.
+fn reparam_tol() -> f64 {
+    f64::EPSILON.powf(0.66)
+}
 
 impl TensorBasis {
     /// The product of the margins `specs` ("cr" or "ps", one covariate
@@ -156,7 +158,7 @@ fn interpolating(label: &str, basis: &Basis, x: &[f64]) -> Result<Option<Vec<f64
             "the SVD of the margin's basis did not converge",
         )
     })?;
-    if sv[k - 1] / sv[0] < REPARAM_TOL {
+    if sv[k - 1] / sv[0] < reparam_tol() {
         return Ok(None);
     }
     let inv = pm.partial_piv_lu().inverse();
