@@ -9,6 +9,8 @@
 //! so the solvers of `matfree-solvers` (PCG, Jacobi, the dense Cholesky
 //! path) run on it unchanged; a model implements [`RowEvaluator`] (its
 //! rows) and [`RowObjective`] makes it an objective for Newton and REML.
+//! [`gam`] builds mgcv's model terms (smooths `cr`, `ps`, `te`, `re` with
+//! their penalties and constraints; parametric terms) for penalised GLMs.
 //!
 //! The GPU backend (module `cuda`, through cudarc) is the `cuda` feature,
 //! on by default; a build without it (`--no-default-features`) runs on the

@@ -67,18 +67,49 @@ impl PSpline {
         Ok(x.iter().flat_map(|&v| self.row(v)).collect())
     }
 
+    /// The design at any finite x: the basis inside [lo, hi] and, beyond
+    /// an end, the tangent line of every B-spline there (mgcv's
+    /// `Predict.matrix.pspline.smooth` extrapolates so).
+    pub fn design_extended(&self, x: &[f64]) -> Vec<f64> {
+        let (lo, hi) = self.range;
+        x.iter()
+            .flat_map(|&v| {
+                let end = v.clamp(lo, hi);
+                let (row, slope) = (self.row(end), self.slope(end));
+                row.into_iter().zip(slope).map(move |(b, d)| b + (v - end) * d)
+            })
+            .collect()
+    }
+
     /// Cox-de Boor from the order-1 indicators up to order 4.
     fn row(&self, x: f64) -> Vec<f64> {
+        let mut b = self.order(x, 4);
+        b.truncate(self.dim());
+        b
+    }
+
+    /// The first derivatives of the cubic B-splines at x, from the
+    /// quadratic ones: B'_j = 3 (B_{j,3} / (t_{j+3} - t_j) - B_{j+1,3} / (t_{j+4} - t_{j+1})).
+    fn slope(&self, x: f64) -> Vec<f64> {
+        let (t, b) = (&self.knots, self.order(x, 3));
+        (0..self.dim())
+            .map(|j| 3.0 * (b[j] / (t[j + 3] - t[j]) - b[j + 1] / (t[j + 4] - t[j + 1])))
+            .collect()
+    }
+
+    /// The B-splines of order `order` (degree order - 1) at x, one per knot
+    /// interval (the last order - 1 are zero).
+    fn order(&self, x: f64, order: usize) -> Vec<f64> {
         let t = &self.knots;
         let mut b: Vec<f64> = t.windows(2).map(|w| f64::from(w[0] <= x && x < w[1])).collect();
-        for d in 1..=3 {
+        for d in 1..order {
             for j in 0..t.len() - 1 - d {
                 let left = (x - t[j]) / (t[j + d] - t[j]);
                 let right = (t[j + d + 1] - x) / (t[j + d + 1] - t[j + 1]);
                 b[j] = left * b[j] + right * b[j + 1];
             }
+            b[t.len() - 1 - d] = 0.0;
         }
-        b.truncate(self.dim());
         b
     }
 
@@ -130,5 +161,12 @@ mod tests {
         assert_eq!(&s[4 * 10 + 2..4 * 10 + 7], &[1.0, -4.0, 6.0, -4.0, 1.0]);
         assert!(b.design(&[2.5]).unwrap_err().to_string().contains("x[0]"));
         assert!(PSpline::new(0.0, 1.0, 3).is_err() && b.penalty(4).is_err());
+        // Inside the range the extended design is the design; beyond it, a line.
+        assert_eq!(b.design_extended(&x), d);
+        let (near, far) = (b.design_extended(&[2.5]), b.design_extended(&[3.0]));
+        let end = b.design(&[2.0]).unwrap();
+        for j in 0..10 {
+            assert!((far[j] - end[j] - 2.0 * (near[j] - end[j])).abs() < 1e-12);
+        }
     }
 }
