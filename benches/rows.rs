@@ -9,7 +9,7 @@
 //!     cargo bench --bench rows [-- FILTER]
 
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
-use matfree::bms::generator::{generate, Generated, GeneratorConfig};
+use matfree::bms::io::generator::{generate, Generated, GeneratorConfig};
 use matfree::bms::RowKernelInputs;
 
 fn seed_data(n: usize) -> Generated {

@@ -8,8 +8,8 @@
 use std::error::Error;
 use std::time::Instant;
 
-use matfree::bms::generator::{generate, GeneratorConfig};
-use matfree::bms::predict::{predict_cpu, predict_gpu, Estimates, Predictions};
+use matfree::bms::io::generator::{generate, GeneratorConfig};
+use matfree::bms::results::predict::{predict_cpu, predict_gpu, Estimates, Predictions};
 use matfree::cuda::{select_device, Device, GpuPolicy};
 
 fn main() -> Result<(), Box<dyn Error>> {

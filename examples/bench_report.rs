@@ -14,7 +14,7 @@
 use std::time::Instant;
 
 use matfree::bms::device::DeviceStage1;
-use matfree::bms::generator::{generate, GeneratorConfig};
+use matfree::bms::io::generator::{generate, GeneratorConfig};
 use matfree::cuda::{
     select_device, CudaBackend, Device, DeviceCholesky, DeviceRowHessian, Gpu, GpuPolicy, HvpPrecision, SingleKernel,
 };

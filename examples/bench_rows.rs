@@ -18,8 +18,8 @@
 
 use std::time::Instant;
 
-use matfree::bms::generator::{generate, GeneratorConfig};
-use matfree::bms::row_kernel::evaluate_rows;
+use matfree::bms::io::generator::{generate, GeneratorConfig};
+use matfree::bms::model::stage2::evaluate_rows;
 use matfree::device::check_cuda_support;
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
@@ -96,8 +96,8 @@ mod gpu {
     use std::time::Instant;
 
     use matfree::bms::device::{evaluate_rows_device, DeviceStage1};
-    use matfree::bms::generator::Generated;
-    use matfree::bms::row_kernel::RowKernelOutputs;
+    use matfree::bms::io::generator::Generated;
+    use matfree::bms::model::stage2::RowKernelOutputs;
     use matfree::bms::RowKernelInputs;
     use matfree::cuda::{DeviceDesigns, Gpu};
     use matfree::device::{select_device, Device, GpuPolicy};

@@ -7,15 +7,15 @@
 //! Smoothing parameters are chosen by REML (LAML) unless `--lambda` fixes
 //! them; the GPU is used when one is found (`--backend` overrides), every
 //! visible GPU unless `--gpus N` says how many (rows sharded over them).
-//! The work is `matfree::bms::job`'s: this file parses, prints and exits.
+//! The work is `matfree::bms::io::job`'s: this file parses, prints and exits.
 
 use std::io::Write;
 use std::path::PathBuf;
 
 use clap::Parser;
-use matfree::bms::job::{status, Console, FitTask, Job, Outputs, PredictTask, Source, Task, EXIT_STATUS_HELP};
-use matfree::bms::problem::ModelShape;
-use matfree::bms::progress::Display;
+use matfree::bms::fit::progress::Display;
+use matfree::bms::io::job::{status, Console, FitTask, Job, Outputs, PredictTask, Source, Task, EXIT_STATUS_HELP};
+use matfree::bms::io::problem::ModelShape;
 use matfree::data::ColumnSpec;
 
 #[derive(Parser, Debug)]
@@ -91,7 +91,7 @@ struct Args {
     #[arg(long)]
     plot: Option<PathBuf>,
     /// Save the fit (model, coefficients, covariance, smoothing parameters)
-    /// here as JSON, to load with `matfree::bms::saved::SavedFit::load`.
+    /// here as JSON, to load with `matfree::bms::results::saved::SavedFit::load`.
     #[arg(long)]
     save: Option<PathBuf>,
     /// Print only the result: no progress, no phase lines on stderr.

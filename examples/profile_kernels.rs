@@ -8,7 +8,7 @@
 //! Without a GPU it says so and exits.
 
 use matfree::bms::device::DeviceStage1;
-use matfree::bms::generator::{generate, GeneratorConfig};
+use matfree::bms::io::generator::{generate, GeneratorConfig};
 use matfree::cuda::{select_device, CudaBackend, Device, DeviceRowHessian, GpuPolicy};
 use matfree::fixture::{random_row_problem, Rng, Shape};
 use matfree::solvers::{Backend, LinearOperator};

@@ -16,9 +16,9 @@ use std::path::PathBuf;
 use std::time::Instant;
 
 use clap::Parser;
+use matfree::bms::fit::progress::Display;
 use matfree::bms::fit::{fit_on_device, FitOptions};
-use matfree::bms::generator::{generate, GeneratorConfig};
-use matfree::bms::progress::Display;
+use matfree::bms::io::generator::{generate, GeneratorConfig};
 use matfree::device::{check_cuda_support, select_device, GpuPolicy};
 use serde::Serialize;
 

@@ -17,7 +17,6 @@
 //! CPU alone, and a request for the GPU there is an error ([`device`]).
 #![warn(missing_docs)]
 
-pub mod arrays;
 pub mod bms;
 #[cfg(feature = "cuda")]
 pub mod cuda;
@@ -42,7 +41,7 @@ pub use designs::Designs;
 pub use error::{Error, Result};
 pub use layout::{Block, Layout};
 pub use matfree_solvers as solvers;
-/// The ndarray this crate takes and returns (`matfree::arrays`).
+/// The ndarray this crate takes and returns (`matfree::bms::io::arrays`).
 pub use ndarray;
 pub use pspline::PSpline;
 pub use row_hessian::{joint_gradient, JointGradient, RowHessian};

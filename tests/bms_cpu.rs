@@ -2,8 +2,8 @@
 //! independent oracles: finite differences of from-scratch row and joint
 //! neglogs, the rigid closed form, and the generator's calibration.
 
-use matfree::bms::generator::{generate, GeneratorConfig};
-use matfree::bms::probit::{log_ndtr, norm_cdf};
+use matfree::bms::io::generator::{generate, GeneratorConfig};
+use matfree::bms::numerics::probit::{log_ndtr, norm_cdf};
 use matfree::bms::MarginalSlope;
 use matfree::bms::{evaluate_rows, row_neglog, Bases, BmsModel, CubicBasis, RowKernelInputs, RowStage1};
 use matfree::solvers::{LinearOperator, Objective};

@@ -8,7 +8,7 @@ use matfree::bms::MarginalSlope;
 use std::path::PathBuf;
 use std::process::{Command, Output};
 
-use matfree::bms::generator::{generate, Generated, GeneratorConfig};
+use matfree::bms::io::generator::{generate, Generated, GeneratorConfig};
 
 fn run(args: &[&str]) -> Output {
     Command::new(binary())
@@ -357,7 +357,7 @@ fn a_saved_fit_loads_with_the_reported_estimates() {
     let (s, j) = (save.to_str().unwrap(), out.to_str().unwrap());
     let o = run(&["--simulate", "1500", "--save", s, "--json", j]);
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
-    let (saved, model) = matfree::bms::saved::SavedFit::load(&save).unwrap();
+    let (saved, model) = matfree::bms::results::saved::SavedFit::load(&save).unwrap();
     let report = json(&out);
     let estimates = column(&report, "coefficients", "estimate");
     assert_eq!(estimates, saved.fit.beta[..estimates.len()].to_vec());
@@ -427,7 +427,7 @@ fn a_saved_fit_predicts_new_rows_from_a_csv() {
     assert!(stderr.contains("predicted 800 rows"), "{stderr}");
     let rows = read_predictions(&out);
     assert_eq!(rows.len(), 800);
-    let (saved, model_back) = matfree::bms::saved::SavedFit::load(&model).unwrap();
+    let (saved, model_back) = matfree::bms::results::saved::SavedFit::load(&model).unwrap();
     let (mean, sd) = saved.score.standardised.expect("the score was standardised");
     assert!((mean - 10.0).abs() < 0.5 && (sd - 3.0).abs() < 0.3, "{mean} {sd}");
     let z: Vec<f64> = g.data.z.iter().map(|z| (z - mean) / sd).collect();
@@ -443,7 +443,10 @@ fn a_saved_fit_predicts_new_rows_from_a_csv() {
         let theta = model_back.theta(&g.data, &saved.fit.beta, i);
         let a = matfree::bms::solve_intercept(model_back.bases(), &theta, i).unwrap().a;
         let e = model_back.bases().observed(&theta, a, z[i]).e;
-        assert!((p - matfree::bms::probit::norm_cdf(e)).abs() <= 1e-12, "row {i}");
+        assert!(
+            (p - matfree::bms::numerics::probit::norm_cdf(e)).abs() <= 1e-12,
+            "row {i}"
+        );
     }
     // A file without a covariate, a non-finite value, and --out onto the
     // input are named errors; --model needs --predict and --out.
@@ -642,7 +645,7 @@ fn extreme_covariate_scales_give_the_same_fit() {
         .map(|i| {
             let (z, x1, x2) = (rng.normals(1)[0], rng.normals(1)[0], (i % 3) as f64);
             let eta = 0.3 * x1 + 0.8 * z;
-            let y = f64::from(rng.uniform() < matfree::bms::probit::norm_cdf(eta));
+            let y = f64::from(rng.uniform() < matfree::bms::numerics::probit::norm_cdf(eta));
             (y, z, x1, x2)
         })
         .collect();

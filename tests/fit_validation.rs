@@ -8,8 +8,8 @@
 
 use std::sync::Arc;
 
+use matfree::bms::fit::rigid::rigid_objective;
 use matfree::bms::fit::{fit, BmsFit, FitOptions};
-use matfree::bms::rigid::rigid_objective;
 use matfree::bms::MarginalSlope;
 use matfree::bms::{bms_penalty, Bases, BmsData, BmsModel, CubicBasis};
 use matfree::fixture::Rng;
@@ -57,8 +57,8 @@ fn standardise(z: &mut [f64]) {
 }
 
 /// `fit_bms`' default simulated data (p_m 3, p_g 2, warp 8, link 6).
-fn simulated(n: usize, seed: u64) -> matfree::bms::generator::Generated {
-    matfree::bms::generator::generate(matfree::bms::generator::GeneratorConfig::fit_shape(n, seed)).unwrap()
+fn simulated(n: usize, seed: u64) -> matfree::bms::io::generator::Generated {
+    matfree::bms::io::generator::generate(matfree::bms::io::generator::GeneratorConfig::fit_shape(n, seed)).unwrap()
 }
 
 fn cpu_fit(model: &BmsModel, data: &BmsData) -> BmsFit {
@@ -292,7 +292,7 @@ fn small_data_keeps_edf_in_bounds() {
 /// which solves the calibration numerically: value, gradient and Hessian.
 #[test]
 fn rigid_objective_matches_the_model_without_smooths() {
-    let g = matfree::bms::generator::generate(matfree::bms::generator::GeneratorConfig {
+    let g = matfree::bms::io::generator::generate(matfree::bms::io::generator::GeneratorConfig {
         n: 300,
         p_m: 3,
         p_g: 2,
@@ -329,7 +329,7 @@ fn rigid_objective_matches_the_model_without_smooths() {
 /// warnings, each naming the column and the rule.
 #[test]
 fn data_checks_name_the_problem() {
-    use matfree::bms::checks::{check_data, ColumnNames};
+    use matfree::bms::fit::checks::{check_data, ColumnNames};
     let n = 300;
     let mut rng = Rng::new(4);
     let z: Vec<f64> = rng.normals(n);
@@ -434,7 +434,7 @@ fn data_checks_name_the_problem() {
 /// error naming it; a score that does is a warning.
 #[test]
 fn complete_separation_is_named() {
-    use matfree::bms::checks::check_data;
+    use matfree::bms::fit::checks::check_data;
     let n = 200;
     let mut rng = Rng::new(12);
     let z: Vec<f64> = rng.normals(n);
@@ -464,7 +464,7 @@ fn complete_separation_is_named() {
 /// clean data pass.
 #[test]
 fn near_constant_columns_weights_and_rare_events_are_named() {
-    use matfree::bms::checks::{check_data, MIN_EVENTS_PER_COEFFICIENT, MIN_RELATIVE_SPREAD};
+    use matfree::bms::fit::checks::{check_data, MIN_EVENTS_PER_COEFFICIENT, MIN_RELATIVE_SPREAD};
     let n = 400;
     let mut rng = Rng::new(21);
     let z: Vec<f64> = rng.normals(n);
@@ -523,7 +523,7 @@ fn separation_by_a_combination_of_covariates_is_named() {
     let y: Vec<f64> = (0..n).map(|i| f64::from(a[i] + b[i] > 0.0)).collect();
     let m = model(3, 1);
     let d = data(&[a, b], &[], z, y);
-    matfree::bms::checks::check_data(&m, &d, None).unwrap();
+    matfree::bms::fit::checks::check_data(&m, &d, None).unwrap();
     let objective = m.objective(&d).unwrap();
     let opts = FitOptions {
         lambda: Some(vec![1.0, 1.0]),

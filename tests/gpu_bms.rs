@@ -5,8 +5,8 @@
 mod common;
 
 use matfree::bms::device::{evaluate_device, evaluate_rows_device, DeviceStage1};
-use matfree::bms::generator::{generate, Generated, GeneratorConfig};
-use matfree::bms::row_kernel::evaluate_rows;
+use matfree::bms::io::generator::{generate, Generated, GeneratorConfig};
+use matfree::bms::model::stage2::evaluate_rows;
 use matfree::bms::MarginalSlope;
 use matfree::cuda::{gpu_for_test, CudaBackend, DeviceDesigns, DeviceRowEvaluation, Gpu};
 use matfree::fixture::Rng;

@@ -5,8 +5,8 @@
 
 use std::sync::Arc;
 
-use matfree::bms::generator::{generate, GeneratorConfig};
-use matfree::bms::predict::{predict, predict_cpu, predict_gpu, Estimates, GPU_MIN_ROWS};
+use matfree::bms::io::generator::{generate, GeneratorConfig};
+use matfree::bms::results::predict::{predict, predict_cpu, predict_gpu, Estimates, GPU_MIN_ROWS};
 use matfree::cuda::{gpu_for_test, Device};
 use matfree::fixture::Rng;
 use matfree::Designs;

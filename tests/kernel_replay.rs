@@ -17,7 +17,7 @@ use matfree::bms::MarginalSlope;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use matfree::bms::generator::{generate, Generated, GeneratorConfig};
+use matfree::bms::io::generator::{generate, Generated, GeneratorConfig};
 use matfree::bms::{evaluate_rows, CubicBasis, RowKernelInputs, RowKernelOutputs};
 
 /// The first C++ compiler that answers `--version`.

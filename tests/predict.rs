@@ -6,11 +6,11 @@
 use matfree::bms::MarginalSlope;
 use std::sync::Arc;
 
-use matfree::bms::calibration::solve_intercept;
 use matfree::bms::fit::{fit, FitOptions};
-use matfree::bms::generator::{generate, Generated, GeneratorConfig};
-use matfree::bms::predict::{predict_cpu, Estimates, Predictions};
-use matfree::bms::probit::norm_cdf;
+use matfree::bms::io::generator::{generate, Generated, GeneratorConfig};
+use matfree::bms::model::calibration::solve_intercept;
+use matfree::bms::numerics::probit::norm_cdf;
+use matfree::bms::results::predict::{predict_cpu, Estimates, Predictions};
 use matfree::fixture::Rng;
 use matfree::solvers::CpuBackend;
 use matfree::Error;

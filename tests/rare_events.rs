@@ -9,11 +9,11 @@
 
 use std::sync::Arc;
 
-use matfree::bms::calibration::residual;
+use matfree::bms::fit::progress::Display;
 use matfree::bms::fit::{fit_on_device, FitOptions};
-use matfree::bms::probit::norm_cdf;
-use matfree::bms::progress::Display;
-use matfree::bms::quadrature::panels_evaluated;
+use matfree::bms::model::calibration::residual;
+use matfree::bms::numerics::probit::norm_cdf;
+use matfree::bms::numerics::quadrature::panels_evaluated;
 use matfree::bms::{solve_intercept, Bases, BmsData, BmsModel, CubicBasis};
 use matfree::device::Device;
 use matfree::rng::Rng;

@@ -7,7 +7,7 @@
 //! 1e-12 of them, relative to each row's largest entry. Regenerate only on
 //! purpose: `cargo test --release --test rows_baseline -- --ignored`.
 
-use matfree::bms::generator::{generate, GeneratorConfig};
+use matfree::bms::io::generator::{generate, GeneratorConfig};
 use matfree::bms::{RowEvaluation, RowKernelInputs};
 use serde::{Deserialize, Serialize};
 

@@ -4,9 +4,9 @@
 use std::path::PathBuf;
 
 use matfree::bms::fit::{fit, FitOptions};
-use matfree::bms::generator::{generate, GeneratorConfig};
-use matfree::bms::predict::{predict_cpu, Estimates};
-use matfree::bms::saved::{SavedFit, ScoreColumn, FORMAT_VERSION};
+use matfree::bms::io::generator::{generate, GeneratorConfig};
+use matfree::bms::results::predict::{predict_cpu, Estimates};
+use matfree::bms::results::saved::{SavedFit, ScoreColumn, FORMAT_VERSION};
 use matfree::solvers::CpuBackend;
 use matfree::Error;
 
@@ -166,7 +166,7 @@ fn damaged_files_are_named_errors() {
 /// REML score also at fixed lambda and every parametric row named.
 #[test]
 fn a_loaded_fit_summarises_as_the_fit_did() {
-    use matfree::bms::report::DesignNames;
+    use matfree::bms::results::report::DesignNames;
     let s = saved(Some(vec![10.0, 100.0]));
     let (back, model) = SavedFit::from_json(&serde_json::to_string(&s).unwrap()).unwrap();
     let summary = |f: &SavedFit| {

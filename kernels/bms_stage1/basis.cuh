@@ -1,5 +1,5 @@
 // Stage 1 of the Bernoulli marginal-slope model on the device (the math of
-// docs/bms-model.md, "Cells (Stage 1)"; the CPU twin is src/bms/cells.rs,
+// docs/bms-model.md, "Cells (Stage 1)"; the CPU twin is src/bms/model/cells.rs,
 // calibration.rs and quadrature.rs, which these kernels follow step by step).
 //
 // Three kernels, launched in order on one stream:

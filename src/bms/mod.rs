@@ -1,35 +1,28 @@
-//! The Bernoulli marginal-slope (BMS) model: bases, calibration, Stage 1
-//! (cells and moments), the Stage-2 row kernel on the CPU, and a generator.
-//! `shared/docs/bms-model.md` fixes the math every piece follows.
+//! The Bernoulli marginal-slope (BMS) model, one model of the toolkit;
+//! `shared/docs/bms-model.md` fixes the math every piece follows. The tree
+//! reads as the model's parts:
+//!
+//! - [`numerics`]: the normal's tails and the cells' quadrature;
+//! - [`model`]: bases, calibration, Stage 1 (cells, moments), Stage 2 (a
+//!   row's value, gradient and Hessian), the layout, and the rows as a
+//!   [`crate::RowEvaluator`] ([`BmsRows`]);
+//! - `device` (with the `cuda` feature): the same rows on the GPU, the
+//!   model's kernels and its [`crate::cuda::DeviceRowEvaluator`];
+//! - [`fit`]: the rigid start, the data checks, Newton or REML, progress;
+//! - [`results`]: the summary, saved fits, predictions;
+//! - [`io`]: problems from CSV or simulated, ndarray in and out, and one
+//!   run of the command line as a library call.
 //!
 //! [`BmsModel::evaluate`] runs both stages for all rows; its output feeds
 //! [`crate::RowHessian`] and [`crate::joint_gradient`].
 
-pub mod bases;
-pub mod basis;
-pub mod calibration;
-pub mod cells;
-pub mod checks;
 #[cfg(feature = "cuda")]
 pub mod device;
 pub mod fit;
-mod fused;
-pub mod generator;
-pub mod inputs;
-pub mod job;
-pub mod layout;
-mod nodes;
-pub mod objective;
-pub mod predict;
-pub mod probit;
-pub mod problem;
-pub mod progress;
-pub mod quadrature;
-pub mod report;
-pub mod rigid;
-pub mod row_kernel;
-pub mod saved;
-pub mod summary;
+pub mod io;
+pub mod model;
+pub mod numerics;
+pub mod results;
 
 use std::borrow::Cow;
 use std::sync::Arc;
@@ -41,15 +34,15 @@ use crate::layout::Layout;
 use crate::row_hessian::{joint_gradient, JointGradient, RowHessian};
 use crate::{Error, Result};
 
-pub use bases::Bases;
-pub use basis::CubicBasis;
-pub use calibration::solve_intercept;
-use calibration::{checked_cells, solve_root};
-use inputs::RowHead;
-pub use inputs::{KernelArrays, RowKernelInputs, RowStage1};
-pub use layout::{marginal_slope_designs, standard_layout, BlockLayout, MarginalSlope};
-pub use objective::{bms_penalty, BmsObjective, BmsRows};
-pub use row_kernel::{evaluate_rows, RowKernelOutputs};
+pub use model::bases::Bases;
+use model::bundle::RowHead;
+pub use model::bundle::{KernelArrays, RowKernelInputs, RowStage1};
+pub use model::calibration::solve_intercept;
+use model::calibration::{checked_cells, solve_root};
+pub use model::cubic_basis::CubicBasis;
+pub use model::layout::{marginal_slope_designs, standard_layout, BlockLayout, MarginalSlope};
+pub use model::rows::{bms_penalty, BmsObjective, BmsRows};
+pub use model::stage2::{evaluate_rows, RowKernelOutputs};
 
 /// A data set: designs, scores, labels and weights.
 #[derive(Clone, Debug)]
@@ -349,5 +342,5 @@ impl BmsModel {
 pub fn row_neglog(bases: &Bases, theta: &[f64], z: f64, y: f64, w: f64) -> Result<f64> {
     let a = solve_intercept(bases, theta, 0)?.a;
     let e = bases.observed(theta, a, z).e;
-    Ok(-w * probit::log_ndtr((2.0 * y - 1.0) * e))
+    Ok(-w * numerics::probit::log_ndtr((2.0 * y - 1.0) * e))
 }

@@ -84,7 +84,7 @@ pub fn assert_close(label: &str, got: &[f64], want: &[f64], rel: f64) {
 /// The BMS Newton fixture shared by the CPU and GPU driver tests: data,
 /// penalty, lambda, a poor start (zero) and the dense reference optimum.
 pub struct NewtonFixture {
-    pub g: matfree::bms::generator::Generated,
+    pub g: matfree::bms::io::generator::Generated,
     pub penalty: Penalty,
     pub lambda: [f64; 2],
     pub beta0: Vec<f64>,
@@ -104,7 +104,7 @@ impl NewtonFixture {
 }
 
 pub fn newton_fixture() -> NewtonFixture {
-    use matfree::bms::generator::{generate, GeneratorConfig};
+    use matfree::bms::io::generator::{generate, GeneratorConfig};
     let g = generate(GeneratorConfig {
         n: 400,
         p_m: 3,

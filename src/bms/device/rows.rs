@@ -10,7 +10,7 @@ use std::sync::Arc;
 use cudarc::driver::{CudaSlice, CudaViewMut, LaunchArgs, LaunchConfig, PushKernelArg};
 
 use super::stage1::DeviceStage1;
-use crate::bms::inputs::RowKernelInputs;
+use crate::bms::model::bundle::RowKernelInputs;
 use crate::cuda::{cuda_err, DeviceDesigns, DeviceRowEvaluation, DeviceRowHessian, Gpu, KernelModule};
 use crate::layout::Layout;
 use crate::{Error, Result};

@@ -16,8 +16,8 @@
 //! Every row owns `slots = k_h + k_w + 1` cell slots (the most cells a row
 //! can have: one more than the score and link knots together); a row with
 //! fewer cells (b = 0, or coinciding edges) marks the rest empty, which
-//! Stage 2 sums as exact zeros. The CPU Stage 1 (`bms::cells`,
-//! `bms::calibration`) is the oracle: the same cells and the same adaptive
+//! Stage 2 sums as exact zeros. The CPU Stage 1 (`bms::model::cells`,
+//! `bms::model::calibration`) is the oracle: the same cells and the same adaptive
 //! rule (21-point Kronrod, QUADPACK's error estimate), evaluated in another
 //! order and with other math libraries, so the two agree to the parity
 //! tests' tolerances, not bitwise.

@@ -8,10 +8,10 @@ use std::fmt;
 
 use serde::Serialize;
 
-use super::basis::CubicBasis;
-use super::fit::BmsFit;
-use super::summary::{coefficients, Coefficient, SmoothTerm};
-use super::{Bases, BmsModel};
+use crate::bms::fit::BmsFit;
+use crate::bms::model::cubic_basis::CubicBasis;
+use crate::bms::results::summary::{coefficients, Coefficient, SmoothTerm};
+use crate::bms::{Bases, BmsModel};
 
 /// Everything a fit reports, printed by its `Display` (a table) and
 /// serialised as JSON; every printed number is also in the JSON.
@@ -168,7 +168,7 @@ impl Smooth {
     }
 
     /// The interval a plot shows it on, inside the default knots
-    /// ([`super::problem::SCORE_KNOTS`], [`super::problem::LINK_KNOTS`]),
+    /// ([`crate::bms::io::problem::SCORE_KNOTS`], [`crate::bms::io::problem::LINK_KNOTS`]),
     /// where the rows are: z in [-3, 3] (99.7% of a standardised score), t
     /// in [-5, 5].
     pub fn plot_range(self) -> (f64, f64) {
@@ -286,7 +286,7 @@ fn table(r: &FitSummary) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::bms::problem::ModelShape;
+    use crate::bms::io::problem::ModelShape;
 
     /// Each smooth the model has, in beta's order, with its own basis, and
     /// plotted inside its knots (beyond them the smooth is extrapolated).

@@ -13,12 +13,12 @@ use std::fmt;
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 
-use super::fit::{fit_on_device, BmsFit, FitOptions};
-use super::problem::{ModelShape, Problem};
-use super::progress::Display;
-use super::report::{DesignNames, FitSummary};
-use super::saved::SavedFit;
-use super::summary::smooth_panels;
+use crate::bms::fit::progress::Display;
+use crate::bms::fit::{fit_on_device, BmsFit, FitOptions};
+use crate::bms::io::problem::{ModelShape, Problem};
+use crate::bms::results::report::{DesignNames, FitSummary};
+use crate::bms::results::saved::SavedFit;
+use crate::bms::results::summary::smooth_panels;
 #[cfg(feature = "cuda")]
 use crate::cuda::Gpu;
 use crate::data::{empty_rows_note, ColumnSpec};
@@ -551,7 +551,7 @@ mod tests {
     use std::fs;
 
     use super::*;
-    use crate::bms::predict::Predictions;
+    use crate::bms::results::predict::Predictions;
     use crate::bms::MarginalSlope;
 
     /// A console that keeps what it is told; `refuse` makes printing fail.

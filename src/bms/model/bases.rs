@@ -2,7 +2,7 @@
 //! frailty scale. What is built from them per row (cells, moments, the
 //! observed jets) lives in `cells`.
 
-use super::basis::CubicBasis;
+use crate::bms::model::cubic_basis::CubicBasis;
 use crate::{Error, Result};
 
 /// The model's fixed parts: the optional score-warp and link-deviation bases

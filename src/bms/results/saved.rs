@@ -12,10 +12,10 @@ use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
 
-use super::basis::CubicBasis;
-use super::fit::BmsFit;
-use super::predict::{extrapolation_notes, Predictions};
-use super::{Bases, BmsModel};
+use crate::bms::fit::BmsFit;
+use crate::bms::model::cubic_basis::CubicBasis;
+use crate::bms::results::predict::{extrapolation_notes, Predictions};
+use crate::bms::{Bases, BmsModel};
 use crate::data::{read_csv, ColumnSpec, INTERCEPT};
 use crate::{Designs, Error, Result};
 
@@ -240,7 +240,7 @@ impl SavedFit {
         notes
     }
 
-    /// The notes on rows [`crate::bms::predict::Predictions::rejected`] lists:
+    /// The notes on rows [`crate::bms::results::predict::Predictions::rejected`] lists:
     /// each row that could not be predicted (at most 10 named, then a count),
     /// with its reason and its values by column name.
     pub fn rejected_notes(&self, designs: &Designs, z: &[f64], rejected: &[(usize, String)]) -> Vec<String> {

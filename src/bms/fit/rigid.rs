@@ -21,8 +21,8 @@ use std::sync::Arc;
 use matfree_solvers::newton::{newton, NewtonOptions, NewtonReport, Objective};
 use matfree_solvers::{CpuBackend, Penalty};
 
-use super::probit::log_ndtr_mills_curvature;
-use super::{BmsData, BmsModel};
+use crate::bms::numerics::probit::log_ndtr_mills_curvature;
+use crate::bms::{BmsData, BmsModel};
 use crate::row_objective::{RowEvaluator, RowObjective};
 use crate::Result;
 
@@ -68,7 +68,7 @@ pub fn rigid_row(q: f64, b: f64, z: f64, y: f64, w: f64, s_f: f64) -> (f64, [f64
 /// The rigid part of `model` (its designs and frailty scale) on `data`.
 pub fn rigid_objective<'a>(model: &BmsModel, data: &'a BmsData) -> Result<RigidObjective<'a>> {
     let b = model.blocks();
-    let layout = super::standard_layout(b.p_m, b.p_g, 0, 0)?;
+    let layout = crate::bms::standard_layout(b.p_m, b.p_g, 0, 0)?;
     let rows = RigidRows {
         data,
         s_f: model.bases().s_f,

@@ -5,7 +5,7 @@
 
 use matfree_solvers::newton::CostEstimate;
 
-use super::{BmsData, BmsModel};
+use crate::bms::{BmsData, BmsModel};
 use crate::row_objective::{row_cost, RowEvaluator, RowObjective};
 use crate::Result;
 

@@ -7,10 +7,10 @@ use std::sync::Arc;
 
 use rayon::prelude::*;
 
-use super::basis::CubicBasis;
-use super::cells::Bases;
-use super::probit::norm_cdf;
-use super::{solve_intercept, BmsData, BmsModel};
+use crate::bms::model::cells::Bases;
+use crate::bms::model::cubic_basis::CubicBasis;
+use crate::bms::numerics::probit::norm_cdf;
+use crate::bms::{solve_intercept, BmsData, BmsModel};
 use crate::rng::Rng;
 use crate::{Error, Result};
 

@@ -4,6 +4,10 @@
 //! why it converged). The backend's objective is given by the caller (CPU,
 //! one GPU or several); everything else is the same algorithm.
 
+pub mod checks;
+pub mod progress;
+pub mod rigid;
+
 use crate::bms::MarginalSlope;
 use std::time::Instant;
 
@@ -15,9 +19,9 @@ pub use matfree_solvers::stats::{effective_df, Edf};
 use matfree_solvers::{Backend, CpuBackend, PcgKernels, Penalty};
 use serde::{Deserialize, Serialize};
 
-use super::progress::{Display, Progress};
-use super::rigid::rigid_start;
-use super::{bms_penalty, BmsData, BmsModel};
+use crate::bms::fit::progress::{Display, Progress};
+use crate::bms::fit::rigid::rigid_start;
+use crate::bms::{bms_penalty, BmsData, BmsModel};
 use crate::device::Device;
 use crate::{Error, Result};
 
@@ -118,7 +122,7 @@ pub struct BmsFit {
 /// Fit `model` on `data` through `objective` (the model's negative
 /// log-likelihood on `data` on some backend): the rigid start on the CPU,
 /// then Newton at `opts.lambda` or REML. The data are checked first
-/// ([`super::checks::check_data`]): labels of one class, too few rows, a
+/// ([`crate::bms::fit::checks::check_data`]): labels of one class, too few rows, a
 /// constant or collinear covariate are errors. A fit that did not converge
 /// is still returned, marked so (`converged`, `termination`, `warnings`).
 pub fn fit<B: PcgKernels>(
@@ -159,7 +163,7 @@ pub fn fit_observed<B: PcgKernels>(
             ));
         }
     }
-    let mut warnings = super::checks::check_data(model, data, None)?;
+    let mut warnings = crate::bms::fit::checks::check_data(model, data, None)?;
     let start = rigid_start(model, data, opts.rigid_rows)?;
     warnings.extend(extreme_rows_note(&start));
     if !start.report.converged {
@@ -188,13 +192,13 @@ pub const EXTREME_ROWS_SHARE: f64 = 0.01;
 
 /// The note on rows the rigid start fits with probability numerically 1,
 /// where they are many or the start ran off ([`EXTREME_ROWS_SHARE`]).
-fn extreme_rows_note(start: &super::rigid::RigidStart) -> Option<String> {
+fn extreme_rows_note(start: &crate::bms::fit::rigid::RigidStart) -> Option<String> {
     let (k, n) = (start.extreme_rows, start.rows);
     extreme_rows_noted(k, n, start.report.converged).then(|| {
         format!(
             "the rigid start fits {k} of {n} rows with their label's probability numerically 1 (margin beyond {}){}: \
              the data may be (quasi-)separated, and estimates along that direction may run large",
-            super::rigid::EXTREME_ETA,
+            crate::bms::fit::rigid::EXTREME_ETA,
             if start.report.converged {
                 ""
             } else {
@@ -216,7 +220,12 @@ pub fn extreme_rows_noted(extreme: usize, rows: usize, converged: bool) -> bool 
 /// start ran off to it (a share of [`EXTREME_ROWS_SHARE`] or more of its
 /// rows at probability numerically 1), the cause named is separation, not
 /// the row.
-fn explain_start_failure(e: Error, model: &BmsModel, data: &BmsData, start: &super::rigid::RigidStart) -> Error {
+fn explain_start_failure(
+    e: Error,
+    model: &BmsModel,
+    data: &BmsData,
+    start: &crate::bms::fit::rigid::RigidStart,
+) -> Error {
     let at_start =
         matches!(&e, Error::Solver(matfree_solvers::SolverError::InvalidInput { field, .. }) if field == "beta0");
     if !at_start {

@@ -7,10 +7,10 @@
 use std::path::Path;
 use std::sync::Arc;
 
-use super::checks::{check_data, standardise_score, ColumnNames};
-use super::generator::{generate, GeneratorConfig};
-use super::saved::ScoreColumn;
-use super::{Bases, BmsData, BmsModel, CubicBasis};
+use crate::bms::fit::checks::{check_data, standardise_score, ColumnNames};
+use crate::bms::io::generator::{generate, GeneratorConfig};
+use crate::bms::results::saved::ScoreColumn;
+use crate::bms::{Bases, BmsData, BmsModel, CubicBasis};
 use crate::data::{empty_rows_note, read_csv, ColumnSpec, INTERCEPT};
 use crate::{Error, Result};
 

@@ -1,7 +1,7 @@
 //! The CPU's production row evaluation: Stage 1 and Stage 2 fused per row.
 //!
-//! The bundle path ([`super::BmsModel::stage1`] then
-//! [`super::row_kernel::evaluate_rows`]) writes every cell's coefficient
+//! The bundle path ([`crate::bms::BmsModel::stage1`] then
+//! [`crate::bms::model::stage2::evaluate_rows`]) writes every cell's coefficient
 //! arrays and moments to memory (about 38 KB a row at the seed shape) for
 //! the row kernel to read back, and forms each F_uv term as a 16-term double
 //! sum. It stays as the reference the device kernels are checked against.
@@ -21,11 +21,11 @@ use faer::linalg::matmul::matmul;
 use faer::{Accum, MatMut, MatRef, Par};
 use rayon::prelude::*;
 
-use super::calibration::solve_root;
-use super::cells::{moments, CellParts, RowBases, MOMENTS};
-use super::probit::norm_pdf;
-use super::row_kernel::{finish_row, ObservedRow, RowSums};
-use super::{BmsData, BmsModel, RowEvaluation};
+use crate::bms::model::calibration::solve_root;
+use crate::bms::model::cells::{moments, CellParts, RowBases, MOMENTS};
+use crate::bms::model::stage2::{finish_row, ObservedRow, RowSums};
+use crate::bms::numerics::probit::norm_pdf;
+use crate::bms::{BmsData, BmsModel, RowEvaluation};
 use crate::dispatch::by_cpu;
 use crate::{Error, Result};
 

@@ -34,10 +34,10 @@ use std::sync::Arc;
 
 use rayon::prelude::*;
 
-use super::fit::BmsFit;
-use super::probit::norm_cdf;
-use super::row_kernel::eta_gradients;
-use super::{BmsData, BmsModel, RowKernelInputs};
+use crate::bms::fit::BmsFit;
+use crate::bms::model::stage2::eta_gradients;
+use crate::bms::numerics::probit::norm_cdf;
+use crate::bms::{BmsData, BmsModel, RowKernelInputs};
 #[cfg(feature = "cuda")]
 use crate::cuda::Gpu;
 use crate::designs::check_matrix;
@@ -373,7 +373,7 @@ mod gpu {
 
     use super::{chunks, cpu_jets, finish, in_chunk, BmsData, BmsModel, Estimates, Jets, Predictions, GPU_CHUNK_ROWS};
     use crate::bms::device::DeviceStage1;
-    use crate::bms::probit::log_ndtr_mills_curvature;
+    use crate::bms::numerics::probit::log_ndtr_mills_curvature;
     use crate::cuda::Gpu;
     use crate::{Error, Result};
 
@@ -382,7 +382,7 @@ mod gpu {
     /// underflow, and the row is recomputed on the CPU.
     const MIN_MILLS: f64 = 1e-250;
 
-    pub(super) fn rows(gpu: &Arc<Gpu>, model: &BmsModel, est: Estimates<'_>, data: &BmsData) -> Result<Predictions> {
+    pub(crate) fn rows(gpu: &Arc<Gpu>, model: &BmsModel, est: Estimates<'_>, data: &BmsData) -> Result<Predictions> {
         let r = model.layout().r();
         let mut out = Jets::with_capacity(data.n(), r);
         for range in chunks(data.n(), GPU_CHUNK_ROWS) {

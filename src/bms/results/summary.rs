@@ -5,7 +5,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use super::basis::CubicBasis;
+use crate::bms::model::cubic_basis::CubicBasis;
 use crate::plot::Band;
 use crate::{Error, Result};
 
@@ -123,10 +123,10 @@ pub fn sub_block(a: &[f64], p: usize, range: std::ops::Range<usize>) -> Vec<f64>
 }
 
 /// The panels of the fitted smooths with 95% bands, for `crate::plot`,
-/// each on its [`super::report::Smooth::plot_range`] (121 points), with the
+/// each on its [`crate::bms::results::report::Smooth::plot_range`] (121 points), with the
 /// truth where the data were simulated.
 pub fn smooth_panels(
-    model: &super::BmsModel,
+    model: &crate::bms::BmsModel,
     beta: &[f64],
     cov: &[f64],
     truth: Option<&[f64]>,
@@ -134,7 +134,7 @@ pub fn smooth_panels(
     let p = beta.len();
     let bases = model.bases();
     let mut panels = Vec::new();
-    for (smooth, range) in super::report::smooth_blocks(model) {
+    for (smooth, range) in crate::bms::results::report::smooth_blocks(model) {
         let name = smooth.name();
         let basis = smooth
             .basis(bases)

@@ -505,8 +505,8 @@ mod tests {
     /// random cubic cells across the tails: the same bits.
     #[test]
     fn vector_and_baseline_panel_rules_agree_bitwise() {
-        use crate::bms::cells::{CellJet, MOMENTS};
-        use crate::bms::nodes::{Moments, Slopes};
+        use crate::bms::model::cells::{CellJet, MOMENTS};
+        use crate::bms::numerics::nodes::{Moments, Slopes};
         let mut rng = crate::rng::Rng::new(7);
         for t in 0..300 {
             let mut cubic = || std::array::from_fn(|k| rng.normal() * [3.0, 2.0, 0.5, 0.1][k]);
@@ -575,7 +575,7 @@ mod tests {
     /// values bit for bit, in the order nodes, Kronrod weights, Gauss weights.
     #[test]
     fn device_kronrod_table_is_this_rule_bitwise() {
-        let src = include_str!("../../kernels/bms_stage1/quadrature.cuh");
+        let src = include_str!("../../../kernels/bms_stage1/quadrature.cuh");
         let start = src.find("GK21[63] = {").expect("GK21 in bms_stage1/quadrature.cuh") + "GK21[63] = {".len();
         let body = &src[start..start + src[start..].find("};").expect("GK21's closing brace")];
         let device: Vec<f64> = body
@@ -627,7 +627,7 @@ mod tests {
         let f = |x: f64| [(-0.5 * (x - 0.3) * (x - 0.3) / (s * s)).exp(), (-0.5 * x * x).exp()];
         let got = adaptive_with(-1.0, 3.0, [1e-14, 1e-6], &f);
         // Both closed forms through the probit module's erfc.
-        let phi = crate::bms::probit::norm_cdf;
+        let phi = crate::bms::numerics::probit::norm_cdf;
         let root = (2.0 * std::f64::consts::PI).sqrt();
         let want0 = s * root * (1.0 - phi(-2.7 / s) - phi(-1.3 / s));
         let want1 = root * (1.0 - phi(-3.0) - phi(-1.0));

@@ -19,11 +19,13 @@
 
 use std::f64::consts::PI;
 
-use super::basis::poly_eval;
-use super::cells::{local_center, Bases, Cell, CellJet, RowBases, Z_CLIP};
-use super::nodes;
-use super::probit::{cdf_pdf_and_gauss, inv_sqrt_2pi, norm_cdf, norm_sf};
-use super::quadrature::{abs_poly, adaptive_bounded, adaptive_bounded_nodes, gauss5_panels_nodes, radius};
+use crate::bms::model::cells::{local_center, Bases, Cell, CellJet, RowBases, Z_CLIP};
+use crate::bms::model::cubic_basis::poly_eval;
+use crate::bms::numerics::nodes;
+use crate::bms::numerics::probit::{cdf_pdf_and_gauss, inv_sqrt_2pi, norm_cdf, norm_sf};
+use crate::bms::numerics::quadrature::{
+    abs_poly, adaptive_bounded, adaptive_bounded_nodes, gauss5_panels_nodes, radius,
+};
 use crate::{Error, Result};
 
 /// Newton iterations allowed (bisection steps included).
@@ -424,8 +426,8 @@ fn newton(rb: &RowBases, a0: f64, row: usize, rule: Rule) -> Result<f64> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::bms::basis::CubicBasis;
-    use crate::bms::probit::norm_pdf;
+    use crate::bms::model::cubic_basis::CubicBasis;
+    use crate::bms::numerics::probit::norm_pdf;
 
     fn bases() -> Bases {
         Bases::new(

@@ -6,10 +6,12 @@
 //! intercept a is given (see `calibration`). Every coefficient array holds
 //! 4 monomial coefficients in the global z and already includes s_f.
 
-pub use super::bases::Bases;
-use super::basis::{poly_add, poly_compose_affine, poly_deriv, poly_eval, poly_scale, poly_times_z, Cubic, CubicBasis};
-use super::probit::{norm_cdf, norm_sf};
-use super::quadrature::{abs_poly, adaptive_bounded_nodes, radius};
+pub use crate::bms::model::bases::Bases;
+use crate::bms::model::cubic_basis::{
+    poly_add, poly_compose_affine, poly_deriv, poly_eval, poly_scale, poly_times_z, Cubic, CubicBasis,
+};
+use crate::bms::numerics::probit::{norm_cdf, norm_sf};
+use crate::bms::numerics::quadrature::{abs_poly, adaptive_bounded_nodes, radius};
 
 /// Number of moments per cell, m_0..m_9.
 pub const MOMENTS: usize = 10;
@@ -516,7 +518,7 @@ pub fn quadrature_moments(eta: &Cubic, lo: f64, hi: f64) -> [f64; MOMENTS] {
     let (l, r) = (lo.max(-Z_CLIP), hi.min(Z_CLIP));
     let center = local_center(eta, l, r);
     let local = shift_cubic(eta, center);
-    let f = super::nodes::Moments { eta: &local, center };
+    let f = crate::bms::numerics::nodes::Moments { eta: &local, center };
     // |z^k exp(-(z^2 + eta^2)/2)| <= z_far^k exp(-z_near^2/2).
     let bound = |g: f64, lo: f64, hi: f64| {
         let z = radius(lo, hi, 0.0);
@@ -756,7 +758,7 @@ mod tests {
     /// everywhere, for b > 0, b < 0 and b = 0.
     #[test]
     fn cell_coefficients_agree_with_pointwise_jets() {
-        use crate::bms::basis::CubicBasis;
+        use crate::bms::model::cubic_basis::CubicBasis;
         let bases = Bases::new(
             Some(CubicBasis::uniform(-3.0, 3.0, 3).unwrap()),
             Some(CubicBasis::uniform(-4.0, 4.0, 4).unwrap()),

@@ -2,8 +2,8 @@
 //! unidentifiable is a named error, what makes the fit doubtful is a
 //! warning. Each names the column or the rows and the rule.
 
-use super::{BmsData, BmsModel};
 use crate::bms::MarginalSlope;
+use crate::bms::{BmsData, BmsModel};
 use crate::{Error, Result};
 
 /// Column names of the two designs (intercepts included), for messages.

@@ -14,7 +14,7 @@ use std::sync::Arc;
 use ndarray::{Array1, Array2, ArrayView1, ArrayView2};
 
 use crate::bms::fit::BmsFit;
-use crate::bms::predict::Predictions;
+use crate::bms::results::predict::Predictions;
 use crate::bms::BmsData;
 use crate::device::Device;
 use crate::{Designs, Error, Result};

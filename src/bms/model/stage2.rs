@@ -13,10 +13,10 @@ use std::f64::consts::PI;
 
 use rayon::prelude::*;
 
-use super::calibration::cell_d;
-use super::cells::MOMENTS;
-use super::inputs::{RowKernelInputs, COEFF4};
-use super::probit::log_ndtr_mills_curvature;
+use crate::bms::model::bundle::{RowKernelInputs, COEFF4};
+use crate::bms::model::calibration::cell_d;
+use crate::bms::model::cells::MOMENTS;
+use crate::bms::numerics::probit::log_ndtr_mills_curvature;
 use crate::{Error, Result};
 
 /// Per-row outputs of Stage 2.

@@ -11,10 +11,10 @@
 //! They are inlined into the quadrature's panel rules, which run with AVX-512
 //! or AVX2 where the CPU has them (`quadrature::apply_rule_nodes`).
 
-use super::basis::{poly_eval, Cubic};
-use super::cells::{CellJet, MOMENTS};
-use super::probit::{cdf_pdf_and_gauss_in, exp_branchless};
-use super::quadrature::{NodeIntegrand, KRONROD_LANES};
+use crate::bms::model::cells::{CellJet, MOMENTS};
+use crate::bms::model::cubic_basis::{poly_eval, Cubic};
+use crate::bms::numerics::probit::{cdf_pdf_and_gauss_in, exp_branchless};
+use crate::bms::numerics::quadrature::{NodeIntegrand, KRONROD_LANES};
 
 /// The calibration's three integrands on a cell, Phi(-eta) where `upper`,
 /// with the cell's cubics in z - center.

@@ -17,9 +17,9 @@
 //! | rho_u, tau_u | n r | `[i * r + u]` |
 //! | r_uv | n r r | `[(i * r + u) * r + v]` |
 
-use super::calibration::Calibrated;
-use super::cells::{Cell, Observed, MOMENTS};
-use super::probit::norm_pdf;
+use crate::bms::model::calibration::Calibrated;
+use crate::bms::model::cells::{Cell, Observed, MOMENTS};
+use crate::bms::numerics::probit::norm_pdf;
 use crate::designs::first_non_finite;
 use crate::{Error, Result};
 use std::borrow::Cow;

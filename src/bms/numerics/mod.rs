@@ -1,0 +1,7 @@
+//! The numerics the model rests on: the normal distribution's tails
+//! ([`probit`]) and the quadrature of each cell's moments
+//! ([`quadrature`], with its Gauss–Kronrod nodes).
+
+pub(crate) mod nodes;
+pub mod probit;
+pub mod quadrature;
