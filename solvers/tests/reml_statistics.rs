@@ -339,3 +339,43 @@ fn reml_statistics_with_overlapping_blocks_match_dense_algebra() {
     assert!((edf.total - diag[0] - smooth).abs() < 1e-10 * edf.total);
     check_factored_in_the_loop_only(&pen, &fit, &backend);
 }
+
+/// Whatever the stop, the statistics are those of the point returned:
+/// bit for bit `FitStatistics::new` on its own H (the walk moves each
+/// point's factor with it): a converged fit, one stopped by `max_iter`
+/// with every tolerance out of reach (its line search then fails), one
+/// whose first inner solve did not converge, and a double well on 50 rows
+/// where V falls toward a singular H + S.
+#[test]
+fn every_stop_returns_the_statistics_of_its_own_point() {
+    use matfree_solvers::RemlTermination as T;
+    let effects: [fn(f64) -> f64; 2] = [|x| (2.0 * std::f64::consts::PI * x).sin(), |_| 0.0];
+    let unreachable = RemlOptions {
+        max_iter: 1,
+        grad_tol: 1e-12,
+        decrement_tol: 1e-300,
+        step_tol: 1e-300,
+        value_tol: 1e-300,
+        ..RemlOptions::default()
+    };
+    let mut one_step = RemlOptions::default();
+    one_step.newton.max_iter = 1;
+    // (rows, seed, double well, beta0, options, the stop).
+    let cases = [
+        (400, 7, 0.0, 0.5, RemlOptions::default(), T::Decrement),
+        (400, 7, 0.0, 0.5, unreachable, T::LineSearchFailed),
+        (400, 7, 0.0, 0.5, one_step, T::InnerNotConverged),
+        (50, 1, 10.0, 1.0, RemlOptions::default(), T::Degenerate),
+    ];
+    let be = CpuBackend::new();
+    for (n, seed, well, b0, opts, stop) in cases {
+        let d = simulate(n, 0.2, &effects, seed);
+        let pen = penalty(&d);
+        let mut obj = Logistic::new(&d);
+        obj.double_well = well;
+        let fit = reml(&be, &obj, &pen, None, &vec![b0; d.p], &opts).unwrap();
+        assert_eq!(fit.report.termination, stop);
+        let again = FitStatistics::new(&be, &fit.laml.hessian, &pen, &fit.lambda).unwrap();
+        assert_eq!(again, fit.statistics, "{stop:?}");
+    }
+}
