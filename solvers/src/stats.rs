@@ -3,6 +3,9 @@
 //! `V_b = (H + S)^{-1}`, the frequentist one `V_f = (H + S)^{-1} H (H +
 //! S)^{-1}`, and the effective degrees of freedom `tr((H + S)^{-1} H)` per
 //! penalty block and in total (Wood 2017, sections 6.10 and 6.11.3).
+//! All come from one factor of H + S: a REML fit's own
+//! ([`crate::reml::RemlFit::statistics`], from the factor its last LAML
+//! evaluation made) or, at fixed lambda, one made by [`FitStatistics::new`].
 
 use serde::{Deserialize, Serialize};
 
