@@ -14,7 +14,7 @@ use std::error::Error;
 use matfree::cuda::{CudaBackend, DeviceRowObjective};
 use matfree::device::{select_device, Device, GpuPolicy};
 use matfree::solvers::reml::RemlFit;
-use matfree::solvers::{CpuBackend, FitStatistics};
+use matfree::solvers::CpuBackend;
 
 fn main() {
     let path = std::env::args()
@@ -33,24 +33,24 @@ fn run(path: &str) -> Result<(), Box<dyn Error>> {
         null_space_dim,
         ..
     } = model::problem(path)?;
-    let (fit, stats, on) = match select_device(GpuPolicy::from_env()?)? {
+    let (fit, on) = match select_device(GpuPolicy::from_env()?)? {
         #[cfg(feature = "cuda")]
         Device::Gpu(gpu) => {
             let backend = CudaBackend::new(gpu.clone())?;
-            let (fit, stats) = model::fit_on(&backend, &DeviceRowObjective::from_host(gpu, objective)?, &penalty)?;
-            (fit, stats, "the GPU".to_string())
+            let fit = model::fit_on(&backend, &DeviceRowObjective::from_host(gpu, objective)?, &penalty)?;
+            (fit, "the GPU".to_string())
         }
         Device::Cpu { reason } => {
-            let (fit, stats) = model::fit_on(&CpuBackend::new(), &objective, &penalty)?;
-            (fit, stats, format!("the CPU ({reason})"))
+            let fit = model::fit_on(&CpuBackend::new(), &objective, &penalty)?;
+            (fit, format!("the CPU ({reason})"))
         }
     };
-    print(&fit, &stats, null_space_dim, &on);
+    print(&fit, null_space_dim, &on);
     Ok(())
 }
 
-fn print(fit: &RemlFit, stats: &FitStatistics, null_space_dim: usize, on: &str) {
-    let p = fit.laml.beta.len();
+fn print(fit: &RemlFit, null_space_dim: usize, on: &str) {
+    let (p, stats) = (fit.laml.beta.len(), &fit.statistics);
     let mut names = vec!["(Intercept)".to_string(), "x1".to_string()];
     names.extend((1..p - 1).map(|j| format!("s(x2).{j}")));
     println!("{:<12} {:>12} {:>10}", "", "estimate", "se");

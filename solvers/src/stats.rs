@@ -3,6 +3,9 @@
 //! `V_b = (H + S)^{-1}`, the frequentist one `V_f = (H + S)^{-1} H (H +
 //! S)^{-1}`, and the effective degrees of freedom `tr((H + S)^{-1} H)` per
 //! penalty block and in total (Wood 2017, sections 6.10 and 6.11.3).
+//! All come from one factor of H + S: a REML fit's own
+//! ([`crate::reml::RemlFit::statistics`], from the factor its last LAML
+//! evaluation made) or, at fixed lambda, one made by [`FitStatistics::new`].
 
 use serde::{Deserialize, Serialize};
 
@@ -149,7 +152,7 @@ fn edf_from_inverse(p: usize, inv: &[f64], h: &[f64], penalty: &Penalty) -> Edf 
 }
 
 /// The statistics of a fit at its coefficients (see the module docs).
-#[derive(Clone, Debug, PartialEq)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct FitStatistics {
     /// `V_b = (H + S)^{-1}`, row-major p x p: the Bayesian (penalised)
     /// covariance, mgcv's `Vp`.
@@ -167,30 +170,57 @@ impl FitStatistics {
     /// From the dense unpenalised Hessian `h` (row-major p x p) and the
     /// penalty at `lambda`, factoring H + S once with `backend`'s dense
     /// factorisation. An H + S that is not positive definite (a point that
-    /// is not a minimum) is `SolverError::NotPositiveDefinite`.
+    /// is not a minimum) is `SolverError::NotPositiveDefinite`. Where a
+    /// factor of H + S is at hand (a REML fit keeps its own), use
+    /// [`FitStatistics::from_factor`].
     pub fn new<B: Backend>(backend: &B, h: &[f64], penalty: &Penalty, lambda: &[f64]) -> Result<Self> {
         let p = penalty.dim();
         expect_len("hessian", h.len(), p * p)?;
         let s = penalty.dense(lambda)?;
         let a: Vec<f64> = h.iter().zip(&s).map(|(h, s)| h + s).collect();
         let factor = PenalisedFactor::on(backend, p, &a)?;
+        Self::of(&factor, h, &s, penalty)
+    }
+
+    /// From `factor`, an existing factor of `H + S_lambda` with `h` the
+    /// dense unpenalised Hessian (row-major p x p) and S the penalty at
+    /// `lambda`: no factorisation, the same numbers as
+    /// [`FitStatistics::new`] on that H (bit for bit, where `factor` is the
+    /// one it would make).
+    pub fn from_factor(factor: &PenalisedFactor, h: &[f64], penalty: &Penalty, lambda: &[f64]) -> Result<Self> {
+        let p = penalty.dim();
+        expect_len("factor dimension", factor.dim(), p)?;
+        expect_len("hessian", h.len(), p * p)?;
+        Self::of(factor, h, &penalty.dense(lambda)?, penalty)
+    }
+
+    /// The statistics from the factor of H + S, H and S (dense).
+    fn of(factor: &PenalisedFactor, h: &[f64], s: &[f64], penalty: &Penalty) -> Result<Self> {
+        let p = factor.dim();
         let covariance = factor.inverse()?.to_vec();
         Ok(Self {
             frequentist_covariance: sandwich(p, &covariance, h),
             logdet_penalised_hessian: factor.logdet(),
             // From the same inverse: H + S is factored once.
-            edf: edf_or_positive_part(p, h, &s, penalty, Ok(edf_from_inverse(p, &covariance, h, penalty)))?,
+            edf: edf_or_positive_part(p, h, s, penalty, Ok(edf_from_inverse(p, &covariance, h, penalty)))?,
             covariance,
         })
     }
+
+    /// The LAML (REML) score `V = f + log|H + S| / 2 - log|S|_+ / 2` at
+    /// these statistics, from the penalised objective `objective` = f at
+    /// the fit and `log_pseudo_det_penalty` = log|S_lambda|_+ (mgcv reports
+    /// it at fixed lambda too, so smoothing choices can be compared).
+    pub fn reml_score(&self, objective: f64, log_pseudo_det_penalty: f64) -> f64 {
+        laml_score(objective, self.logdet_penalised_hessian, log_pseudo_det_penalty)
+    }
 }
 
-impl crate::reml::RemlFit {
-    /// The fit's covariances, log-determinant and edf at its final point
-    /// (H + S factored once, with `backend`'s dense factorisation).
-    pub fn statistics<B: Backend>(&self, backend: &B, penalty: &Penalty) -> Result<FitStatistics> {
-        FitStatistics::new(backend, &self.laml.hessian, penalty, &self.lambda)
-    }
+/// `V = f + log|H + S| / 2 - log|S|_+ / 2`, the one formula REML
+/// minimises ([`crate::reml::LamlEvaluation::value`]) and a fit at fixed
+/// lambda reports.
+pub fn laml_score(objective: f64, logdet_penalised_hessian: f64, log_pseudo_det_penalty: f64) -> f64 {
+    objective + 0.5 * logdet_penalised_hessian - 0.5 * log_pseudo_det_penalty
 }
 
 /// `V H V` for symmetric row-major p x p V and H.

@@ -10,25 +10,11 @@
 
 mod common;
 
-use common::{eigenvalues, inverse, Rng};
+use common::{eigenvalues, inverse, second_difference, Rng};
 use matfree_solvers::{Constraint, LogPseudoDet, Penalty, PenaltyBlock};
 
 /// The lambdas every block takes, independently of the others.
 const GRID: [f64; 5] = [1e-8, 1e-4, 1.0, 1e4, 1e8];
-
-/// A second-difference (P-spline) penalty D^T D on k columns: rank k - 2.
-fn second_difference(k: usize) -> Vec<f64> {
-    let mut s = vec![0.0; k * k];
-    for r in 0..k - 2 {
-        let d = [1.0, -2.0, 1.0];
-        for a in 0..3 {
-            for b in 0..3 {
-                s[(r + a) * k + r + b] += d[a] * d[b];
-            }
-        }
-    }
-    s
-}
 
 fn identity(k: usize) -> Vec<f64> {
     (0..k * k).map(|i| f64::from(i / k == i % k)).collect()

@@ -401,28 +401,13 @@ fn an_unconverged_inner_solve_is_no_convergence_with_its_history() {
     }
 }
 
-/// A second-difference (P-spline) penalty on K columns: D^T D, rank K - 2
-/// (constants and lines are not penalised).
-fn second_difference() -> Vec<f64> {
-    let mut s = vec![0.0; K * K];
-    for r in 0..K - 2 {
-        let d = [1.0, -2.0, 1.0];
-        for a in 0..3 {
-            for b in 0..3 {
-                s[(r + a) * K + r + b] += d[a] * d[b];
-            }
-        }
-    }
-    s
-}
-
 /// One second-difference block per smooth, after the unpenalised intercept.
 fn null_space_penalty(d: &Data) -> matfree_solvers::Penalty {
     let blocks = (0..(d.p - 1) / K)
         .map(|k| matfree_solvers::PenaltyBlock {
             start: 1 + k * K,
             dim: K,
-            s: second_difference(),
+            s: second_difference(K),
         })
         .collect();
     matfree_solvers::Penalty::new(d.p, blocks).unwrap()
@@ -493,81 +478,10 @@ fn reml_gradient_with_null_space_penalties_matches_central_differences() {
     // null space's 2 degrees of freedom.
     let fit = matfree_solvers::reml(&be, &obj, &pen, None, &vec![0.0; d.p], &RemlOptions::default()).unwrap();
     assert!(fit.report.converged, "{:?}", fit.report.termination);
-    let st = fit.statistics(&be, &pen).unwrap();
+    let st = &fit.statistics;
     for (k, e) in st.edf.blocks.iter().enumerate() {
         assert!(*e >= 2.0 - 1e-6 && *e <= K as f64 + 1e-9, "smooth {k}: edf {e}");
     }
-}
-
-/// Marginal basis sizes of the tensor-product smooth te(z1, z2).
-const TE: (usize, usize) = (4, 5);
-
-/// `cos(j pi x)`, j = 1..k.
-fn cosines(x: f64, k: usize) -> Vec<f64> {
-    (1..=k).map(|j| (j as f64 * std::f64::consts::PI * x).cos()).collect()
-}
-
-/// Data with an intercept and a tensor-product smooth of two uniform
-/// covariates (design columns: the row-wise Kronecker product of the
-/// marginal bases), the response Bernoulli or, with `gaussian`, normal with
-/// unit variance around `f(z1, z2) = sin(2 pi z1) (z2 - 0.5) * 3`.
-fn tensor_data(n: usize, seed: u64, gaussian: bool) -> Data {
-    let mut rng = Rng::new(seed);
-    let p = 1 + TE.0 * TE.1;
-    let (mut x, mut y, mut z) = (
-        Vec::with_capacity(n * p),
-        Vec::with_capacity(n),
-        vec![Vec::new(), Vec::new()],
-    );
-    for _ in 0..n {
-        let (u, v) = (rng.uniform(), rng.uniform());
-        z[0].push(u);
-        z[1].push(v);
-        x.push(1.0);
-        let (a, b) = (cosines(u, TE.0), cosines(v, TE.1));
-        x.extend(a.iter().flat_map(|ai| b.iter().map(move |bj| ai * bj)));
-        let eta = f1(u) * (v - 0.5) * 3.0;
-        y.push(if gaussian {
-            // Box-Muller: a standard normal from two uniforms.
-            let (r1, r2) = (rng.uniform().max(1e-300), rng.uniform());
-            eta + (-2.0 * r1.ln()).sqrt() * (2.0 * std::f64::consts::PI * r2).cos()
-        } else {
-            f64::from(rng.uniform() < 1.0 / (1.0 + (-eta).exp()))
-        });
-    }
-    Data { n, p, x, y, z }
-}
-
-/// A second-difference penalty on k columns.
-fn second_difference_of(k: usize) -> Vec<f64> {
-    let mut s = vec![0.0; k * k];
-    for r in 0..k - 2 {
-        let d = [1.0, -2.0, 1.0];
-        for a in 0..3 {
-            for b in 0..3 {
-                s[(r + a) * k + r + b] += d[a] * d[b];
-            }
-        }
-    }
-    s
-}
-
-/// te's two marginal penalties, A (x) I and I (x) B (second differences),
-/// overlapping on the smooth's columns 1..21.
-fn tensor_penalty(p: usize) -> matfree_solvers::Penalty {
-    let (ka, kb) = TE;
-    let (a, b) = (second_difference_of(ka), second_difference_of(kb));
-    let n = ka * kb;
-    let left = |i: usize, j: usize| a[(i / kb) * ka + j / kb] * f64::from(i % kb == j % kb);
-    let right = |i: usize, j: usize| f64::from(i / kb == j / kb) * b[(i % kb) * kb + j % kb];
-    let block = |f: &dyn Fn(usize, usize) -> f64| matfree_solvers::PenaltyBlock {
-        start: 1,
-        dim: n,
-        s: (0..n * n).map(|t| f(t / n, t % n)).collect(),
-    };
-    let pen = matfree_solvers::Penalty::new(p, vec![block(&left), block(&right)]).unwrap();
-    assert_eq!(pen.groups(), &[vec![0, 1]]);
-    pen
 }
 
 /// Penalised least squares with unit variance: f = |y - X beta|^2 / 2, its

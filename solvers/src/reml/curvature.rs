@@ -49,7 +49,7 @@ pub(super) fn measured_hessian<'o, B: PcgKernels>(
             return Ok((None, spent));
         }
         spent += ctx.penalty.n_blocks();
-        let (e, _) = ctx.gradient(trial)?;
+        let e = ctx.gradient(trial)?.laml;
         for l in 0..m {
             h[l * m + k] = (e.gradient[l] - cur.gradient[l]) / step;
         }

@@ -2,12 +2,13 @@
 //! probed once, and the inner minimum is checked from `beta0` where the
 //! loop would stop (the penalised likelihood can have several).
 
-use crate::newton::{resolution, Evaluation};
+use crate::newton::resolution;
 use crate::pcg_kernels::PcgKernels;
 use crate::penalty::Penalty;
 use crate::Result;
 
 use super::bounds::Outer;
+use super::laml::Point;
 use super::line_search::Start;
 use super::vanished::vanished;
 use super::{Ctx, LamlEvaluation};
@@ -45,10 +46,10 @@ const MODE_CHECK_STEPS: usize = 20;
 /// (requiring the gradient to grow as well missed a nearly separable chase).
 ///
 /// [`POOR_MODEL_HALVINGS`]: super::curvature::POOR_MODEL_HALVINGS
-pub(super) fn lower_mode<B: PcgKernels>(
-    ctx: &Ctx<'_, '_, B>,
+pub(super) fn lower_mode<'o, B: PcgKernels>(
+    ctx: &Ctx<'o, '_, B>,
     cur: &LamlEvaluation,
-) -> Result<(Option<LamlEvaluation>, usize, usize)> {
+) -> Result<(Option<Point<'o, B>>, usize, usize)> {
     let mut capped = ctx.outer.opts.clone();
     capped.newton.max_iter = capped.newton.max_iter.min(MODE_CHECK_STEPS);
     let Some(trial) = ctx.trial(&cur.rho, ctx.beta0, None, &capped)? else {
@@ -59,8 +60,7 @@ pub(super) fn lower_mode<B: PcgKernels>(
     if !(trial.laml.newton.converged && trial.laml.objective < cur.objective - tol) {
         return Ok((None, steps, spent));
     }
-    let (lower, _) = ctx.gradient(trial)?;
-    Ok((Some(lower), steps, spent + ctx.penalty.n_blocks()))
+    Ok((Some(ctx.gradient(trial)?), steps, spent + ctx.penalty.n_blocks()))
 }
 
 /// How far below its reference a vanishing smooth's rho is probed.
@@ -69,7 +69,7 @@ pub(super) const PROBE_DISTANCE: f64 = 2.5;
 /// What a probe of the other side found.
 pub(super) struct Probe<'o, B: PcgKernels> {
     /// The probed point with its gradient, if V is lower there.
-    pub(super) better: Option<(LamlEvaluation, Evaluation<'o, B>)>,
+    pub(super) better: Option<Point<'o, B>>,
     pub(super) newton_iterations: usize,
     pub(super) evaluations: usize,
 }

@@ -10,6 +10,7 @@ use crate::observer::Watched;
 use crate::operator::expect_len;
 use crate::pcg_kernels::PcgKernels;
 use crate::penalty::{Penalty, PenaltyBlock};
+use crate::stats::laml_score;
 use crate::{Result, SolverError};
 
 use super::RemlOptions;
@@ -70,8 +71,7 @@ pub fn evaluate_laml<B: PcgKernels>(
     if !trial.laml.newton.converged {
         return Err(not_converged(&trial.laml.newton));
     }
-    let (laml, _) = with_gradient(watched, penalty, trial, opts)?;
-    Ok(laml)
+    Ok(with_gradient(watched, penalty, trial, opts)?.laml)
 }
 
 fn not_converged(report: &NewtonReport) -> SolverError {
@@ -89,6 +89,28 @@ pub(super) struct Trial<'o, B: PcgKernels> {
     pub(super) laml: LamlEvaluation,
     factor: PenalisedFactor,
     lambda: Vec<f64>,
+    pub(super) at_beta: Evaluation<'o, B>,
+}
+
+impl<'o, B: PcgKernels> Trial<'o, B> {
+    /// The trial as a point without its gradient (where the outer loop
+    /// stops before computing one).
+    pub(super) fn into_point(self) -> Point<'o, B> {
+        Point {
+            laml: self.laml,
+            factor: self.factor,
+            at_beta: self.at_beta,
+        }
+    }
+}
+
+/// A point the outer loop can stand on: V (with its gradient once
+/// [`with_gradient`] ran), the factor of H + S at its beta_hat (kept, so
+/// that the fit's statistics need no second factorisation), and the
+/// objective's evaluation there (where the next inner solve starts).
+pub(super) struct Point<'o, B: PcgKernels> {
+    pub(super) laml: LamlEvaluation,
+    pub(super) factor: PenalisedFactor,
     pub(super) at_beta: Evaluation<'o, B>,
 }
 
@@ -119,7 +141,7 @@ pub(super) fn laml_value<'o, B: PcgKernels>(
     let logdet = factor.logdet();
     let laml = LamlEvaluation {
         rho: rho.to_vec(),
-        value: fit.objective + 0.5 * logdet - 0.5 * log_pdet.value,
+        value: laml_score(fit.objective, logdet, log_pdet.value),
         gradient: Vec::new(),
         outer_hessian: Vec::new(),
         objective: fit.objective,
@@ -140,14 +162,14 @@ pub(super) fn laml_value<'o, B: PcgKernels>(
     })
 }
 
-/// A trial completed with dV/drho and the fixed-H outer Hessian; returns the
-/// evaluation at beta_hat for the next inner solve.
+/// A trial completed with dV/drho and the fixed-H outer Hessian, as a
+/// point with its factor and the evaluation at beta_hat.
 pub(super) fn with_gradient<'o, B: PcgKernels>(
     watched: Watched<'_, 'o, B>,
     penalty: &Penalty,
     trial: Trial<'o, B>,
     opts: &RemlOptions,
-) -> Result<(LamlEvaluation, Evaluation<'o, B>)> {
+) -> Result<Point<'o, B>> {
     let Trial {
         mut laml,
         factor,
@@ -163,7 +185,7 @@ pub(super) fn with_gradient<'o, B: PcgKernels>(
     }
     laml.outer_hessian = parts.outer_hessian(penalty, &lambda, &laml, &factor)?;
     laml.gradient = gradient;
-    Ok((laml, at_beta))
+    Ok(Point { laml, factor, at_beta })
 }
 
 /// The pieces shared by the gradient and the outer Hessian:

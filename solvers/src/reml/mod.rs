@@ -72,12 +72,13 @@ use crate::observer::{Observer, Watched};
 use crate::operator::expect_len;
 use crate::pcg_kernels::PcgKernels;
 use crate::penalty::Penalty;
+use crate::stats::FitStatistics;
 use crate::{Result, SolverError};
 use bounds::Outer;
 use fellner_schall::fellner_schall_phase;
 pub use fellner_schall::fellner_schall_step;
 pub use laml::{evaluate_laml, LamlEvaluation};
-use laml::{laml_value, with_gradient, Trial};
+use laml::{laml_value, with_gradient, Point, Trial};
 pub use options::RemlOptions;
 pub use report::{OuterStep, RemlFit, RemlIteration, RemlReport, RemlTermination};
 pub use start::reference_rho;
@@ -136,17 +137,20 @@ pub fn reml_observed<B: PcgKernels>(
     let start_newton_steps = trial.laml.newton.steps();
     let (mut walk, termination) = if trial.laml.newton.converged {
         let fs = fellner_schall_phase(&ctx, trial)?;
-        let (cur, at_beta) = ctx.gradient(fs.trial)?;
-        let mut walk = Walk::new(cur, at_beta, fs.iterations, opts.max_step);
+        let mut walk = Walk::new(ctx.gradient(fs.trial)?, fs.iterations, opts.max_step);
         walk.evaluations += 1 + tries + fs.evaluations + penalty.n_blocks();
         let termination = walk.run(&ctx)?;
         (walk, termination)
     } else {
-        let mut walk = Walk::new(trial.laml, trial.at_beta, Vec::new(), opts.max_step);
+        let mut walk = Walk::new(trial.into_point(), Vec::new(), opts.max_step);
         walk.evaluations += 1 + tries;
         (walk, RemlTermination::InnerNotConverged)
     };
-    let cur = walk.cur;
+    // The factor of H + S at the point returned: the walk keeps it with
+    // every move of `cur`, so the statistics need no second factorisation.
+    let (cur, factor) = (walk.cur, walk.factor);
+    let lambda: Vec<f64> = cur.rho.iter().map(|r| r.exp()).collect();
+    let statistics = FitStatistics::from_factor(&factor, &cur.hessian, penalty, &lambda)?;
     let report = RemlReport {
         iterations: std::mem::take(&mut walk.iterations),
         converged: termination.converged(),
@@ -162,8 +166,9 @@ pub fn reml_observed<B: PcgKernels>(
     };
     observer.reml_stop(&report);
     Ok(RemlFit {
-        lambda: cur.rho.iter().map(|r| r.exp()).collect(),
+        lambda,
         laml: cur,
+        statistics,
         report,
     })
 }
@@ -215,9 +220,9 @@ impl<'o, B: PcgKernels> Ctx<'o, '_, B> {
         }
     }
 
-    /// A kept trial with its gradient ([`with_gradient`]), and the
-    /// objective's evaluation at its beta_hat.
-    fn gradient(&self, trial: Trial<'o, B>) -> Result<(LamlEvaluation, Evaluation<'o, B>)> {
+    /// A kept trial with its gradient ([`with_gradient`]): a point, with
+    /// its factor and the objective's evaluation at its beta_hat.
+    fn gradient(&self, trial: Trial<'o, B>) -> Result<Point<'o, B>> {
         with_gradient(self.watched, self.penalty, trial, self.outer.opts)
     }
 }

@@ -6,6 +6,7 @@ use std::time::Instant;
 use serde::{Deserialize, Serialize};
 
 use crate::observer::Observer;
+use crate::stats::FitStatistics;
 
 use super::stop::{DEGENERATE_FALL, DEGENERATE_MOVE, STALL_STEPS};
 use super::{LamlEvaluation, RemlOptions};
@@ -195,7 +196,8 @@ impl RemlReport {
     }
 }
 
-/// The result of [`reml`].
+/// The result of [`reml`]: the final point, its statistics and the
+/// record. The REML score is `laml.value`.
 ///
 /// [`reml`]: super::reml
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -205,6 +207,11 @@ pub struct RemlFit {
     pub laml: LamlEvaluation,
     /// lambda = exp(rho).
     pub lambda: Vec<f64>,
+    /// The covariances V_b = (H + S)^{-1} and V_f = V_b H V_b, log|H + S|
+    /// and the edf at `laml.beta`, from the factor of H + S that gave
+    /// `laml.value` ([`FitStatistics::from_factor`]): no second
+    /// factorisation.
+    pub statistics: FitStatistics,
     /// What the outer loop did.
     pub report: RemlReport,
 }

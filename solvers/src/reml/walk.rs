@@ -5,6 +5,7 @@
 
 use std::time::Instant;
 
+use crate::logdet::PenalisedFactor;
 use crate::newton::Evaluation;
 use crate::pcg_kernels::PcgKernels;
 use crate::Result;
@@ -12,7 +13,7 @@ use crate::Result;
 use super::curvature::{measured_hessian, secant_update, POOR_MODEL_HALVINGS};
 use super::direction::Direction;
 use super::guards::{lower_mode, probe_other_side};
-use super::laml::Trial;
+use super::laml::{Point, Trial};
 use super::line_search::{outer_line_search, Search, Start};
 use super::report::{keep, still};
 use super::stop::{before_search, gradient_met, max_move, step_met};
@@ -21,6 +22,9 @@ use super::{Ctx, LamlEvaluation, OuterStep, RemlIteration, RemlTermination};
 /// The outer loop's state from one iteration to the next.
 pub(super) struct Walk<'o, B: PcgKernels> {
     pub(super) cur: LamlEvaluation,
+    /// The factor of H + S at cur.beta: moves with cur (see
+    /// [`Walk::stand_on`]), so the point REML returns has its own.
+    pub(super) factor: PenalisedFactor,
     /// The objective's evaluation at cur.beta, shared by every trial that
     /// starts there.
     at_cur: Evaluation<'o, B>,
@@ -64,16 +68,17 @@ enum Next {
 }
 
 impl<'o, B: PcgKernels> Walk<'o, B> {
-    pub(super) fn new(
-        cur: LamlEvaluation,
-        at_cur: Evaluation<'o, B>,
-        iterations: Vec<RemlIteration>,
-        radius: f64,
-    ) -> Self {
+    pub(super) fn new(point: Point<'o, B>, iterations: Vec<RemlIteration>, radius: f64) -> Self {
+        let Point {
+            laml: cur,
+            factor,
+            at_beta: at_cur,
+        } = point;
         let m = cur.rho.len();
         Self {
             start: (cur.beta.clone(), Some(at_cur.clone())),
             cur,
+            factor,
             at_cur,
             prev: None,
             correction: vec![0.0; m * m],
@@ -117,7 +122,7 @@ impl<'o, B: PcgKernels> Walk<'o, B> {
             return Ok(false);
         };
         self.evaluations += probe.evaluations;
-        let Some((next, next_at_beta)) = probe.better else {
+        let Some(next) = probe.better else {
             return Ok(false);
         };
         let record = still(
@@ -132,10 +137,9 @@ impl<'o, B: PcgKernels> Walk<'o, B> {
         self.correction.iter_mut().for_each(|c| *c = 0.0);
         self.radius = ctx.outer.opts.max_step;
         self.values.clear();
-        self.start = (next.beta.clone(), Some(next_at_beta.clone()));
-        self.at_cur = next_at_beta;
+        self.start = (next.laml.beta.clone(), Some(next.at_beta.clone()));
         self.prev = None;
-        self.cur = next;
+        self.stand_on(next);
         Ok(true)
     }
 
@@ -197,8 +201,8 @@ impl<'o, B: PcgKernels> Walk<'o, B> {
             return Ok(Next::Check(Some(RemlTermination::LineSearchFailed)));
         };
         self.evaluations += ctx.penalty.n_blocks();
-        let (next, next_at_beta) = ctx.gradient(trial)?;
-        let moved = max_move(&next.rho, &self.cur.rho);
+        let next = ctx.gradient(trial)?;
+        let moved = max_move(&next.laml.rho, &self.cur.rho);
         let small = step_met(t, moved, opts);
         self.radius = if t == 1.0 {
             (2.0 * self.radius).min(opts.max_step)
@@ -208,7 +212,7 @@ impl<'o, B: PcgKernels> Walk<'o, B> {
         record.step_length = t;
         record.seconds = t0.elapsed().as_secs_f64();
         keep(ctx.watched.observer, &mut self.iterations, record);
-        self.advance(next, next_at_beta, jumped);
+        self.advance(next, jumped);
         Ok(if small {
             Next::Check(Some(RemlTermination::Step))
         } else {
@@ -271,19 +275,26 @@ impl<'o, B: PcgKernels> Walk<'o, B> {
     /// Move to an accepted Newton iterate: the secant correction (reset
     /// after a jump to a bound, which says nothing of the curvature near
     /// the iterates), V's record, and where the next search starts.
-    fn advance(&mut self, next: LamlEvaluation, next_at_beta: Evaluation<'o, B>, jumped: bool) {
+    fn advance(&mut self, next: Point<'o, B>, jumped: bool) {
         if jumped {
             self.correction.iter_mut().for_each(|c| *c = 0.0);
         } else {
-            secant_update(&mut self.correction, &self.cur, &next);
+            secant_update(&mut self.correction, &self.cur, &next.laml);
         }
         if self.values.is_empty() {
             self.values.push((self.cur.value, self.cur.rho.clone()));
         }
-        self.values.push((next.value, next.rho.clone()));
-        self.start = (next.beta.clone(), Some(next_at_beta.clone()));
-        self.at_cur = next_at_beta;
-        self.prev = Some(std::mem::replace(&mut self.cur, next));
+        self.values.push((next.laml.value, next.laml.rho.clone()));
+        self.start = (next.laml.beta.clone(), Some(next.at_beta.clone()));
+        self.prev = Some(self.stand_on(next));
+    }
+
+    /// Move cur to `point`, with its factor and evaluation (the one place
+    /// cur changes after [`Walk::new`]); the point left.
+    fn stand_on(&mut self, point: Point<'o, B>) -> LamlEvaluation {
+        self.factor = point.factor;
+        self.at_cur = point.at_beta;
+        std::mem::replace(&mut self.cur, point.laml)
     }
 
     /// The inner solve from beta0 at cur (once a point): true where it
@@ -301,7 +312,7 @@ impl<'o, B: PcgKernels> Walk<'o, B> {
         };
         let record = still(OuterStep::ColdStart, &self.cur, 0.0, newton_iterations, spent, t0);
         keep(ctx.watched.observer, &mut self.iterations, record);
-        self.cur = lower;
+        self.stand_on(lower);
         Ok(true)
     }
 }

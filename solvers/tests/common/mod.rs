@@ -343,3 +343,75 @@ pub fn max_rel_diff(a: &[f64], b: &[f64]) -> f64 {
     let scale = b.iter().fold(0.0f64, |m, v| m.max(v.abs()));
     a.iter().zip(b).fold(0.0f64, |m, (x, y)| m.max((x - y).abs() / scale))
 }
+
+/// Marginal basis sizes of the tensor-product smooth te(z1, z2).
+pub const TE: (usize, usize) = (4, 5);
+
+/// `cos(j pi x)`, j = 1..k.
+pub fn cosines(x: f64, k: usize) -> Vec<f64> {
+    (1..=k).map(|j| (j as f64 * std::f64::consts::PI * x).cos()).collect()
+}
+
+/// Data with an intercept and a tensor-product smooth of two uniform
+/// covariates (design columns: the row-wise Kronecker product of the
+/// marginal bases), the response Bernoulli or, with `gaussian`, normal with
+/// unit variance around `f(z1, z2) = sin(2 pi z1) (z2 - 0.5) * 3`.
+pub fn tensor_data(n: usize, seed: u64, gaussian: bool) -> Data {
+    let mut rng = Rng::new(seed);
+    let p = 1 + TE.0 * TE.1;
+    let (mut x, mut y, mut z) = (
+        Vec::with_capacity(n * p),
+        Vec::with_capacity(n),
+        vec![Vec::new(), Vec::new()],
+    );
+    for _ in 0..n {
+        let (u, v) = (rng.uniform(), rng.uniform());
+        z[0].push(u);
+        z[1].push(v);
+        x.push(1.0);
+        let (a, b) = (cosines(u, TE.0), cosines(v, TE.1));
+        x.extend(a.iter().flat_map(|ai| b.iter().map(move |bj| ai * bj)));
+        let eta = (2.0 * std::f64::consts::PI * u).sin() * (v - 0.5) * 3.0;
+        y.push(if gaussian {
+            // Box-Muller: a standard normal from two uniforms.
+            let (r1, r2) = (rng.uniform().max(1e-300), rng.uniform());
+            eta + (-2.0 * r1.ln()).sqrt() * (2.0 * std::f64::consts::PI * r2).cos()
+        } else {
+            f64::from(rng.uniform() < 1.0 / (1.0 + (-eta).exp()))
+        });
+    }
+    Data { n, p, x, y, z }
+}
+
+/// A second-difference (P-spline) penalty D^T D on k columns: rank k - 2
+/// (constants and lines are not penalised).
+pub fn second_difference(k: usize) -> Vec<f64> {
+    let mut s = vec![0.0; k * k];
+    for r in 0..k - 2 {
+        let d = [1.0, -2.0, 1.0];
+        for a in 0..3 {
+            for b in 0..3 {
+                s[(r + a) * k + r + b] += d[a] * d[b];
+            }
+        }
+    }
+    s
+}
+
+/// te's two marginal penalties, A (x) I and I (x) B (second differences),
+/// overlapping on the smooth's columns 1..21.
+pub fn tensor_penalty(p: usize) -> Penalty {
+    let (ka, kb) = TE;
+    let (a, b) = (second_difference(ka), second_difference(kb));
+    let n = ka * kb;
+    let left = |i: usize, j: usize| a[(i / kb) * ka + j / kb] * f64::from(i % kb == j % kb);
+    let right = |i: usize, j: usize| f64::from(i / kb == j / kb) * b[(i % kb) * kb + j % kb];
+    let block = |f: &dyn Fn(usize, usize) -> f64| PenaltyBlock {
+        start: 1,
+        dim: n,
+        s: (0..n * n).map(|t| f(t / n, t % n)).collect(),
+    };
+    let pen = Penalty::new(p, vec![block(&left), block(&right)]).unwrap();
+    assert_eq!(pen.groups(), &[vec![0, 1]]);
+    pen
+}

@@ -173,13 +173,13 @@ pub fn fit_observed<B: PcgKernels>(
         ));
     }
     let out = match &opts.lambda {
-        Some(lambda) => fixed(backend, objective, observer, &penalty, lambda, &start.beta, opts),
+        Some(lambda) => fixed(backend, objective, observer, &penalty, lambda, &start.beta, opts).map(|f| (f, None)),
         None => selected(backend, objective, observer, &penalty, &start.beta, opts),
     };
-    let mut out = out.map_err(|e| explain_start_failure(e, model, data, &start))?;
+    let (mut out, kept) = out.map_err(|e| explain_start_failure(e, model, data, &start))?;
     out.rigid_start = (start.rows, start.report.converged);
     out.warnings.splice(0..0, warnings);
-    finish(backend, &mut out, &penalty, &data.weights)?;
+    finish(backend, &mut out, &penalty, &data.weights, kept)?;
     Ok(out)
 }
 
@@ -321,7 +321,8 @@ fn fixed<B: PcgKernels>(
     })
 }
 
-/// The fit with lambda chosen by REML.
+/// The fit with lambda chosen by REML, and its statistics (from REML's
+/// last factor of H + S).
 fn selected<B: PcgKernels>(
     backend: &B,
     objective: &dyn Objective<B>,
@@ -329,7 +330,7 @@ fn selected<B: PcgKernels>(
     penalty: &Penalty,
     beta0: &[f64],
     opts: &FitOptions,
-) -> Result<BmsFit> {
+) -> Result<(BmsFit, Option<FitStatistics>)> {
     let f = reml_observed(backend, objective, penalty, None, beta0, &opts.reml, observer)?;
     let r = &f.report;
     let mut warnings = Vec::new();
@@ -340,7 +341,7 @@ fn selected<B: PcgKernels>(
         ));
     }
     warnings.extend(r.termination_note(&opts.reml));
-    Ok(BmsFit {
+    let fit = BmsFit {
         converged: r.converged && f.laml.newton.converged,
         termination: format!("REML: {:?}", r.termination),
         reml_score: Some(f.laml.value),
@@ -361,12 +362,21 @@ fn selected<B: PcgKernels>(
         rigid_start: (0, false),
         warnings,
         reml_report: Some(f.report.clone()),
-    })
+    };
+    Ok((fit, Some(f.statistics)))
 }
 
 /// The covariance, the edf and the warnings they imply; a fit that
-/// separates the labels is not converged.
-fn finish<B: Backend>(backend: &B, out: &mut BmsFit, penalty: &Penalty, weights: &[f64]) -> Result<()> {
+/// separates the labels is not converged. `kept`: the statistics REML
+/// computed from its own factor of H + S; at fixed lambda (`None`), H + S is
+/// factored here, once (Newton's last step need not have factored it).
+fn finish<B: Backend>(
+    backend: &B,
+    out: &mut BmsFit,
+    penalty: &Penalty,
+    weights: &[f64],
+    kept: Option<FitStatistics>,
+) -> Result<()> {
     let p = out.beta.len();
     let s = penalty.dense(&out.lambda)?;
     if let Some(w) = separation_warning(out, &s, weights) {
@@ -374,13 +384,17 @@ fn finish<B: Backend>(backend: &B, out: &mut BmsFit, penalty: &Penalty, weights:
         out.termination = format!("separated ({})", out.termination);
         out.warnings.push(w);
     }
-    match FitStatistics::new(backend, &out.hessian, penalty, &out.lambda) {
+    let statistics = match kept {
+        Some(st) => Ok(st),
+        None => FitStatistics::new(backend, &out.hessian, penalty, &out.lambda),
+    };
+    match statistics {
         Ok(st) => {
-            out.covariance = Some(st.covariance);
             if out.reml_score.is_none() {
                 let log_pdet = penalty.log_pseudo_det(&out.lambda)?;
-                out.reml_score = Some(out.penalised_neglog + 0.5 * st.logdet_penalised_hessian - 0.5 * log_pdet);
+                out.reml_score = Some(st.reml_score(out.penalised_neglog, log_pdet));
             }
+            out.covariance = Some(st.covariance);
             out.edf = st.edf;
         }
         Err(matfree_solvers::SolverError::NotPositiveDefinite { .. }) => {
