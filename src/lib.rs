@@ -27,6 +27,7 @@ mod error;
 pub mod files;
 #[cfg(feature = "testing")]
 pub mod fixture;
+pub mod gam;
 pub mod layout;
 pub mod plot;
 pub mod pool;
