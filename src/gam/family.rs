@@ -168,30 +168,48 @@ impl Family {
                 let (a, b) = self.link.log_probabilities(eta);
                 binomial_jet(y, m, w, &a, &b)
             }
-            d => {
+            Distribution::Gaussian => {
                 let dmu = self.link.mu_derivatives(eta);
-                let value = self.power_value(y, w, dmu[0], eta);
-                let [g, h, t] = match d {
-                    Distribution::Gaussian => gaussian_derivatives(y, w, &dmu),
-                    _ => power_derivatives(d.power(), y, w, &dmu),
-                };
-                [value, g, h, t]
+                let [g, h, t] = gaussian_derivatives(y, w, &dmu);
+                [self.power_value(y, w, dmu[0], eta), g, h, t]
+            }
+            d => {
+                let (mu, q) = self.link.relative_mu_derivatives(eta);
+                if !self.in_domain(mu) {
+                    return [f64::NAN; 4];
+                }
+                let [g, h, t] = power_derivatives(d.power(), y, w, mu, &q);
+                [self.power_value(y, w, mu, eta), g, h, t]
             }
         }
     }
 
     /// w d(y, mu) / 2 for the Poisson, Gaussian and Gamma families: the
-    /// log link's log mu is eta itself, where mu may have overflowed.
+    /// log link's log mu is eta itself, exact where mu is near overflow.
     fn power_value(&self, y: f64, w: f64, mu: f64, eta: f64) -> f64 {
         match self.distribution {
             Distribution::Gaussian => w * (y - mu) * (y - mu) / 2.0,
-            _ if !(mu > 0.0 && mu.is_finite()) => f64::NAN,
+            _ if !self.in_domain(mu) => f64::NAN,
             Distribution::Poisson => w * (xlogy(y, y) - y * self.link.log_mu(eta) - (y - mu)),
             _ => {
+                // (y - mu) / mu - log(y / mu): with log1p near y = mu, with
+                // the link's log mu where y / mu is far from 1 (and 1 + r
+                // would have lost y / mu's digits).
                 let r = (y - mu) / mu;
-                w * (r - r.ln_1p())
+                let log_ratio = if r.abs() < 0.5 {
+                    r.ln_1p()
+                } else {
+                    y.ln() - self.link.log_mu(eta)
+                };
+                w * (r - log_ratio)
             }
         }
+    }
+
+    /// Whether a Poisson or Gamma mean is inside the domain: finite and
+    /// positive, or 0 under the log link (where e^eta underflowed).
+    fn in_domain(&self, mu: f64) -> bool {
+        mu.is_finite() && (mu > 0.0 || (mu == 0.0 && self.link == Link::Log))
     }
 
     /// One row's Pearson term w (y - m mu)^2 / (m V(mu)).
@@ -294,25 +312,24 @@ fn gaussian_derivatives(y: f64, w: f64, d: &[f64; 4]) -> [f64; 3] {
 
 /// V = mu^k (k >= 1), any link, in mu's relative derivatives q_j =
 /// mu^(j) / mu (all 1 for the log link, so nothing overflows before mu
-/// does) and z = (y - mu) / mu: with h = d theta / d eta = mu' / V,
-/// g = -w (y - mu) h, H = w (mu' h - (y - mu) h'), T = w (mu'' h +
-/// 2 mu' h' - (y - mu) h''), each a factor mu^(2 - k) times a polynomial
-/// in the q_j and z. NaN where mu <= 0.
-fn power_derivatives(k: f64, y: f64, w: f64, d: &[f64; 4]) -> [f64; 3] {
-    let mu = d[0];
-    if !(mu > 0.0 && mu.is_finite()) {
-        return [f64::NAN; 3];
-    }
-    let (q1, q2, q3) = (d[1] / mu, d[2] / mu, d[3] / mu);
-    let z = (y - mu) / mu;
-    let s = if k == 1.0 { mu } else { mu.powf(2.0 - k) };
-    // h' and h'' over mu^(1 - k).
+/// does and mu may underflow to 0): with e = y - mu and h = d theta /
+/// d eta = mu' / V, g = -w e h, H = w (mu' h - e h'), T = w (mu'' h +
+/// 2 mu' h' - e h''), each a factor mu^(1 - k) times a polynomial in mu,
+/// e and the q_j.
+fn power_derivatives(k: f64, y: f64, w: f64, mu: f64, q: &[f64; 3]) -> [f64; 3] {
+    let [q1, q2, q3] = *q;
+    let e = y - mu;
+    let s = if k == 1.0 { 1.0 } else { mu.powf(1.0 - k) };
+    // h, h' and h'' over mu^(1 - k).
     let h1 = q2 - k * q1 * q1;
     let h2 = q3 - 3.0 * k * q1 * q2 + k * (k + 1.0) * q1 * q1 * q1;
+    // H and T grouped as mu (..) - y (..): terms that cancel exactly in
+    // closed form (the identity link's at y = 0) then cancel in floating
+    // point too.
     [
-        -w * s * z * q1,
-        w * s * (q1 * q1 - z * h1),
-        w * s * (q1 * q2 + 2.0 * q1 * h1 - z * h2),
+        -w * s * e * q1,
+        w * s * (mu * (q1 * q1 + h1) - y * h1),
+        w * s * (mu * (q1 * q2 + 2.0 * q1 * h1 + h2) - y * h2),
     ]
 }
 

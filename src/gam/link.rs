@@ -105,6 +105,24 @@ impl Link {
         }
     }
 
+    /// mu and its relative derivatives mu^(j) / mu (j = 1, 2, 3) in closed
+    /// form where it has one: all 1 for the log link, where mu may have
+    /// underflowed to 0 or be near overflow.
+    pub fn relative_mu_derivatives(self, eta: f64) -> (f64, [f64; 3]) {
+        match self {
+            Link::Log => (eta.exp(), [1.0; 3]),
+            Link::Identity => (eta, [1.0 / eta, 0.0, 0.0]),
+            Link::Inverse => {
+                let mu = 1.0 / eta;
+                (mu, [-mu, 2.0 * mu * mu, -6.0 * mu * mu * mu])
+            }
+            _ => {
+                let d = self.mu_derivatives(eta);
+                (d[0], [d[1] / d[0], d[2] / d[0], d[3] / d[0]])
+            }
+        }
+    }
+
     /// (log mu, log(1 - mu)), each with its first three derivatives in
     /// eta, for the links onto (0, 1); NaN for the others. No tiny
     /// probability is formed and divided again: the logit's come from the
@@ -193,15 +211,19 @@ fn probit_log_jet(x: f64) -> LogJet {
     [log_cdf, lambda, -c, -dc]
 }
 
-/// 1 - u / (e^u - 1) for u >= 0: a series below 0.1, where the direct
-/// form cancels (its truncation there is under 1e-16 relative).
-fn one_minus_bernoulli(u: f64) -> f64 {
+/// b = u / (e^u - 1) and c = 1 - b for u >= 0, each without
+/// cancellation: c by its series below u = 0.1, where 1 - b cancels (the
+/// truncation there is under 1e-16 relative), b directly above, where it
+/// may be far below an ulp of 1.
+fn bernoulli_pair(u: f64) -> (f64, f64) {
     if u < 0.1 {
         let u2 = u * u;
         let even = u2 * (1.0 / 12.0 - u2 * (1.0 / 720.0 - u2 * (1.0 / 30_240.0 - u2 / 1_209_600.0)));
-        return 0.5 * u - even;
+        let c = 0.5 * u - even;
+        return (1.0 - c, c);
     }
-    1.0 - u / u.exp_m1()
+    let b = u / u.exp_m1();
+    (b, 1.0 - b)
 }
 
 /// log(1 - e^-u) for u > 0 (Maechler's log1mexp), and eta + log((1 -
@@ -227,8 +249,7 @@ fn cloglog_log_probabilities(eta: f64) -> (LogJet, LogJet) {
         // b = u e^-u has underflowed; log mu = -e^-u is 0 too.
         return ([0.0; 4], lower);
     }
-    let c = one_minus_bernoulli(u);
-    let b = 1.0 - c;
+    let (b, c) = bernoulli_pair(u);
     let d2 = b * (c - u);
     let d3 = d2 * (c - u) - b * (b + u) * c;
     ([log1mexp(u, eta), b, d2, d3], lower)
