@@ -123,8 +123,8 @@ fn rows_stay_finite_where_a_probability_underflows() {
 /// Poisson's mu, Gamma-inverse's mu^2, Gaussian-identity's w.
 #[test]
 fn canonical_rows_have_their_closed_forms() {
-    let eta = 0.7;
-    let mu = 1.0 / (1.0 + (-eta as f64).exp());
+    let eta: f64 = 0.7;
+    let mu = 1.0 / (1.0 + (-eta).exp());
     let logit = Family::canonical(Distribution::Binomial).neglog_jet(2.0, 5.0, 1.5, eta);
     assert!((logit[1] - 1.5 * (5.0 * mu - 2.0)).abs() < 1e-14);
     assert!((logit[2] - 1.5 * 5.0 * mu * (1.0 - mu)).abs() < 1e-14);
@@ -298,6 +298,14 @@ fn unpenalised_fits_match_r_glm_for_every_family_and_link() {
             num("pearson"),
             1e-10,
         );
+        let residuals = rows.deviance_residuals(&t).unwrap();
+        let squares = residuals.iter().map(|r| r * r).sum();
+        close(&format!("{name} deviance residuals"), squares, num("deviance"), 1e-12);
+        let mu = rows.mu(&t);
+        for (i, r) in residuals.iter().enumerate().filter(|(_, r)| **r != 0.0) {
+            let above = rows.y()[i] >= rows.trials()[i] * mu[i];
+            assert_eq!(*r >= 0.0, above, "{name}: residual {i} has the sign of y - m mu");
+        }
         let df = case["df_residual"].as_u64().unwrap() as usize;
         close(
             &format!("{name} dispersion"),

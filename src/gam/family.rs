@@ -471,15 +471,21 @@ impl GlmRows {
             .collect()
     }
 
-    /// f(row, eta) summed over the rows in order, theta one value a row.
-    fn sum(&self, theta: &[f64], f: impl Fn(usize, f64) -> f64) -> Result<f64> {
-        if theta.len() != self.n() {
-            return Err(Error::invalid(
+    /// An error unless theta has one value a row.
+    fn expect_n(&self, theta: &[f64]) -> Result<()> {
+        match theta.len() == self.n() {
+            true => Ok(()),
+            false => Err(Error::invalid(
                 "theta.len()",
                 theta.len(),
                 format!("must equal n = {}", self.n()),
-            ));
+            )),
         }
+    }
+
+    /// f(row, eta) summed over the rows in order, theta one value a row.
+    fn sum(&self, theta: &[f64], f: impl Fn(usize, f64) -> f64) -> Result<f64> {
+        self.expect_n(theta)?;
         Ok(theta.iter().enumerate().map(|(i, t)| f(i, t + self.offset[i])).sum())
     }
 
@@ -499,10 +505,11 @@ impl GlmRows {
     }
 
     /// The deviance residuals.
-    pub fn deviance_residuals(&self, theta: &[f64]) -> Vec<f64> {
+    pub fn deviance_residuals(&self, theta: &[f64]) -> Result<Vec<f64>> {
+        self.expect_n(theta)?;
         let f = &self.family;
         let at = |i: usize| f.deviance_residual(self.y[i], self.trials[i], self.weights[i], theta[i] + self.offset[i]);
-        (0..self.n().min(theta.len())).map(at).collect()
+        Ok((0..self.n()).map(at).collect())
     }
 
     /// The Pearson statistic sum w (y - m mu)^2 / (m V(mu)).

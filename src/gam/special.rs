@@ -52,6 +52,7 @@ pub fn trigamma(x: f64) -> f64 {
 }
 
 #[cfg(test)]
+#[allow(clippy::excessive_precision)] // R's values, 17 digits as printed
 mod tests {
     use super::*;
 
