@@ -1,5 +1,7 @@
 //! Penalised GLMs and GAMs as mgcv fits them (issue #40, in progress):
-//! model formulas ([`formula`]), and mgcv's model terms: the smooths
+//! model formulas ([`formula`]), the GLM families and their links
+//! ([`family`], [`link`]: row evaluators of the generic core, r = 1), and
+//! mgcv's model terms: the smooths
 //! `s(x, bs = "cr")`, `s(x, bs = "ps")`, the tensor product `te(x1, x2)`
 //! and the random effect `s(f, bs = "re")`,
 //! with their penalties and identifiability constraints, and the
@@ -19,17 +21,22 @@
 
 mod cr;
 mod factor;
+pub mod family;
 pub mod formula;
+pub mod link;
 mod parametric;
 mod ps;
 mod re;
 mod smooth;
+mod special;
 mod tensor;
 mod term;
 
 pub use cr::CrBasis;
 pub use factor::Factor;
+pub use family::{Distribution, Family, GlmData, GlmRows};
 pub use formula::{Formula, Response};
+pub use link::Link;
 pub use parametric::Parametric;
 pub use ps::PsBasis;
 pub use re::ReBasis;
