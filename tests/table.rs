@@ -42,7 +42,7 @@ fn expected_numbers(i: usize) -> [(&'static str, f64); 8] {
         ("u8", (i % 7) as f64),
         ("f32", x * 0.25 - 3.0),
         ("f64", (x * 0.1 - 2.0).powi(3)),
-        ("flag", f64::from(u8::from(i % 3 == 0))),
+        ("flag", f64::from(u8::from(i.is_multiple_of(3)))),
         ("dec", x * 1.25 - 10.0),
         ("opt", x),
     ]
@@ -70,7 +70,11 @@ fn check_mixed(t: &Table) {
     assert_eq!(&g.codes[..10], R_CODES_G);
     let h = t.factor("h").unwrap();
     assert_eq!(h.levels, ["x", "y, with comma"]);
-    assert!(h.codes.iter().enumerate().all(|(i, &c)| c == u32::from(i % 4 == 0)));
+    assert!(h
+        .codes
+        .iter()
+        .enumerate()
+        .all(|(i, &c)| c == u32::from(i.is_multiple_of(4))));
 }
 
 #[test]
