@@ -1,15 +1,16 @@
 //! Loading a Bernoulli marginal-slope data set from a plain CSV file.
 //!
-//! The files are simple: comma-separated, one header row of column names
-//! (optionally double-quoted), optional whitespace around every field, no
-//! embedded commas. Only the columns named in the [`ColumnSpec`] are parsed, so
+//! The files are RFC 4180 CSV with one header row of column names, read by
+//! the record reader this module shares with [`crate::table`] (encoding,
+//! quotes, line numbers). Only the columns named in the [`ColumnSpec`] are parsed, so
 //! other columns (ids, free text) may hold anything. Every rejected input is an
 //! [`Error::InvalidInput`] whose field names the file, the line and data row,
 //! and the column.
 
-use std::collections::HashMap;
+use std::borrow::Cow;
 use std::path::Path;
 
+use crate::table::records::{no_such_column, Location, Records};
 use crate::{Error, Result};
 
 /// Name of the intercept column added first to both designs.
@@ -92,109 +93,16 @@ pub fn parse_csv(name_for_messages: &str, text: &str, spec: &ColumnSpec, min_row
 /// [`parse_csv`] on bytes: columns that are not used may hold any bytes.
 pub fn parse_csv_bytes(name_for_messages: &str, bytes: &[u8], spec: &ColumnSpec, min_rows: usize) -> Result<Dataset> {
     let file = name_for_messages;
-    check_encoding(file, bytes)?;
-    // A leading byte-order mark (spreadsheet exports) is not part of the first name.
-    let bytes = bytes.strip_prefix(b"\xef\xbb\xbf").unwrap_or(bytes);
-    check_quotes(file, bytes)?;
-    let mut reader = csv::ReaderBuilder::new()
-        .has_headers(false)
-        .flexible(true)
-        .trim(csv::Trim::All)
-        .from_reader(bytes);
-    let mut empty = Vec::new();
-    let mut records = reader.byte_records().filter_map(|r| match r {
-        // A line of only separators: its position, to count it below.
-        Ok(rec) if rec.iter().all(<[u8]>::is_empty) => {
-            if rec.len() > 1 {
-                empty.push(rec.position().map_or(0, |p| p.byte() as usize));
-            }
-            None
-        }
-        other => Some(other),
-    });
-    // Lines from the record's byte offset, past the empty lines the reader
-    // skipped before it (its own line count leaves them out), counted
-    // incrementally: one pass over the text.
-    let mut lines = LineCounter::new(bytes);
-    let mut line_of = |rec: &csv::ByteRecord| {
-        rec.position().map_or(0, |p| {
-            let start = p.byte() as usize;
-            let skipped = bytes[start.min(bytes.len())..]
-                .iter()
-                .take_while(|&&b| b == b'\n' || b == b'\r')
-                .count();
-            lines.line_at(start + skipped)
-        })
-    };
-    let header = records
-        .next()
-        .ok_or_else(|| Error::invalid(file, "", "the file is empty (no header row)"))?
-        .map_err(|e| csv_error(file, &e))?;
-    let names = parse_header(file, line_of(&header), &header)?;
+    let mut records = Records::open(file, bytes)?;
+    let names = records.names().to_vec();
     let cols = Columns::resolve(file, &names, spec)?;
     let mut acc = Accumulator::new(spec);
-    for (row, rec) in records.by_ref().enumerate() {
-        let rec = rec.map_err(|e| csv_error(file, &e))?;
-        let at = Location {
-            file,
-            line: line_of(&rec),
-            row: row + 1,
-        };
-        let fields: Vec<std::borrow::Cow<'_, str>> = rec.iter().map(String::from_utf8_lossy).collect();
-        let fields: Vec<&str> = fields.iter().map(|f| unquote(f)).collect();
-        if fields.len() != names.len() {
-            return Err(field_count_error(&at, &names, &fields));
-        }
-        acc.push_row(&at, &names, &fields, &cols)?;
+    while let Some(at) = records.next_row()? {
+        acc.push_row(&at, &names, &|j| records.text(j), &cols)?;
     }
-    drop(records);
     let mut ds = acc.finish(file, min_rows)?;
-    ds.empty_rows = lines_of(bytes, &empty);
+    ds.empty_rows = records.empty_lines();
     Ok(ds)
-}
-
-/// A record with the wrong number of fields; where a quoted field holds
-/// separators or line breaks (a quote opened by mistake and closed by a
-/// later one swallows them), that field's column and lines are named too.
-fn field_count_error(at: &Location, names: &[String], fields: &[&str]) -> Error {
-    let mut rule = format!(
-        "expected {} fields (as in the header), found {}",
-        names.len(),
-        fields.len()
-    );
-    if let Some(j) = fields.iter().position(|f| f.contains([',', '\n'])) {
-        let column = names
-            .get(j)
-            .map_or(format!("field {}", j + 1), |n| format!("column '{n}'"));
-        let (first, last) = (at.line, at.line + fields[j].matches('\n').count());
-        let lines = if last > first {
-            format!("lines {first}-{last}")
-        } else {
-            format!("line {first}")
-        };
-        rule += &format!("; {column} holds a quoted value with separators in it ({lines}): check its quotes");
-    }
-    let mut shown: String = fields.join(",").chars().take(200).collect();
-    if shown.len() < fields.iter().map(|f| f.len() + 1).sum::<usize>() - 1 {
-        shown += "...";
-    }
-    Error::invalid(at.whole_row(), shown, rule)
-}
-
-/// 1-based lines of increasing byte offsets (past the line breaks before
-/// each, as the reader's positions point at them).
-fn lines_of(bytes: &[u8], offsets: &[usize]) -> Vec<usize> {
-    let mut lines = LineCounter::new(bytes);
-    offsets
-        .iter()
-        .map(|&start| {
-            let skipped = bytes[start.min(bytes.len())..]
-                .iter()
-                .take_while(|&&b| b == b'\n' || b == b'\r')
-                .count();
-            lines.line_at(start + skipped)
-        })
-        .collect()
 }
 
 /// The note that says which lines of only separators (`,,,`) the reader
@@ -211,164 +119,6 @@ pub fn empty_rows_note(file: &str, lines: &[usize]) -> Option<String> {
     })
 }
 
-/// A UTF-16 or UTF-32 file (a byte-order mark, or NUL bytes, which no text
-/// CSV holds) is named as such, with what to do.
-fn check_encoding(file: &str, bytes: &[u8]) -> Result<()> {
-    let head = &bytes[..bytes.len().min(4096)];
-    let bom = if head.starts_with(b"\xff\xfe") || head.starts_with(b"\xfe\xff") {
-        Some("a UTF-16 byte-order mark")
-    } else {
-        head.contains(&0).then_some("NUL bytes")
-    };
-    match bom {
-        Some(seen) => Err(Error::invalid(
-            format!("{file}: encoding"),
-            seen,
-            "the file looks UTF-16 (or UTF-32) encoded; CSV is read as UTF-8: save or export it as UTF-8 \
-             (for example `iconv -f UTF-16 -t UTF-8`)",
-        )),
-        None => Ok(()),
-    }
-}
-
-/// A quote opened at the start of a field and never closed makes the rest
-/// of the file one field (RFC 4180 readers, the `csv` crate among them,
-/// say nothing): an error naming the line and field where it opened. The
-/// states follow the `csv` crate's: a quote opens a field only as its first
-/// byte, a doubled quote inside is a quote.
-fn check_quotes(file: &str, bytes: &[u8]) -> Result<()> {
-    #[derive(PartialEq)]
-    enum State {
-        Start,
-        Unquoted,
-        Quoted,
-        QuoteInQuoted,
-    }
-    let (mut state, mut opened, mut field) = (State::Start, 0, 0usize);
-    let (mut open_field, mut line, mut open_line) = (0, 1, 1);
-    for (i, &b) in bytes.iter().enumerate() {
-        let ends = b == b',' || b == b'\n' || b == b'\r';
-        state = match state {
-            State::Start | State::Unquoted | State::QuoteInQuoted if ends => {
-                field = if b == b',' { field + 1 } else { 0 };
-                State::Start
-            }
-            State::Start if b == b'"' => {
-                (opened, open_field, open_line) = (i, field, line);
-                State::Quoted
-            }
-            State::Quoted if b == b'"' => State::QuoteInQuoted,
-            State::QuoteInQuoted if b == b'"' => State::Quoted,
-            State::Quoted => State::Quoted,
-            _ => State::Unquoted,
-        };
-        line += usize::from(b == b'\n');
-    }
-    if state != State::Quoted {
-        return Ok(());
-    }
-    let header = csv::ReaderBuilder::new()
-        .has_headers(false)
-        .from_reader(&bytes[..opened])
-        .byte_records()
-        .next()
-        .and_then(|r| r.ok());
-    let name = header
-        .as_ref()
-        .filter(|_| open_line > 1)
-        .and_then(|h| h.get(open_field))
-        .map_or(format!("field {}", open_field + 1), |n| {
-            format!("column '{}'", unquote(&String::from_utf8_lossy(n)))
-        });
-    let tail = &bytes[opened..];
-    let rest = tail.iter().filter(|&&b| b == b'\n').count() + usize::from(!tail.ends_with(b"\n"));
-    Err(Error::invalid(
-        format!("{file}: line {open_line}, {name}"),
-        "an opening quote (\")",
-        format!(
-            "the quote is never closed, so the rest of the file ({rest} lines) would be one field; close it or \
-             remove it"
-        ),
-    ))
-}
-
-/// 1-based line numbers of byte offsets, for offsets that only grow.
-struct LineCounter<'a> {
-    bytes: &'a [u8],
-    offset: usize,
-    line: usize,
-}
-
-impl<'a> LineCounter<'a> {
-    fn new(bytes: &'a [u8]) -> Self {
-        Self {
-            bytes,
-            offset: 0,
-            line: 1,
-        }
-    }
-
-    fn line_at(&mut self, offset: usize) -> usize {
-        let end = offset.min(self.bytes.len()).max(self.offset);
-        self.line += self.bytes[self.offset..end].iter().filter(|&&b| b == b'\n').count();
-        self.offset = end;
-        self.line
-    }
-}
-
-/// A field quoted with spaces outside its quotes (` "y"`), which RFC 4180
-/// leaves as written, loses the quotes too, as spreadsheet users expect.
-fn unquote(field: &str) -> &str {
-    let t = field.trim();
-    match t.strip_prefix('"').and_then(|s| s.strip_suffix('"')) {
-        Some(inner) if t.len() >= 2 => inner.trim(),
-        _ => t,
-    }
-}
-
-/// A malformed record (an unterminated quote, say), with its line.
-fn csv_error(file: &str, e: &csv::Error) -> Error {
-    let line = e.position().map_or(String::new(), |p| format!(": line {}", p.line()));
-    Error::invalid(format!("{file}{line}"), "", format!("malformed CSV: {e}"))
-}
-
-/// Where a value sits, for error messages.
-struct Location<'a> {
-    file: &'a str,
-    line: usize,
-    row: usize,
-}
-
-impl Location<'_> {
-    fn whole_row(&self) -> String {
-        format!("{}: line {} (data row {})", self.file, self.line, self.row)
-    }
-    fn cell(&self, column: &str) -> String {
-        format!(
-            "{}: line {} (data row {}), column '{column}'",
-            self.file, self.line, self.row
-        )
-    }
-}
-
-/// Header names, rejecting duplicates. Empty names are allowed (R writes one
-/// for its row-name column) but can never be requested.
-fn parse_header(file: &str, line: usize, header: &csv::ByteRecord) -> Result<Vec<String>> {
-    let names: Vec<String> = header
-        .iter()
-        .map(|f| unquote(&String::from_utf8_lossy(f)).to_string())
-        .collect();
-    let mut seen: HashMap<&str, usize> = HashMap::new();
-    for (j, name) in names.iter().enumerate().filter(|(_, n)| !n.is_empty()) {
-        if let Some(first) = seen.insert(name.as_str(), j) {
-            let field = format!("{file}: line {line} (header), column '{name}'");
-            let rule = format!("duplicate column name (fields {} and {})", first + 1, j + 1);
-            return Err(Error::invalid(field, name, rule));
-        }
-    }
-    Ok(names)
-}
-
 /// Field indices of every requested column.
 struct Columns {
     label: Option<usize>,
@@ -381,11 +131,10 @@ struct Columns {
 impl Columns {
     fn resolve(file: &str, names: &[String], spec: &ColumnSpec) -> Result<Self> {
         let find = |role: &str, want: &str| -> Result<usize> {
-            names.iter().position(|n| !n.is_empty() && n == want).ok_or_else(|| {
-                let available = names.iter().map(|n| format!("'{n}'")).collect::<Vec<_>>().join(", ");
-                let field = format!("{file}: header, column '{want}' ({role})");
-                Error::invalid(field, want, format!("no such column; available columns: {available}"))
-            })
+            names
+                .iter()
+                .position(|n| !n.is_empty() && n == want)
+                .ok_or_else(|| no_such_column(format!("{file}: header, column '{want}' ({role})"), want, names))
         };
         let list = |role: &str, wanted: &[String]| -> Result<Vec<usize>> {
             check_unique(file, role, wanted)?;
@@ -505,9 +254,16 @@ impl Accumulator {
         Self { ds }
     }
 
-    fn push_row(&mut self, at: &Location, names: &[String], fields: &[&str], cols: &Columns) -> Result<()> {
-        let get = |j: usize| number(at, &names[j], fields[j]);
-        let y = cols.label.map(|j| label(at, &names[j], fields[j])).transpose()?;
+    /// One row; `field(j)` is the text of field j (only the used ones are asked for).
+    fn push_row<'f>(
+        &mut self,
+        at: &Location,
+        names: &[String],
+        field: &dyn Fn(usize) -> Cow<'f, str>,
+        cols: &Columns,
+    ) -> Result<()> {
+        let get = |j: usize| number(at, &names[j], &field(j));
+        let y = cols.label.map(|j| label(at, &names[j], &field(j))).transpose()?;
         let z = get(cols.score)?;
         let w = match cols.weights {
             Some(j) => positive(at, &names[j], get(j)?)?,

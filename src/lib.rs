@@ -36,6 +36,7 @@ pub mod pspline;
 pub mod rng;
 pub mod row_hessian;
 pub mod row_objective;
+pub mod table;
 
 pub use designs::Designs;
 pub use error::{Error, Result};
