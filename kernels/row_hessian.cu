@@ -608,6 +608,40 @@ __device__ __forceinline__ int h_region(int stage, int hs)
     return (int)((i64)stage * hs * (int)sizeof(HT) / 8);
 }
 
+// Phase B's walk: f(i, u) for every (row, coordinate) of a stage's `rows`
+// rows, this thread's first at (i0, u0), stepping by the block size without
+// a division.
+template <typename F>
+__device__ __forceinline__ void each_row_coordinate(int rows, int r, int i0, int u0, F f)
+{
+    const int di = (int)blockDim.x / r, du = (int)blockDim.x - di * r;
+    for (int i = i0, u = u0; i < rows;) {
+        f(i, u);
+        i += di;
+        u += du;
+        if (u >= r) {
+            u -= r;
+            ++i;
+        }
+    }
+}
+
+// Phase C: acc[a] += coef_i(a) t_i[u(a)] over a stage's rows in order, a
+// thread per beta column a (it owns acc[a]).
+__device__ __forceinline__ void accumulate_stage(const double* buf, int rows, int r, int p_total, const double* tb,
+                                                 double* acc, const double* one, const int* coff, const int* cstride,
+                                                 const int* cu)
+{
+    for (int a = threadIdx.x; a < p_total; a += blockDim.x) {
+        const int cs = cstride[a];
+        const double* c = cs ? buf + coff[a] : one;
+        const double* t = tb + cu[a];
+        double s = acc[a];
+        for (int i = 0; i < rows; ++i, c += cs, t += r) s += *c * *t;
+        acc[a] = s;
+    }
+}
+
 // One stage of rows, already in shared memory, added to the block's
 // accumulators in three block-wide phases (every phase spreads its work over
 // all threads, whatever r is, so no lane idles on rows narrower than a warp):
@@ -636,25 +670,11 @@ __device__ __forceinline__ void staged_stage(const double* buf, int stage, int r
         eb[e] = sum;
     }
     __syncthreads();
-    const int di = (int)blockDim.x / r, du = (int)blockDim.x - di * r;
-    for (int i = i0, u = u0; i < rows;) {
+    each_row_coordinate(rows, r, i0, u0, [&](int i, int u) {
         tb[i * r + u] = row_column<P>((const HT*)buf + i * hs, r, L, u, dc, eb + i * L);
-        i += di;
-        u += du;
-        if (u >= r) {
-            u -= r;
-            ++i;
-        }
-    }
+    });
     __syncthreads();
-    for (int a = threadIdx.x; a < p_total; a += blockDim.x) {
-        const int cs = cstride[a];
-        const double* c = cs ? buf + coff[a] : one;
-        const double* t = tb + cu[a];
-        double s = acc[a];
-        for (int i = 0; i < rows; ++i, c += cs, t += r) s += *c * *t;
-        acc[a] = s;
-    }
+    accumulate_stage(buf, rows, r, p_total, tb, acc, one, coff, cstride, cu);
 }
 
 // staged_stage for two leading predictors (beta = (beta_0, beta_1, copied
@@ -682,25 +702,11 @@ __device__ __forceinline__ void staged_stage_pair(const double* buf, int stage, 
         qb[e] = d;
     }
     __syncthreads();
-    const int di = (int)blockDim.x / r, du = (int)blockDim.x - di * r;
-    for (int i = i0, u = u0; i < rows;) {
+    each_row_coordinate(rows, r, i0, u0, [&](int i, int u) {
         tb[i * r + u] = row_column2<P>((const HT*)buf + i * hs, r, u, dc, qb[2 * i], qb[2 * i + 1]);
-        i += di;
-        u += du;
-        if (u >= r) {
-            u -= r;
-            ++i;
-        }
-    }
+    });
     __syncthreads();
-    for (int a = threadIdx.x; a < p_total; a += blockDim.x) {
-        const int cs = cstride[a];
-        const double* c = cs ? buf + coff[a] : one;
-        const double* t = tb + cu[a];
-        double s = acc[a];
-        for (int i = 0; i < rows; ++i, c += cs, t += r) s += *c * *t;
-        acc[a] = s;
-    }
+    accumulate_stage(buf, rows, r, p_total, tb, acc, one, coff, cstride, cu);
 }
 
 // Shared memory: RING mbarriers (4 slots), RING buffers of `stage` rows
