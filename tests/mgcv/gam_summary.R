@@ -72,7 +72,7 @@ input_json <- function(b, x = b$R) {
       vp = flat(b$Vp), ve = flat(b$Ve), edf = vec(b$edf), edf1 = vec(b$edf1),
       x = obj(nrow = nrow(x), ncol = ncol(x), data = flat(x)),
       parametric = vec(seq_len(b$nsdf) - 1), parametric_terms = parametric_terms(b),
-      smooths = smooth_terms(b), scale = num(b$sig2),
+      smooths = smooth_terms(b), n = length(b$y), scale = num(b$sig2),
       scale_estimated = tolower(as.character(b$scale.estimated)),
       df_residual = num(b$df.residual),
       response = obj(y = vec(b$y), fitted = vec(b$fitted.values), prior_weights = vec(b$prior.weights)),
@@ -108,7 +108,7 @@ set.seed(4)
 d3 <- gamSim(1, n = 240, dist = "normal", scale = 1, verbose = FALSE)
 d3$fac <- factor(sample(c("a", "b", "c"), 240, replace = TRUE))
 d3$g <- factor(sample(letters[1:8], 240, replace = TRUE))
-re_g <- rnorm(8)
+re_g <- 0.3 * rnorm(8)
 d3$y <- d3$y + c(0, 0.5, -0.3)[as.integer(d3$fac)] + re_g[as.integer(d3$g)]
 b3 <- gam(y ~ fac + x3 + s(x0, bs = "cr") + s(x2, bs = "cr") + s(g, bs = "re"), data = d3, method = "REML")
 
