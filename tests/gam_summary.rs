@@ -1,7 +1,8 @@
 //! `summary.gam` from a fit's numbers against mgcv's own tables:
-//! tests/mgcv/gam_summary.R fits five models (Gaussian with four cr
+//! tests/mgcv/gam_summary.R fits six models (Gaussian with four cr
 //! smooths, binomial, Gaussian with a factor and s(g, bs = "re"), Poisson
-//! with two random effects, Gaussian te(x0, x1) + s(x2)) and writes what
+//! with two random effects, Gaussian te(x0, x1) + s(x2), Gaussian with an
+//! unpenalised s(x0, fx = TRUE)) and writes what
 //! summary.gam reads and what it returns. Every p-value must match mgcv's
 //! to 1e-6 relative or 1e-12 absolute, every other number (estimates,
 //! standard errors, statistics, edf, Ref.df, R-sq.(adj), deviance
@@ -170,6 +171,13 @@ fn poisson_two_re_matches_mgcv() {
 #[test]
 fn gaussian_te_matches_mgcv() {
     check_case("gaussian_te");
+}
+
+/// An unpenalised smooth (fx = TRUE, no penalty): its full rank.
+#[test]
+fn gaussian_fixed_matches_mgcv() {
+    let got = check_case("gaussian_fixed");
+    assert!((got.smooths[0].ref_df - 4.0).abs() < 1e-8);
 }
 
 /// The print has summary.gam's sections, labels and figures, and the

@@ -1,4 +1,4 @@
-# The mgcv oracle for tests/gam_summary.rs: five models fitted by mgcv's
+# The mgcv oracle for tests/gam_summary.rs: six models fitted by mgcv's
 # gam (REML), each written as the numbers summary.gam reads (coefficients,
 # Vp, Ve, edf, edf1, the R factor of the weighted model matrix, the column
 # ranges of the terms, each smooth's smoothing-parameter-weighted penalty,
@@ -11,7 +11,8 @@
 # a binomial one (scale known: z and chi-square); a Gaussian one with a
 # factor and s(g, bs = "re") (reTest with one random effect); a Poisson
 # one with two random effects (reTest treating the other as random); a
-# Gaussian te(x0, x1) + s(x2).
+# Gaussian te(x0, x1) + s(x2); a Gaussian one with an unpenalised
+# s(x0, fx = TRUE) (an integer reference rank).
 #
 # Column indices are 0-based, ranges half-open. Every number is written
 # with 17 significant digits, so the file holds the doubles exactly.
@@ -124,7 +125,12 @@ set.seed(6)
 d5 <- gamSim(1, n = 250, dist = "normal", scale = 1, verbose = FALSE)
 b5 <- gam(y ~ te(x0, x1, k = 4) + s(x2, bs = "cr"), data = d5, method = "REML")
 
+set.seed(7)
+d6 <- gamSim(1, n = 200, dist = "normal", scale = 2, verbose = FALSE)
+b6 <- gam(y ~ s(x0, bs = "cr", k = 5, fx = TRUE) + s(x1, bs = "cr"), data = d6, method = "REML")
+
 cases <- c(case("gaussian_cr", b1, extra_x = model.matrix(b1)), case("binomial_cr", b2),
-           case("gaussian_factor_re", b3), case("poisson_two_re", b4), case("gaussian_te", b5))
+           case("gaussian_factor_re", b3), case("poisson_two_re", b4), case("gaussian_te", b5),
+           case("gaussian_fixed", b6))
 json <- obj(mgcv_version = str(packageVersion("mgcv")), cases = arr(cases))
 writeLines(json, "tests/data/gam_summary_mgcv.json")
