@@ -29,6 +29,7 @@ mod ps;
 mod re;
 mod smooth;
 mod special;
+pub mod summary;
 mod tensor;
 mod term;
 
@@ -41,6 +42,7 @@ pub use parametric::Parametric;
 pub use ps::PsBasis;
 pub use re::ReBasis;
 pub use smooth::{Basis, Smooth, Spec};
+pub use summary::{summarize, GamSummary, SummaryInput};
 pub use tensor::TensorBasis;
 pub use term::{model_matrix, Term};
 
