@@ -141,6 +141,29 @@ impl Family {
         }
     }
 
+    /// V'(mu), R's `dvar` (binomial's per trial).
+    pub fn variance_derivative(&self, mu: f64) -> f64 {
+        match self.distribution {
+            Distribution::Binomial => 1.0 - 2.0 * mu,
+            Distribution::Gaussian => 0.0,
+            Distribution::Poisson => 1.0,
+            Distribution::Gamma => 2.0 * mu,
+        }
+    }
+
+    /// One row's expected information in eta at phi = 1, w m mu'^2 / V(mu)
+    /// (the Fisher weight, which mgcv's `Vp` and `edf` use), m its trials.
+    pub fn fisher_weight(&self, m: f64, w: f64, eta: f64) -> f64 {
+        let d = self.link.mu_derivatives(eta);
+        w * m * d[1] * d[1] / self.variance(d[0])
+    }
+
+    /// Whether the link is canonical, so that the observed information
+    /// equals the expected one.
+    pub fn is_canonical(&self) -> bool {
+        self.link == self.distribution.canonical()
+    }
+
     /// One row's w d(y, mu) / 2 at eta (offset included), m its trials (1
     /// outside the binomial). Non-finite outside the link's domain
     /// (mu <= 0 for Poisson and Gamma, mu infinite).
