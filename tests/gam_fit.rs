@@ -15,7 +15,8 @@
 //! edf per coefficient relative to the largest of their kind: a
 //! coefficient near 0 has no relative digits to compare).
 
-use matfree::gam::{Column, Distribution, Family, Gam, GamFit, GamOptions, Link};
+use matfree::gam::{Column, Distribution, Family, Gam, GamFit, GamModel, GamOptions, Link};
+use matfree::solvers::CpuBackend;
 use serde_json::Value;
 
 const TOL: f64 = 1e-5;
@@ -103,16 +104,28 @@ fn check(case: &str, what: &str, got: &[f64], want: &[f64], by_largest: bool) ->
     worst
 }
 
-fn fit_case(case: &Value) -> GamFit {
+/// The case's model fitted by `fit` (on the CPU: `Gam::fit`).
+fn fit_case(case: &Value, fit: &dyn Fn(&GamModel) -> GamFit) -> GamFit {
     let name = case["name"].as_str().unwrap();
     let data = read_csv(&format!("gam_fit_{name}.csv"));
     let gam = Gam::new(case["formula"].as_str().unwrap(), family(case)).unwrap();
-    gam.fit(&columns(&data), &GamOptions::default()).unwrap()
+    fit(&gam.setup(&columns(&data)).unwrap())
+}
+
+fn on_cpu(model: &GamModel) -> GamFit {
+    let objective = model.objective().unwrap();
+    model
+        .fit_on(&CpuBackend::new(), &objective, &GamOptions::default())
+        .unwrap()
 }
 
 fn matches_mgcv(case: &Value) {
+    matches_mgcv_on(case, &on_cpu);
+}
+
+fn matches_mgcv_on(case: &Value, on: &dyn Fn(&GamModel) -> GamFit) {
     let name = case["name"].as_str().unwrap();
-    let fit = fit_case(case);
+    let fit = fit_case(case, on);
     assert!(fit.converged, "{name}: {:?}", fit.report.termination);
     let names: Vec<&str> = case["names"]
         .as_array()
@@ -210,4 +223,111 @@ fn binomial_with_trials_matches_mgcv() {
 #[test]
 fn mcycle_matches_mgcv() {
     matches_mgcv(&case("mcycle"));
+}
+
+/// `Gam::fit` is the CPU path above, the same numbers.
+#[test]
+fn gam_fit_is_setup_then_fit_on_the_cpu() {
+    let case = case("trials");
+    let data = read_csv("gam_fit_trials.csv");
+    let gam = Gam::new(case["formula"].as_str().unwrap(), family(&case)).unwrap();
+    let fit = gam.fit(&columns(&data), &GamOptions::default()).unwrap();
+    let again = fit_case(&case, &on_cpu);
+    assert_eq!(fit.coefficients, again.coefficients);
+    assert_eq!(fit.sp, again.sp);
+}
+
+/// On a GPU (rows on the host, Hessians on the device; the scale set on the
+/// model reaches the uploaded objective): mgcv's values for an estimated
+/// scale (Gaussian, Gamma) and a fixed one (Poisson).
+#[cfg(feature = "cuda")]
+#[test]
+#[ignore = "needs a GPU: runs on the device with --include-ignored (tools/gpu-tests.sh)"]
+fn gpu_gam_fits_match_mgcv() {
+    use matfree::cuda::{gpu_for_test, CudaBackend, DeviceRowObjective};
+    let Some(gpu) = gpu_for_test("gpu_gam_fits_match_mgcv") else {
+        return;
+    };
+    let on_gpu = |model: &GamModel| {
+        let device = DeviceRowObjective::from_host(gpu.clone(), model.objective().unwrap()).unwrap();
+        let backend = CudaBackend::new(gpu.clone()).unwrap();
+        model.fit_on(&backend, &device, &GamOptions::default()).unwrap()
+    };
+    for name in ["gaussian", "gamma", "poisson"] {
+        matches_mgcv_on(&case(name), &on_gpu);
+    }
+}
+
+fn message(formula: &str, family: Family, data: &[(&str, Column)]) -> String {
+    Gam::new(formula, family)
+        .and_then(|gam| gam.fit(data, &GamOptions::default()))
+        .unwrap_err()
+        .to_string()
+}
+
+#[test]
+fn bad_input_names_the_column_the_value_and_the_rule() {
+    let x: Vec<f64> = (0..50).map(|i| f64::from(i) / 50.0).collect();
+    let y: Vec<f64> = x.iter().map(|v| (6.0 * v).sin()).collect();
+    let f: Vec<String> = (0..50).map(|i| ["a", "b"][i % 2].to_string()).collect();
+    let gauss = Family::canonical(Distribution::Gaussian);
+    let data = [
+        ("y", Column::Numeric(&y)),
+        ("x", Column::Numeric(&x)),
+        ("f", Column::Factor(&f)),
+    ];
+    let m = message("y ~ s(z, bs = \"cr\")", gauss, &data);
+    assert!(
+        m.contains("column z") && m.contains("missing") && m.contains("y, x, f"),
+        "{m}"
+    );
+    let m = message("f ~ x", gauss, &data);
+    assert!(m.contains("column f") && m.contains("numeric"), "{m}");
+    let m = message("y ~ s(f, bs = \"cr\")", gauss, &data);
+    assert!(m.contains("s(f)") && m.contains("numeric covariate"), "{m}");
+    let m = message("y ~ s(x)", gauss, &data);
+    assert!(m.contains("bs") && m.contains("\"tp\""), "{m}");
+    let z: Vec<f64> = x.iter().map(|v| v * v).collect();
+    let with_z = [
+        ("y", Column::Numeric(&y)),
+        ("x", Column::Numeric(&x)),
+        ("z", Column::Numeric(&z)),
+    ];
+    let m = message("y ~ te(x, z, k = c(4, 4, 4))", gauss, &with_z);
+    assert!(m.contains("te(x,z): k") && m.contains("one a covariate"), "{m}");
+    let m = message("y ~ s(x, bs = \"ps\", m = c(2, 2, 1))", gauss, &data);
+    assert!(m.contains("s(x): m has 3 values"), "{m}");
+    let m = message("cbind(y, x) ~ x", gauss, &data);
+    assert!(m.contains("binomial family only"), "{m}");
+    let m = message("y ~ x", Family::canonical(Distribution::Poisson), &data);
+    assert!(m.contains("y[") && m.contains(">= 0"), "{m}");
+    let twice = [("y", Column::Numeric(&y)), ("y", Column::Numeric(&x))];
+    let m = message("y ~ 1", gauss, &twice);
+    assert!(m.contains("column y") && m.contains("distinct"), "{m}");
+    let short = [("y", Column::Numeric(&y)), ("x", Column::Numeric(&x[..10]))];
+    let m = message("y ~ x", gauss, &short);
+    assert!(m.contains("x") && m.contains("10 rows") && m.contains("50 rows"), "{m}");
+}
+
+/// `a:b` is the product column, named as R names it, after the main effects.
+#[test]
+fn an_interaction_is_the_product_after_the_main_effects() {
+    let x: Vec<f64> = (0..60).map(|i| f64::from(i) / 60.0).collect();
+    let z: Vec<f64> = x.iter().map(|v| (5.0 * v).cos()).collect();
+    let y: Vec<f64> = x
+        .iter()
+        .zip(&z)
+        .map(|(a, b)| 1.0 + a - b + 2.0 * a * b + 0.01 * (37.0 * a).sin())
+        .collect();
+    let data = [
+        ("y", Column::Numeric(&y)),
+        ("x", Column::Numeric(&x)),
+        ("z", Column::Numeric(&z)),
+    ];
+    let gam = Gam::new("y ~ x:z + x + z", Family::canonical(Distribution::Gaussian)).unwrap();
+    let model = gam.setup(&data).unwrap();
+    let names: Vec<String> = model.terms().iter().flat_map(|t| t.coefficient_names()).collect();
+    assert_eq!(names, ["(Intercept)", "x", "z", "x:z"]);
+    let row = model.designs().row(0, 7);
+    assert_eq!(row, [1.0, x[7], z[7], x[7] * z[7]]);
 }

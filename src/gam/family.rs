@@ -21,11 +21,9 @@
 //! (`fix.family.ls`, prior weights dividing the scale):
 //! [`GlmRows::neglog_scale`] gives it with two derivatives in phi, and
 //! [`GlmRows::dispersion`] the Pearson estimate R's `summary.glm` reports.
-//! Not done here: REML with the scale as a parameter (mgcv's
-//! `gam(method = "REML")` for these families, where the Hessian and the
-//! penalty enter as H / phi + S_lambda and ls(phi) joins the score) needs
-//! the REML solver to carry log phi beside the log smoothing parameters;
-//! the rows are ready for it (their values at phi = 1 scale by 1 / phi).
+//! REML with the scale as a parameter (mgcv's `gam(method = "REML")` for
+//! these families) is `gam::GamModel::fit_on`'s profile over log phi,
+//! on these rows divided by phi.
 
 use crate::gam::link::{Link, LogJet};
 use crate::gam::special::{digamma, lchoose, lgamma, trigamma, xlogy};
