@@ -21,8 +21,10 @@ use serde_json::Value;
 
 const TOL: f64 = 1e-5;
 
+/// Relative to the package root, where cargo runs tests (and where a
+/// staged binary runs on the device machine, whose checkout lies elsewhere).
 fn path(file: &str) -> String {
-    format!("{}/tests/data/{file}", env!("CARGO_MANIFEST_DIR"))
+    format!("tests/data/{file}")
 }
 
 fn reference() -> Value {
