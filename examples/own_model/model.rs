@@ -10,7 +10,7 @@ use std::error::Error;
 use std::sync::Arc;
 
 use matfree::solvers::reml::{reml, RemlFit, RemlOptions};
-use matfree::solvers::{Constraint, NewtonOptions, Objective, PcgKernels, Penalty, PenaltyBlock};
+use matfree::solvers::{Constraint, Objective, PcgKernels, Penalty, PenaltyBlock};
 use matfree::{Designs, Layout, PSpline, RowEvaluator, RowObjective};
 
 /// The spline's basis dimension (before the constraint).
@@ -76,18 +76,7 @@ pub struct Problem {
 /// 1e-9 edf (every other outer stop made as tight), each inner Newton solve
 /// until its decrement is 1e-20 (beta within 1e-10 standard errors).
 pub fn options() -> RemlOptions {
-    let newton = NewtonOptions {
-        decrement_tol: 1e-20,
-        ..NewtonOptions::default()
-    };
-    RemlOptions {
-        newton,
-        grad_tol: 1e-9,
-        decrement_tol: 1e-16,
-        step_tol: 1e-10,
-        value_tol: 1e-13,
-        ..RemlOptions::default()
-    }
+    RemlOptions::tight()
 }
 
 /// The model on the rows of `path`.

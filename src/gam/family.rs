@@ -21,11 +21,9 @@
 //! (`fix.family.ls`, prior weights dividing the scale):
 //! [`GlmRows::neglog_scale`] gives it with two derivatives in phi, and
 //! [`GlmRows::dispersion`] the Pearson estimate R's `summary.glm` reports.
-//! Not done here: REML with the scale as a parameter (mgcv's
-//! `gam(method = "REML")` for these families, where the Hessian and the
-//! penalty enter as H / phi + S_lambda and ls(phi) joins the score) needs
-//! the REML solver to carry log phi beside the log smoothing parameters;
-//! the rows are ready for it (their values at phi = 1 scale by 1 / phi).
+//! REML with the scale as a parameter (mgcv's `gam(method = "REML")` for
+//! these families) is `gam::GamModel::fit_on`'s profile over log phi,
+//! on these rows divided by phi.
 
 use crate::gam::link::{Link, LogJet};
 use crate::gam::special::{digamma, lchoose, lgamma, trigamma, xlogy};
@@ -139,6 +137,29 @@ impl Family {
             Distribution::Binomial => mu * (1.0 - mu),
             d => mu.powf(d.power()),
         }
+    }
+
+    /// V'(mu), R's `dvar` (binomial's per trial).
+    pub fn variance_derivative(&self, mu: f64) -> f64 {
+        match self.distribution {
+            Distribution::Binomial => 1.0 - 2.0 * mu,
+            Distribution::Gaussian => 0.0,
+            Distribution::Poisson => 1.0,
+            Distribution::Gamma => 2.0 * mu,
+        }
+    }
+
+    /// One row's expected information in eta at phi = 1, w m mu'^2 / V(mu)
+    /// (the Fisher weight, which mgcv's `Vp` and `edf` use), m its trials.
+    pub fn fisher_weight(&self, m: f64, w: f64, eta: f64) -> f64 {
+        let d = self.link.mu_derivatives(eta);
+        w * m * d[1] * d[1] / self.variance(d[0])
+    }
+
+    /// Whether the link is canonical, so that the observed information
+    /// equals the expected one.
+    pub fn is_canonical(&self) -> bool {
+        self.link == self.distribution.canonical()
     }
 
     /// One row's w d(y, mu) / 2 at eta (offset included), m its trials (1

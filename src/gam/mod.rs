@@ -1,4 +1,6 @@
 //! Penalised GLMs and GAMs as mgcv fits them (issue #40, in progress):
+//! [`Gam`] fits a formula on named columns by REML as mgcv's
+//! `gam(method = "REML")` does ([`GamFit`]); its parts are
 //! model formulas ([`formula`]), the GLM families and their links
 //! ([`family`], [`link`]: row evaluators of the generic core, r = 1), and
 //! mgcv's model terms: the smooths
@@ -22,11 +24,13 @@
 mod cr;
 mod factor;
 pub mod family;
+mod fit;
 pub mod formula;
 pub mod link;
 mod parametric;
 mod ps;
 mod re;
+mod setup;
 mod smooth;
 mod special;
 pub mod summary;
@@ -36,11 +40,13 @@ mod term;
 pub use cr::CrBasis;
 pub use factor::Factor;
 pub use family::{Distribution, Family, GlmData, GlmRows};
+pub use fit::{Gam, GamFit, GamModel, GamOptions, ScaleCell, ScaledRows};
 pub use formula::{Formula, Response};
 pub use link::Link;
 pub use parametric::Parametric;
 pub use ps::PsBasis;
 pub use re::ReBasis;
+pub use setup::ModelTerm;
 pub use smooth::{Basis, Smooth, Spec};
 pub use summary::{summarize, GamSummary, SummaryInput};
 pub use tensor::TensorBasis;

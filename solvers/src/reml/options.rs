@@ -86,6 +86,25 @@ fn default_value_tol() -> f64 {
 }
 
 impl RemlOptions {
+    /// The options that reproduce mgcv's fits to 1e-5 and better: REML
+    /// until the projected gradient of V is 1e-9 edf (every other outer
+    /// stop made as tight), each inner Newton solve until its decrement is
+    /// 1e-20 (beta within 1e-10 standard errors).
+    pub fn tight() -> Self {
+        let newton = NewtonOptions {
+            decrement_tol: 1e-20,
+            ..NewtonOptions::default()
+        };
+        Self {
+            newton,
+            grad_tol: 1e-9,
+            decrement_tol: 1e-16,
+            step_tol: 1e-10,
+            value_tol: 1e-13,
+            ..Self::default()
+        }
+    }
+
     /// Check every field's range (the inner options included).
     pub fn validate(&self) -> Result<()> {
         self.newton.validate()?;

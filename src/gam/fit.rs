@@ -1,0 +1,568 @@
+//! A GAM as mgcv's `gam(formula, family, method = "REML")` fits it: the
+//! formula on named columns ([`Gam::setup`]: mgcv's terms, model matrix
+//! and penalties), its REML fit on any backend ([`GamModel::fit_on`]) and
+//! what mgcv reports of it ([`GamFit`]).
+//!
+//! The scale. For binomial and Poisson phi = 1 and the fit is one REML
+//! solve. For Gaussian and Gamma mgcv minimises its REML criterion over
+//! (log sp, log phi) jointly (Wood 2011). Here that is a profile, which
+//! leaves the REML solver as it is: at each phi the rows are scaled by
+//! 1 / phi (a [`ScaleCell`] shared with the objective, so a GPU objective
+//! built once serves every phi) and the existing REML solve minimises over
+//! log lambda; the outer loop moves log phi. With mgcv's sp = phi lambda
+//! and D_p the penalised deviance, mgcv's criterion is
+//!
+//! ```text
+//! R(sp, phi) = D_p / (2 phi) - ls(phi) + log|X'WX + S_sp| / 2 - log|S_sp|_+ / 2 - Mp log(2 pi phi) / 2
+//!            = V(log lambda; phi) - ls(phi) - Mp log(2 pi) / 2
+//! ```
+//!
+//! (V matfree's score on the scaled rows, ls the saturated log-likelihood,
+//! Mp the penalty's null-space dimension). At fixed sp, beta_hat does not
+//! depend on phi, so by the envelope theorem the profile's derivative is
+//! explicit: h(log phi) = -D_p / (2 phi) - phi ls'(phi) - Mp / 2. The
+//! outer loop solves h = 0: a first step to the root at fixed sp (for the
+//! Gaussian phi = D_p / (n - Mp)), then secant steps on h; each REML solve
+//! starts at the previous sp, so beta_hat is already its optimum there.
+//! It stops at |h| <= `scale_tol` (default 1e-9, in the units of dV/drho:
+//! an edf), where log phi is within 1e-9 / R'' of its optimum.
+//!
+//! What mgcv reports as the scale is not that optimum but Fletcher's
+//! estimate (`gam.control(scale.est = "fletcher")`, its default), and its
+//! `Vp` and `Ve` are scaled by it: [`GamFit::scale`] and the covariances
+//! follow mgcv, [`GamFit::reml_scale`] is the REML optimum (mgcv's
+//! `reml.scale`). For the Gaussian family with the identity link the two
+//! are equal at the optimum (RSS / (n - edf) = D_p / (n - Mp) there).
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+
+use matfree_solvers::reml::{reml, RemlFit, RemlOptions, RemlReport};
+use matfree_solvers::stats::FitStatistics;
+use matfree_solvers::{CpuBackend, Objective, PcgKernels, Penalty};
+
+use super::formula::Formula;
+use super::setup::{build_terms, response, ModelTerm, Table};
+use super::{model_matrix, Column, Distribution, Family, GlmData, GlmRows, Parametric, Term};
+use crate::row_objective::RowEvaluator;
+use crate::{Designs, Error, Layout, Result, RowObjective};
+
+/// The scale phi the rows are divided by, shared between a model and the
+/// objectives built from it (so that one objective, uploaded once, serves
+/// every phi of the profile).
+#[derive(Debug)]
+pub struct ScaleCell(AtomicU64);
+
+impl ScaleCell {
+    fn new(phi: f64) -> Self {
+        Self(AtomicU64::new(phi.to_bits()))
+    }
+    /// The current phi.
+    pub fn get(&self) -> f64 {
+        f64::from_bits(self.0.load(Ordering::Relaxed))
+    }
+    fn set(&self, phi: f64) {
+        self.0.store(phi.to_bits(), Ordering::Relaxed);
+    }
+}
+
+/// A GLM's rows divided by the scale phi: the row value D_i / (2 phi).
+#[derive(Clone, Debug)]
+pub struct ScaledRows {
+    rows: GlmRows,
+    scale: Arc<ScaleCell>,
+}
+
+impl ScaledRows {
+    /// The unscaled rows.
+    pub fn rows(&self) -> &GlmRows {
+        &self.rows
+    }
+    fn inv(&self) -> f64 {
+        1.0 / self.scale.get()
+    }
+}
+
+impl RowEvaluator for ScaledRows {
+    fn row(&self, i: usize, theta: &[f64], grad: &mut [f64], hess: &mut [f64]) -> f64 {
+        let c = self.inv();
+        let v = self.rows.row(i, theta, grad, hess);
+        (grad[0], hess[0]) = (c * grad[0], c * hess[0]);
+        c * v
+    }
+    fn row_value(&self, i: usize, theta: &[f64]) -> f64 {
+        self.inv() * self.rows.row_value(i, theta)
+    }
+    fn cheap_value(&self) -> bool {
+        true
+    }
+    fn has_hessian_derivative(&self) -> bool {
+        true
+    }
+    fn row_hessian_derivative(&self, i: usize, theta: &[f64], dtheta: &[f64], out: &mut [f64]) {
+        self.rows.row_hessian_derivative(i, theta, dtheta, out);
+        out[0] *= self.inv();
+    }
+}
+
+/// How a GAM is fitted.
+#[derive(Clone, Debug, PartialEq)]
+pub struct GamOptions {
+    /// The REML solve at each scale (default: projected gradient 1e-9 edf,
+    /// every other outer stop as tight, inner Newton to a decrement of
+    /// 1e-20, beta within 1e-10 standard errors).
+    pub reml: RemlOptions,
+    /// The profile over log phi stops at |dR/dlog phi| <= this (default 1e-9).
+    pub scale_tol: f64,
+    /// Most REML solves of the profile over phi (default 30).
+    pub max_scale_iter: usize,
+}
+
+impl Default for GamOptions {
+    fn default() -> Self {
+        Self {
+            reml: RemlOptions::tight(),
+            scale_tol: 1e-9,
+            max_scale_iter: 30,
+        }
+    }
+}
+
+/// A model formula with its family: `Gam::new("y ~ x + s(z, bs = \"cr\")", family)`.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Gam {
+    formula: Formula,
+    family: Family,
+}
+
+impl Gam {
+    /// Parse `formula` (see [`Formula::parse`]).
+    pub fn new(formula: &str, family: Family) -> Result<Self> {
+        Ok(Self {
+            formula: Formula::parse(formula)?,
+            family,
+        })
+    }
+
+    /// The formula.
+    pub fn formula(&self) -> &Formula {
+        &self.formula
+    }
+    /// The family.
+    pub fn family(&self) -> Family {
+        self.family
+    }
+
+    /// The model on the named `columns` (numeric or factor): its terms,
+    /// model matrix, penalties and rows, as `gam.setup` builds them.
+    pub fn setup(&self, columns: &[(&str, Column)]) -> Result<GamModel> {
+        let table = Table::new(columns)?;
+        let binomial = self.family.distribution() == Distribution::Binomial;
+        let (y, trials) = response(&self.formula, &table, binomial)?;
+        let n = y.len();
+        let rows = GlmRows::new(
+            self.family,
+            GlmData {
+                y,
+                trials,
+                ..GlmData::default()
+            },
+        )?;
+        let terms = build_terms(&self.formula, &table)?;
+        let columns: Vec<Vec<Column>> = terms.iter().map(|t| table.all(&t.columns)).collect::<Result<_>>()?;
+        let parts: Vec<(&Term, &[Column])> = terms
+            .iter()
+            .zip(&columns)
+            .map(|(t, c)| (&t.term, c.as_slice()))
+            .collect();
+        let (x, blocks) = model_matrix(&parts, n)?;
+        let p = terms.last().map_or(0, |t| t.range.end);
+        if p == 0 {
+            return Err(Error::invalid("formula", "no terms", "a model needs a coefficient"));
+        }
+        let penalty = Penalty::new(p, blocks)?;
+        Ok(GamModel {
+            family: self.family,
+            null_space_dim: p - penalty.rank(),
+            designs: Arc::new(Designs::single(n, p, x)?),
+            terms,
+            penalty,
+            rows,
+            scale: Arc::new(ScaleCell::new(1.0)),
+        })
+    }
+
+    /// Set up on `columns` and fit by REML on the CPU.
+    pub fn fit(&self, columns: &[(&str, Column)], opts: &GamOptions) -> Result<GamFit> {
+        let model = self.setup(columns)?;
+        let objective = model.objective()?;
+        model.fit_on(&CpuBackend::new(), &objective, opts)
+    }
+}
+
+/// A model set up on its data: terms, design, penalties and rows.
+#[derive(Debug)]
+pub struct GamModel {
+    family: Family,
+    terms: Vec<ModelTerm>,
+    designs: Arc<Designs>,
+    penalty: Penalty,
+    rows: GlmRows,
+    null_space_dim: usize,
+    scale: Arc<ScaleCell>,
+}
+
+impl GamModel {
+    /// The terms, in coefficient order.
+    pub fn terms(&self) -> &[ModelTerm] {
+        &self.terms
+    }
+    /// The model matrix (one design, n x p).
+    pub fn designs(&self) -> &Arc<Designs> {
+        &self.designs
+    }
+    /// The penalties at their coefficients, mgcv's sp order.
+    pub fn penalty(&self) -> &Penalty {
+        &self.penalty
+    }
+    /// The rows (response, trials).
+    pub fn rows(&self) -> &GlmRows {
+        &self.rows
+    }
+    /// The dimension of the penalty's null space, mgcv's Mp.
+    pub fn null_space_dim(&self) -> usize {
+        self.null_space_dim
+    }
+
+    /// The CPU objective: the rows over the model matrix, divided by the
+    /// model's scale. Wrap it (`cuda::DeviceRowObjective::from_host`) to
+    /// fit on a GPU; [`GamModel::fit_on`] needs an objective built here,
+    /// which reads the scale it sets.
+    pub fn objective(&self) -> Result<RowObjective<ScaledRows>> {
+        let p = self.designs.widths()[0];
+        let rows = ScaledRows {
+            rows: self.rows.clone(),
+            scale: self.scale.clone(),
+        };
+        RowObjective::new(Layout::glm(p)?, self.designs.clone(), rows)
+    }
+
+    /// The REML fit on `backend` with `objective` (from
+    /// [`GamModel::objective`], possibly on a device), the scale estimated
+    /// for Gaussian and Gamma (see the module docs).
+    pub fn fit_on<B: PcgKernels>(
+        &self,
+        backend: &B,
+        objective: &dyn Objective<B>,
+        opts: &GamOptions,
+    ) -> Result<GamFit> {
+        if !(opts.scale_tol.is_finite() && opts.scale_tol > 0.0) {
+            return Err(Error::invalid("scale_tol", opts.scale_tol, "must be finite and > 0"));
+        }
+        let beta0 = self.start();
+        let profile = match self.family.has_scale() {
+            false => {
+                self.scale.set(1.0);
+                let fit = reml(backend, objective, &self.penalty, None, &beta0, &opts.reml)?;
+                Profile {
+                    fit,
+                    phi: 1.0,
+                    steps: 0,
+                    gradient: 0.0,
+                }
+            }
+            true => self.profile(backend, objective, &beta0, opts)?,
+        };
+        self.report(profile)
+    }
+
+    /// beta0: the intercept at the link of R's starting mean, the rest 0
+    /// (inside every family's domain where the intercept is in the model).
+    fn start(&self) -> Vec<f64> {
+        let mut beta = vec![0.0; self.designs.widths()[0]];
+        if let Some(t) = self
+            .terms
+            .iter()
+            .find(|t| t.term == Term::Parametric(Parametric::Intercept))
+        {
+            let theta = self.rows.start_theta();
+            beta[t.range.start] = theta.iter().sum::<f64>() / theta.len() as f64;
+        }
+        beta
+    }
+
+    /// The profile over log phi (module docs): REML at each phi, the
+    /// explicit derivative h, a root step at fixed sp, then secant steps.
+    fn profile<B: PcgKernels>(
+        &self,
+        backend: &B,
+        objective: &dyn Objective<B>,
+        beta0: &[f64],
+        opts: &GamOptions,
+    ) -> Result<Profile> {
+        let theta: Vec<f64> = self.linear_predictor(beta0);
+        let mut u = (self.rows.deviance(&theta)? / self.rows.n() as f64).max(1e-300).ln();
+        let (mut rho0, mut beta) = (None::<Vec<f64>>, beta0.to_vec());
+        let mut last: Option<(f64, f64)> = None;
+        for steps in 1..=opts.max_scale_iter {
+            let phi = u.exp();
+            self.scale.set(phi);
+            let fit = reml(backend, objective, &self.penalty, rho0.as_deref(), &beta, &opts.reml)?;
+            let dp = 2.0 * phi * fit.laml.objective;
+            let h = self.scale_gradient(dp, u);
+            if h.abs() <= opts.scale_tol {
+                return Ok(Profile {
+                    fit,
+                    phi,
+                    steps,
+                    gradient: h,
+                });
+            }
+            let root = self.root_at_fixed_sp(dp, u)?;
+            let next = match last {
+                Some((u1, h1)) if (h - h1) * (u - u1) > 0.0 => u - h * (u - u1) / (h - h1),
+                _ => root,
+            };
+            last = Some((u, h));
+            // sp = phi lambda held: beta_hat is the optimum at the next phi too.
+            let next = u + (next - u).clamp(-2.0, 2.0);
+            rho0 = Some(fit.lambda.iter().map(|l| l.ln() + u - next).collect());
+            beta = fit.laml.beta;
+            u = next;
+        }
+        Err(Error::invalid(
+            "max_scale_iter",
+            opts.max_scale_iter,
+            "the REML profile over the scale did not converge within it",
+        ))
+    }
+
+    /// dR/dlog phi at fixed sp: -D_p / (2 phi) - phi ls'(phi) - Mp / 2.
+    fn scale_gradient(&self, dp: f64, u: f64) -> f64 {
+        let phi = u.exp();
+        -dp / (2.0 * phi) - phi * self.rows.saturated_loglik(phi)[1] - self.null_space_dim as f64 / 2.0
+    }
+
+    /// The log phi where [`Self::scale_gradient`] is 0 at fixed D_p
+    /// (Newton in log phi; R is convex in log phi at fixed sp).
+    fn root_at_fixed_sp(&self, dp: f64, mut u: f64) -> Result<f64> {
+        for _ in 0..100 {
+            let phi = u.exp();
+            let ls = self.rows.saturated_loglik(phi);
+            let h = -dp / (2.0 * phi) - phi * ls[1] - self.null_space_dim as f64 / 2.0;
+            let dh = dp / (2.0 * phi) - phi * ls[1] - phi * phi * ls[2];
+            let step = (h / dh).clamp(-2.0, 2.0);
+            u -= step;
+            if step.abs() <= 1e-14 * u.abs().max(1.0) {
+                return Ok(u);
+            }
+        }
+        Err(Error::invalid(
+            "scale",
+            u.exp(),
+            "the scale's root at fixed sp was not found",
+        ))
+    }
+
+    /// X beta.
+    fn linear_predictor(&self, beta: &[f64]) -> Vec<f64> {
+        let p = beta.len();
+        self.designs
+            .matrix(0)
+            .chunks_exact(p)
+            .map(|r| r.iter().zip(beta).map(|(x, b)| x * b).sum())
+            .collect()
+    }
+
+    /// What mgcv reports of the profile's last fit.
+    fn report(&self, profile: Profile) -> Result<GamFit> {
+        let Profile {
+            fit,
+            phi,
+            steps,
+            gradient,
+        } = profile;
+        let beta = fit.laml.beta.clone();
+        let p = beta.len();
+        let theta = self.linear_predictor(&beta);
+        let deviance = self.rows.deviance(&theta)?;
+        let null_deviance = self.null_deviance()?;
+        let expected = self.expected_statistics(&theta, phi, &fit.lambda)?;
+        let (stats, h) = match &expected {
+            Some((stats, h)) => (stats, h),
+            None => (&fit.statistics, &fit.laml.hessian),
+        };
+        let v = &stats.covariance;
+        let edf: Vec<f64> = (0..p)
+            .map(|j| (0..p).map(|k| v[j * p + k] * h[k * p + j]).sum())
+            .collect();
+        let edf_total: f64 = edf.iter().sum();
+        let scale = match self.family.has_scale() {
+            true => self.fletcher_scale(&theta, edf_total)?,
+            false => 1.0,
+        };
+        // Vp and Ve are phi (X'WX + S)^-1 (...): mgcv's at its scale.
+        let rescale = |m: &[f64]| m.iter().map(|v| v * scale / phi).collect();
+        let mp = self.null_space_dim as f64;
+        let score = fit.laml.value - self.rows.saturated_loglik(phi)[0] - mp * (2.0 * std::f64::consts::PI).ln() / 2.0;
+        Ok(GamFit {
+            names: self.terms.iter().flat_map(ModelTerm::coefficient_names).collect(),
+            terms: self.terms.clone(),
+            family: self.family,
+            sp: fit.lambda.iter().map(|l| l * phi).collect(),
+            edf_total,
+            edf,
+            coefficients: beta,
+            vp: rescale(&stats.covariance),
+            ve: rescale(&stats.frequentist_covariance),
+            scale,
+            reml_scale: phi,
+            reml_score: score,
+            deviance,
+            null_deviance,
+            n: self.rows.n(),
+            converged: fit.report.converged,
+            scale_steps: steps,
+            scale_gradient: gradient,
+            report: fit.report,
+        })
+    }
+
+    /// For a non-canonical link, the statistics from the expected
+    /// information X'W X / phi (W the Fisher weights) with that Hessian:
+    /// mgcv's `Vp` and `edf` use it, while its REML criterion uses the
+    /// observed one. `None` for a canonical link, where the two are equal.
+    fn expected_statistics(
+        &self,
+        theta: &[f64],
+        phi: f64,
+        lambda: &[f64],
+    ) -> Result<Option<(FitStatistics, Vec<f64>)>> {
+        if self.family.is_canonical() {
+            return Ok(None);
+        }
+        let r = &self.rows;
+        let w: Vec<f64> = (0..r.n())
+            .map(|i| {
+                self.family
+                    .fisher_weight(r.trials()[i], r.weights()[i], theta[i] + r.offset()[i])
+                    / phi
+            })
+            .collect();
+        let p = self.designs.widths()[0];
+        let x = faer::MatRef::from_row_major_slice(self.designs.matrix(0), r.n(), p);
+        let wx = faer::Mat::from_fn(r.n(), p, |i, j| w[i] * x[(i, j)]);
+        let xtwx = x.transpose() * &wx;
+        let h: Vec<f64> = (0..p * p).map(|t| xtwx[(t / p, t % p)]).collect();
+        let stats = FitStatistics::new(&CpuBackend::new(), &h, &self.penalty, lambda)?;
+        Ok(Some((stats, h)))
+    }
+
+    /// mgcv's scale estimate (Fletcher 2012, `gam.fit3`): the Pearson
+    /// statistic over n - edf, divided by 1 + mean(V'(mu) (y - mu) / V(mu))
+    /// (that mean kept above -0.9).
+    fn fletcher_scale(&self, theta: &[f64], edf_total: f64) -> Result<f64> {
+        let (f, n) = (&self.family, self.rows.n() as f64);
+        let mu = self.rows.mu(theta);
+        let s_bar = mu
+            .iter()
+            .zip(self.rows.y())
+            .map(|(m, y)| f.variance_derivative(*m) * (y - m) / f.variance(*m))
+            .sum::<f64>()
+            / n;
+        Ok(self.rows.pearson(theta)? / (n - edf_total) / (1.0 + s_bar.max(-0.9)))
+    }
+
+    /// mgcv's null deviance: the deviance at the weighted mean response
+    /// (`gam.fit3`'s `wtdmu`), or at eta = 0 without an intercept.
+    fn null_deviance(&self) -> Result<f64> {
+        let intercept = self
+            .terms
+            .iter()
+            .any(|t| t.term == Term::Parametric(Parametric::Intercept));
+        let eta = match intercept {
+            true => {
+                let r = &self.rows;
+                let sum = |v: &[f64]| v.iter().zip(r.weights()).map(|(a, w)| a * w).sum::<f64>();
+                self.family.link().linkfun(sum(r.y()) / sum(r.trials()))
+            }
+            false => 0.0,
+        };
+        self.rows.deviance(&vec![eta; self.rows.n()])
+    }
+}
+
+/// The REML fit at the scale the profile ended at.
+struct Profile {
+    fit: RemlFit,
+    phi: f64,
+    steps: usize,
+    gradient: f64,
+}
+
+/// A fitted GAM, with what mgcv's `gam` object holds of it.
+#[derive(Clone, Debug)]
+pub struct GamFit {
+    /// The terms (to rebuild the columns at new data), with their ranges.
+    pub terms: Vec<ModelTerm>,
+    /// The family.
+    pub family: Family,
+    /// The coefficients' names, mgcv's: `(Intercept)`, `x`, `fb`, `s(x).1`, ...
+    pub names: Vec<String>,
+    /// The coefficients.
+    pub coefficients: Vec<f64>,
+    /// The Bayesian covariance (mgcv's `Vp`), row-major p x p.
+    pub vp: Vec<f64>,
+    /// The frequentist covariance (mgcv's `Ve`), row-major p x p.
+    pub ve: Vec<f64>,
+    /// The effective degrees of freedom per coefficient (mgcv's `edf`).
+    pub edf: Vec<f64>,
+    /// Their sum.
+    pub edf_total: f64,
+    /// The smoothing parameters, mgcv's `sp` (one a penalty, in order).
+    pub sp: Vec<f64>,
+    /// The scale as mgcv reports it (its `scale`, `sig2`: Fletcher's
+    /// estimate at the fit; 1 for binomial and Poisson).
+    pub scale: f64,
+    /// The scale that maximises the REML criterion (mgcv's `reml.scale`).
+    pub reml_scale: f64,
+    /// The REML score in mgcv's convention (its `gcv.ubre`).
+    pub reml_score: f64,
+    /// The deviance.
+    pub deviance: f64,
+    /// The null deviance (as mgcv computes it).
+    pub null_deviance: f64,
+    /// The number of rows.
+    pub n: usize,
+    /// Whether the (last) REML solve converged.
+    pub converged: bool,
+    /// REML solves of the profile over the scale (0 where phi is fixed).
+    pub scale_steps: usize,
+    /// dR/dlog phi where the profile stopped (0 where phi is fixed).
+    pub scale_gradient: f64,
+    /// The last REML solve's report.
+    pub report: RemlReport,
+}
+
+impl GamFit {
+    /// Standard errors, sqrt diag Vp.
+    pub fn standard_errors(&self) -> Vec<f64> {
+        let p = self.coefficients.len();
+        (0..p).map(|j| self.vp[j * p + j].sqrt()).collect()
+    }
+
+    /// The edf of each smooth term, with its label (mgcv's per-smooth edf,
+    /// the sum over its coefficients).
+    pub fn smooth_edf(&self) -> Vec<(String, f64)> {
+        self.terms
+            .iter()
+            .filter(|t| matches!(t.term, Term::Smooth(_)))
+            .map(|t| (t.label(), self.edf[t.range.clone()].iter().sum()))
+            .collect()
+    }
+
+    /// The proportion of the null deviance explained.
+    pub fn deviance_explained(&self) -> f64 {
+        (self.null_deviance - self.deviance) / self.null_deviance
+    }
+}

@@ -1,0 +1,335 @@
+//! GAM fits against mgcv: `tests/mgcv/gam_fit.R` simulated (fixed seeds)
+//! or loaded each case's data into `tests/data/gam_fit_<case>.csv`, fitted
+//! it with `gam(..., method = "REML", control = gam.control(epsilon =
+//! 1e-12))` and wrote the results to `tests/data/gam_fit_mgcv.json`. The
+//! cases: gamSim(1) Gaussian with a factor, cr, ps and te(x2, x3) (scale by
+//! REML); gamSim(1, dist = "binary"); gamSim(1, dist = "poisson"); a Gamma
+//! (log link) with s(grp, bs = "re") simulated by hand (scale by REML);
+//! a binomial cbind(s, f) with a factor; MASS::mcycle (Gaussian, k = 20).
+//!
+//! matfree runs with [`GamOptions::default`]: each REML solve to a
+//! projected gradient of 1e-9 edf, inner Newton to a decrement of 1e-20,
+//! the profile over the scale to |dR/dlog phi| <= 1e-9. Coefficients, SEs
+//! (sqrt diag Vp), sp, edf (per coefficient, smooth and total), scale,
+//! REML score and deviances must agree to 1e-5 relative (coefficients and
+//! edf per coefficient relative to the largest of their kind: a
+//! coefficient near 0 has no relative digits to compare).
+
+use matfree::gam::{Column, Distribution, Family, Gam, GamFit, GamModel, GamOptions, Link};
+use matfree::solvers::CpuBackend;
+use serde_json::Value;
+
+const TOL: f64 = 1e-5;
+
+/// Relative to the package root, where cargo runs tests (and where a
+/// staged binary runs on the device machine, whose checkout lies elsewhere).
+fn path(file: &str) -> String {
+    format!("tests/data/{file}")
+}
+
+fn reference() -> Value {
+    serde_json::from_str(&std::fs::read_to_string(path("gam_fit_mgcv.json")).unwrap()).unwrap()
+}
+
+fn numbers(v: &Value) -> Vec<f64> {
+    v.as_array().unwrap().iter().map(|x| x.as_f64().unwrap()).collect()
+}
+
+/// A CSV's columns: numeric where every entry parses, else a factor.
+enum Data {
+    Numeric(Vec<f64>),
+    Factor(Vec<String>),
+}
+
+fn read_csv(file: &str) -> Vec<(String, Data)> {
+    let mut reader = csv::Reader::from_path(path(file)).unwrap();
+    let names: Vec<String> = reader.headers().unwrap().iter().map(String::from).collect();
+    let mut cells: Vec<Vec<String>> = vec![Vec::new(); names.len()];
+    for record in reader.records() {
+        for (c, v) in cells.iter_mut().zip(record.unwrap().iter()) {
+            c.push(v.to_string());
+        }
+    }
+    names
+        .into_iter()
+        .zip(cells)
+        .map(|(name, c)| match c.iter().map(|v| v.parse::<f64>()).collect() {
+            Ok(x) => (name, Data::Numeric(x)),
+            Err(_) => (name, Data::Factor(c)),
+        })
+        .collect()
+}
+
+fn columns(data: &[(String, Data)]) -> Vec<(&str, Column<'_>)> {
+    data.iter()
+        .map(|(n, d)| {
+            let c = match d {
+                Data::Numeric(x) => Column::Numeric(x),
+                Data::Factor(f) => Column::Factor(f),
+            };
+            (n.as_str(), c)
+        })
+        .collect()
+}
+
+fn family(case: &Value) -> Family {
+    let d = match case["family"].as_str().unwrap() {
+        "gaussian" => Distribution::Gaussian,
+        "binomial" => Distribution::Binomial,
+        "poisson" => Distribution::Poisson,
+        "Gamma" => Distribution::Gamma,
+        f => panic!("family {f}"),
+    };
+    let link = match case["link"].as_str().unwrap() {
+        "identity" => Link::Identity,
+        "log" => Link::Log,
+        "logit" => Link::Logit,
+        l => panic!("link {l}"),
+    };
+    Family::new(d, link).unwrap()
+}
+
+/// The worst relative error of got against want, each entry relative to
+/// itself or, `by_largest`, to the largest |want|.
+fn check(case: &str, what: &str, got: &[f64], want: &[f64], by_largest: bool) -> f64 {
+    assert_eq!(got.len(), want.len(), "{case} {what}: lengths");
+    let largest = want.iter().fold(0.0f64, |m, w| m.max(w.abs()));
+    let mut worst = 0.0f64;
+    for (j, (g, w)) in got.iter().zip(want).enumerate() {
+        let rel = (g - w).abs() / if by_largest { largest } else { w.abs() };
+        assert!(
+            rel <= TOL,
+            "{case} {what}[{j}]: matfree {g:.12e}, mgcv {w:.12e}, relative {rel:.2e}"
+        );
+        worst = worst.max(rel);
+    }
+    worst
+}
+
+/// The case's model fitted by `fit` (on the CPU: `Gam::fit`).
+fn fit_case(case: &Value, fit: &dyn Fn(&GamModel) -> GamFit) -> GamFit {
+    let name = case["name"].as_str().unwrap();
+    let data = read_csv(&format!("gam_fit_{name}.csv"));
+    let gam = Gam::new(case["formula"].as_str().unwrap(), family(case)).unwrap();
+    fit(&gam.setup(&columns(&data)).unwrap())
+}
+
+fn on_cpu(model: &GamModel) -> GamFit {
+    let objective = model.objective().unwrap();
+    model
+        .fit_on(&CpuBackend::new(), &objective, &GamOptions::default())
+        .unwrap()
+}
+
+fn matches_mgcv(case: &Value) {
+    matches_mgcv_on(case, &on_cpu);
+}
+
+fn matches_mgcv_on(case: &Value, on: &dyn Fn(&GamModel) -> GamFit) {
+    let name = case["name"].as_str().unwrap();
+    let fit = fit_case(case, on);
+    assert!(fit.converged, "{name}: {:?}", fit.report.termination);
+    let names: Vec<&str> = case["names"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|v| v.as_str().unwrap())
+        .collect();
+    assert_eq!(fit.names, names, "{name}: coefficient names");
+    let scalar = |k: &str| numbers(&case[k])[0];
+    let smooth_edf = fit.smooth_edf();
+    let labels: Vec<&str> = smooth_edf.iter().map(|(l, _)| l.as_str()).collect();
+    let want_labels: Vec<&str> = case["smooth_labels"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|v| v.as_str().unwrap())
+        .collect();
+    assert_eq!(labels, want_labels, "{name}: smooths");
+    let edf_smooth: Vec<f64> = smooth_edf.iter().map(|(_, e)| *e).collect();
+    let worst = [
+        check(name, "sp", &fit.sp, &numbers(&case["sp"]), false),
+        check(name, "reml_scale", &[fit.reml_scale], &[scalar("reml_scale")], false),
+        check(name, "reml_score", &[fit.reml_score], &[scalar("reml_score")], false),
+        check(
+            name,
+            "coefficients",
+            &fit.coefficients,
+            &numbers(&case["coefficients"]),
+            true,
+        ),
+        check(name, "se", &fit.standard_errors(), &numbers(&case["se"]), false),
+        check(name, "edf", &fit.edf, &numbers(&case["edf"]), true),
+        check(name, "edf_smooth", &edf_smooth, &numbers(&case["edf_smooth"]), false),
+        check(name, "edf_total", &[fit.edf_total], &[scalar("edf_total")], false),
+        check(name, "deviance", &[fit.deviance], &[scalar("deviance")], false),
+        check(
+            name,
+            "null_deviance",
+            &[fit.null_deviance],
+            &[scalar("null_deviance")],
+            false,
+        ),
+        check(
+            name,
+            "deviance_explained",
+            &[fit.deviance_explained()],
+            &[scalar("deviance_explained")],
+            false,
+        ),
+        check(name, "scale", &[fit.scale], &[scalar("scale")], false),
+    ]
+    .into_iter()
+    .fold(0.0f64, f64::max);
+    let p = fit.coefficients.len();
+    let se_f: Vec<f64> = (0..p).map(|j| fit.ve[j * p + j].sqrt()).collect();
+    check(name, "se_frequentist", &se_f, &numbers(&case["se_frequentist"]), false);
+    assert_eq!(fit.n as f64, scalar("n"));
+    eprintln!(
+        "{name}: worst relative error {worst:.2e}, scale steps {}, REML evaluations {}",
+        fit.scale_steps, fit.report.evaluations
+    );
+}
+
+fn case(name: &str) -> Value {
+    let reference = reference();
+    let cases = reference["cases"].as_array().unwrap();
+    cases.iter().find(|c| c["name"] == name).unwrap().clone()
+}
+
+#[test]
+fn gaussian_gamsim_with_a_factor_cr_ps_and_te_matches_mgcv() {
+    matches_mgcv(&case("gaussian"));
+}
+
+#[test]
+fn binomial_gamsim_matches_mgcv() {
+    matches_mgcv(&case("binomial"));
+}
+
+#[test]
+fn poisson_gamsim_matches_mgcv() {
+    matches_mgcv(&case("poisson"));
+}
+
+#[test]
+fn gamma_with_a_random_effect_matches_mgcv() {
+    matches_mgcv(&case("gamma"));
+}
+
+#[test]
+fn binomial_with_trials_matches_mgcv() {
+    matches_mgcv(&case("trials"));
+}
+
+#[test]
+fn mcycle_matches_mgcv() {
+    matches_mgcv(&case("mcycle"));
+}
+
+/// `Gam::fit` is the CPU path above, the same numbers.
+#[test]
+fn gam_fit_is_setup_then_fit_on_the_cpu() {
+    let case = case("trials");
+    let data = read_csv("gam_fit_trials.csv");
+    let gam = Gam::new(case["formula"].as_str().unwrap(), family(&case)).unwrap();
+    let fit = gam.fit(&columns(&data), &GamOptions::default()).unwrap();
+    let again = fit_case(&case, &on_cpu);
+    assert_eq!(fit.coefficients, again.coefficients);
+    assert_eq!(fit.sp, again.sp);
+}
+
+/// On a GPU (rows on the host, Hessians on the device; the scale set on the
+/// model reaches the uploaded objective): mgcv's values for an estimated
+/// scale (Gaussian, Gamma) and a fixed one (Poisson).
+#[cfg(feature = "cuda")]
+#[test]
+#[ignore = "needs a GPU: runs on the device with --include-ignored (tools/gpu-tests.sh)"]
+fn gpu_gam_fits_match_mgcv() {
+    use matfree::cuda::{gpu_for_test, CudaBackend, DeviceRowObjective};
+    let Some(gpu) = gpu_for_test("gpu_gam_fits_match_mgcv") else {
+        return;
+    };
+    let on_gpu = |model: &GamModel| {
+        let device = DeviceRowObjective::from_host(gpu.clone(), model.objective().unwrap()).unwrap();
+        let backend = CudaBackend::new(gpu.clone()).unwrap();
+        model.fit_on(&backend, &device, &GamOptions::default()).unwrap()
+    };
+    for name in ["gaussian", "gamma", "poisson"] {
+        matches_mgcv_on(&case(name), &on_gpu);
+    }
+}
+
+fn message(formula: &str, family: Family, data: &[(&str, Column)]) -> String {
+    Gam::new(formula, family)
+        .and_then(|gam| gam.fit(data, &GamOptions::default()))
+        .unwrap_err()
+        .to_string()
+}
+
+#[test]
+fn bad_input_names_the_column_the_value_and_the_rule() {
+    let x: Vec<f64> = (0..50).map(|i| f64::from(i) / 50.0).collect();
+    let y: Vec<f64> = x.iter().map(|v| (6.0 * v).sin()).collect();
+    let f: Vec<String> = (0..50).map(|i| ["a", "b"][i % 2].to_string()).collect();
+    let gauss = Family::canonical(Distribution::Gaussian);
+    let data = [
+        ("y", Column::Numeric(&y)),
+        ("x", Column::Numeric(&x)),
+        ("f", Column::Factor(&f)),
+    ];
+    let m = message("y ~ s(z, bs = \"cr\")", gauss, &data);
+    assert!(
+        m.contains("column z") && m.contains("missing") && m.contains("y, x, f"),
+        "{m}"
+    );
+    let m = message("f ~ x", gauss, &data);
+    assert!(m.contains("column f") && m.contains("numeric"), "{m}");
+    let m = message("y ~ s(f, bs = \"cr\")", gauss, &data);
+    assert!(m.contains("s(f)") && m.contains("numeric covariate"), "{m}");
+    let m = message("y ~ s(x)", gauss, &data);
+    assert!(m.contains("bs") && m.contains("\"tp\""), "{m}");
+    let z: Vec<f64> = x.iter().map(|v| v * v).collect();
+    let with_z = [
+        ("y", Column::Numeric(&y)),
+        ("x", Column::Numeric(&x)),
+        ("z", Column::Numeric(&z)),
+    ];
+    let m = message("y ~ te(x, z, k = c(4, 4, 4))", gauss, &with_z);
+    assert!(m.contains("te(x,z): k") && m.contains("one a covariate"), "{m}");
+    let m = message("y ~ s(x, bs = \"ps\", m = c(2, 2, 1))", gauss, &data);
+    assert!(m.contains("s(x): m has 3 values"), "{m}");
+    let m = message("cbind(y, x) ~ x", gauss, &data);
+    assert!(m.contains("binomial family only"), "{m}");
+    let m = message("y ~ x", Family::canonical(Distribution::Poisson), &data);
+    assert!(m.contains("y[") && m.contains(">= 0"), "{m}");
+    let twice = [("y", Column::Numeric(&y)), ("y", Column::Numeric(&x))];
+    let m = message("y ~ 1", gauss, &twice);
+    assert!(m.contains("column y") && m.contains("distinct"), "{m}");
+    let short = [("y", Column::Numeric(&y)), ("x", Column::Numeric(&x[..10]))];
+    let m = message("y ~ x", gauss, &short);
+    assert!(m.contains("x") && m.contains("10 rows") && m.contains("50 rows"), "{m}");
+}
+
+/// `a:b` is the product column, named as R names it, after the main effects.
+#[test]
+fn an_interaction_is_the_product_after_the_main_effects() {
+    let x: Vec<f64> = (0..60).map(|i| f64::from(i) / 60.0).collect();
+    let z: Vec<f64> = x.iter().map(|v| (5.0 * v).cos()).collect();
+    let y: Vec<f64> = x
+        .iter()
+        .zip(&z)
+        .map(|(a, b)| 1.0 + a - b + 2.0 * a * b + 0.01 * (37.0 * a).sin())
+        .collect();
+    let data = [
+        ("y", Column::Numeric(&y)),
+        ("x", Column::Numeric(&x)),
+        ("z", Column::Numeric(&z)),
+    ];
+    let gam = Gam::new("y ~ x:z + x + z", Family::canonical(Distribution::Gaussian)).unwrap();
+    let model = gam.setup(&data).unwrap();
+    let names: Vec<String> = model.terms().iter().flat_map(|t| t.coefficient_names()).collect();
+    assert_eq!(names, ["(Intercept)", "x", "z", "x:z"]);
+    let row = model.designs().row(0, 7);
+    assert_eq!(row, [1.0, x[7], z[7], x[7] * z[7]]);
+}
