@@ -15,7 +15,7 @@
 //! edf per coefficient relative to the largest of their kind: a
 //! coefficient near 0 has no relative digits to compare).
 
-use matfree::gam::{Column, Distribution, Family, Gam, GamFit, GamModel, GamOptions, Link};
+use matfree::gam::{Column, Distribution, Family, Gam, GamFit, GamModel, GamOptions};
 use matfree::solvers::CpuBackend;
 use serde_json::Value;
 
@@ -73,20 +73,8 @@ fn columns(data: &[(String, Data)]) -> Vec<(&str, Column<'_>)> {
 }
 
 fn family(case: &Value) -> Family {
-    let d = match case["family"].as_str().unwrap() {
-        "gaussian" => Distribution::Gaussian,
-        "binomial" => Distribution::Binomial,
-        "poisson" => Distribution::Poisson,
-        "Gamma" => Distribution::Gamma,
-        f => panic!("family {f}"),
-    };
-    let link = match case["link"].as_str().unwrap() {
-        "identity" => Link::Identity,
-        "log" => Link::Log,
-        "logit" => Link::Logit,
-        l => panic!("link {l}"),
-    };
-    Family::new(d, link).unwrap()
+    let (d, link) = (case["family"].as_str().unwrap(), case["link"].as_str().unwrap());
+    Family::new(d.parse().unwrap(), link.parse().unwrap()).unwrap()
 }
 
 /// The worst relative error of got against want, each entry relative to
@@ -332,4 +320,52 @@ fn an_interaction_is_the_product_after_the_main_effects() {
     assert_eq!(names, ["(Intercept)", "x", "z", "x:z"]);
     let row = model.designs().row(0, 7);
     assert_eq!(row, [1.0, x[7], z[7], x[7] * z[7]]);
+}
+
+/// `GamModel::summary` on each case's fit: mgcv's `summary.gam` tables
+/// (parametric: estimate, SE, t or z, p; smooths: edf, Ref.df, F or
+/// Chi.sq, p) and R-sq.(adj), each within 1e-5 relative (or 1e-12
+/// absolute for p-values that small).
+#[test]
+fn summaries_match_mgcvs_summary_gam() {
+    for name in ["gaussian", "binomial", "poisson", "gamma", "trials", "mcycle"] {
+        let case = case(name);
+        let data = read_csv(&format!("gam_fit_{name}.csv"));
+        let formula = case["formula"].as_str().unwrap();
+        let model = Gam::new(formula, family(&case))
+            .unwrap()
+            .setup(&columns(&data))
+            .unwrap();
+        let fit = on_cpu(&model);
+        let s = model.summary(&fit, formula).unwrap();
+        let p_table: Vec<f64> = s
+            .coefficients
+            .iter()
+            .filter(|r| !r.name.starts_with("s(") && !r.name.starts_with("te("))
+            .flat_map(|r| [r.estimate, r.std_error, r.statistic, r.p_value])
+            .collect();
+        let s_table: Vec<f64> = s
+            .smooths
+            .iter()
+            .flat_map(|r| [r.edf, r.ref_df, r.statistic, r.p_value])
+            .collect();
+        for (what, got, want) in [
+            ("p.table", p_table, numbers(&case["p_table"])),
+            ("s.table", s_table, numbers(&case["s_table"])),
+            ("r.sq", vec![s.r_sq.unwrap()], numbers(&case["r_sq"])),
+        ] {
+            assert_eq!(got.len(), want.len(), "{name} {what}: {got:?} vs {want:?}");
+            for (g, w) in got.iter().zip(&want) {
+                let err = (g - w).abs();
+                assert!(
+                    err <= 1e-5 * w.abs() || err <= 1e-12,
+                    "{name} {what}: {g:e} vs mgcv {w:e}"
+                );
+            }
+        }
+        assert!(
+            s.to_string().contains("Approximate significance of smooth terms"),
+            "{name}: {s}"
+        );
+    }
 }

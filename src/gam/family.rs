@@ -84,6 +84,52 @@ impl Distribution {
     }
 }
 
+impl Distribution {
+    /// Every distribution.
+    pub const ALL: [Distribution; 4] = [
+        Distribution::Binomial,
+        Distribution::Poisson,
+        Distribution::Gaussian,
+        Distribution::Gamma,
+    ];
+}
+
+impl std::str::FromStr for Distribution {
+    type Err = Error;
+
+    /// R's name (`binomial`, `poisson`, `gaussian`, `Gamma`; any case).
+    fn from_str(name: &str) -> Result<Self> {
+        let known = Self::ALL.map(Distribution::name);
+        Self::ALL
+            .into_iter()
+            .find(|d| d.name().eq_ignore_ascii_case(name))
+            .ok_or_else(|| Error::invalid("family", name, format!("the families are {}", known.join(", "))))
+    }
+}
+
+impl std::str::FromStr for Link {
+    type Err = Error;
+
+    /// R's name (`logit`, `probit`, `cloglog`, `log`, `identity`, `inverse`).
+    fn from_str(name: &str) -> Result<Self> {
+        let all = [
+            Link::Logit,
+            Link::Probit,
+            Link::Cloglog,
+            Link::Log,
+            Link::Identity,
+            Link::Inverse,
+        ];
+        all.into_iter().find(|l| l.name() == name).ok_or_else(|| {
+            Error::invalid(
+                "link",
+                name,
+                format!("the links are {}", all.map(Link::name).join(", ")),
+            )
+        })
+    }
+}
+
 /// A distribution with a link.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Family {

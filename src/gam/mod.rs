@@ -30,6 +30,7 @@ pub mod link;
 mod parametric;
 mod ps;
 mod re;
+mod report;
 mod setup;
 mod smooth;
 mod special;

@@ -43,6 +43,7 @@ write_case <- function(name, d) {
 
 report <- function(name, formula, family, family_name, link, d) {
   fit <- gam(as.formula(formula), family = family, data = d, method = "REML", control = ctrl)
+  sm <- summary(fit)
   smooths <- lapply(fit$smooth, function(s) list(label = s$label,
     first = s$first.para, last = s$last.para, edf = sum(fit$edf[s$first.para:s$last.para])))
   list(
@@ -67,7 +68,11 @@ report <- function(name, formula, family, family_name, link, d) {
     converged = fit$converged,
     # Unpenalised dimensions: mgcv's score holds -Mp log(2 pi) / 2.
     null_space_dim = ncol(fit$Vp) - sum(vapply(fit$smooth, function(s) s$last.para - s$first.para + 1 - s$null.space.dim, 0)),
-    outer = as.character(fit$outer.info$conv)
+    outer = as.character(fit$outer.info$conv),
+    # summary.gam's tables, row by row, and R-sq.(adj).
+    p_table = unname(as.vector(t(sm$p.table))),
+    s_table = unname(as.vector(t(sm$s.table))),
+    r_sq = sm$r.sq
   )
 }
 

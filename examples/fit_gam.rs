@@ -1,0 +1,120 @@
+//! Fit a penalised GLM / GAM as mgcv's `gam(formula, family, method =
+//! "REML")` does, and print `summary.gam`'s table:
+//!
+//!     cargo run --release --example fit_gam -- --data d.csv \
+//!         --formula 'y ~ x1 + f + s(x2, bs = "cr", k = 10) + te(x3, x4)' --family binomial [--link probit] \
+//!         [--json summary.json] [--backend auto|cpu|gpu]
+//!
+//! The data are a CSV file (a header row) or a Parquet file (`.parquet`);
+//! columns of numbers are numeric, others factors (`docs/errors.md`).
+
+use std::path::PathBuf;
+
+use clap::Parser;
+use matfree::device::{select_device, Device, GpuPolicy};
+use matfree::gam::{Column, Family, Gam, GamFit, GamModel, GamOptions, Link};
+use matfree::table::{Column as TableColumn, Table};
+
+type AnyResult<T> = Result<T, Box<dyn std::error::Error>>;
+
+#[derive(Parser, Debug)]
+#[command(about = "Fit a GAM by REML (mgcv's gam) on the CPU or a GPU, and print its summary")]
+struct Args {
+    /// The data: a CSV file with a header row, or a .parquet file.
+    #[arg(long)]
+    data: PathBuf,
+    /// The model formula, as mgcv writes it.
+    #[arg(long)]
+    formula: String,
+    /// binomial, poisson, gaussian or Gamma.
+    #[arg(long, default_value = "gaussian")]
+    family: String,
+    /// The link (default: the family's canonical one).
+    #[arg(long)]
+    link: Option<String>,
+    /// Write the summary as JSON here.
+    #[arg(long)]
+    json: Option<PathBuf>,
+    /// Where to fit: auto (the GPU if found), cpu or gpu.
+    #[arg(long, default_value = "auto")]
+    backend: String,
+}
+
+fn main() -> std::process::ExitCode {
+    match run(Args::parse()) {
+        Ok(true) => std::process::ExitCode::SUCCESS,
+        Ok(false) => std::process::ExitCode::from(3), // fitted, not converged
+        Err(e) => {
+            eprintln!("error: {e}");
+            std::process::ExitCode::FAILURE
+        }
+    }
+}
+
+fn run(args: Args) -> AnyResult<bool> {
+    let distribution = args.family.parse()?;
+    let link: Link = match &args.link {
+        Some(l) => l.parse()?,
+        None => Family::canonical(distribution).link(),
+    };
+    let gam = Gam::new(&args.formula, Family::new(distribution, link)?)?;
+    let wanted = gam.formula().columns();
+    let table = match args.data.extension().and_then(|e| e.to_str()) {
+        Some("parquet") => Table::read_parquet(&args.data, Some(&wanted))?,
+        _ => Table::read_csv(&args.data, Some(&wanted))?,
+    };
+    let levels = factor_levels(&table);
+    let columns: Vec<(&str, Column)> = table
+        .columns()
+        .zip(&levels)
+        .map(|((name, c), level)| match (c, level) {
+            (TableColumn::Numeric(x), _) => (name, Column::Numeric(x)),
+            (TableColumn::Factor { .. }, Some(l)) => (name, Column::Factor(l)),
+            _ => unreachable!("every factor has its levels"),
+        })
+        .collect();
+    let model = gam.setup(&columns)?;
+    let fit = fit_on(&args.backend, &model)?;
+    let summary = model.summary(&fit, &args.formula)?;
+    println!("{summary}");
+    if let Some(path) = &args.json {
+        matfree::files::write(path, serde_json::to_string_pretty(&summary)?.as_bytes())?;
+    }
+    if !fit.converged {
+        eprintln!("warning: the fit did not converge ({:?})", fit.report.termination);
+    }
+    Ok(fit.converged)
+}
+
+/// Each factor column's level name per row (what the terms read).
+fn factor_levels(table: &Table) -> Vec<Option<Vec<String>>> {
+    let names = |levels: &[String], codes: &[u32]| codes.iter().map(|&c| levels[c as usize].clone()).collect();
+    table
+        .columns()
+        .map(|(_, c)| match c {
+            TableColumn::Factor { levels, codes } => Some(names(levels, codes)),
+            TableColumn::Numeric(_) => None,
+        })
+        .collect()
+}
+
+/// The REML fit on the CPU or, where asked for and found, a GPU (rows on
+/// the host, their Hessians uploaded).
+fn fit_on(backend: &str, model: &GamModel) -> AnyResult<GamFit> {
+    let opts = GamOptions::default();
+    let policy = match backend {
+        "auto" => GpuPolicy::from_env()?,
+        "cpu" => GpuPolicy::Off,
+        "gpu" => GpuPolicy::Required,
+        other => return Err(format!("--backend {other}: must be auto, cpu or gpu").into()),
+    };
+    match select_device(policy)? {
+        #[cfg(feature = "cuda")]
+        Device::Gpu(gpu) => {
+            use matfree::cuda::{CudaBackend, DeviceRowObjective};
+            let objective = DeviceRowObjective::from_host(gpu.clone(), model.objective()?)?;
+            Ok(model.fit_on(&CudaBackend::new(gpu)?, &objective, &opts)?)
+        }
+        Device::Cpu { .. } => Ok(model.fit_on(&matfree::solvers::CpuBackend::new(), &model.objective()?, &opts)?),
+    }
+}
