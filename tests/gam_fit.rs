@@ -369,3 +369,43 @@ fn summaries_match_mgcvs_summary_gam() {
         );
     }
 }
+
+/// `GamFit::predict` at 7 rows of each case's data against mgcv's
+/// `predict.gam` (link and response, with `se.fit`), to 1e-5 relative (TOL).
+#[test]
+fn predictions_match_mgcvs_predict_gam() {
+    use matfree::gam::PredictionType;
+    for name in ["gaussian", "binomial", "poisson", "gamma", "trials", "mcycle"] {
+        let case = case(name);
+        let data = read_csv(&format!("gam_fit_{name}.csv"));
+        let fit = fit_case(&case, &on_cpu);
+        let rows: Vec<usize> = numbers(&case["predict_rows"]).iter().map(|&r| r as usize).collect();
+        let new: Vec<(String, Data)> = data
+            .iter()
+            .map(|(n, d)| {
+                let d = match d {
+                    Data::Numeric(x) => Data::Numeric(rows.iter().map(|&i| x[i]).collect()),
+                    Data::Factor(f) => Data::Factor(rows.iter().map(|&i| f[i].clone()).collect()),
+                };
+                (n.clone(), d)
+            })
+            .collect();
+        for (kind, key) in [
+            (PredictionType::Link, "predict_link"),
+            (PredictionType::Response, "predict_response"),
+        ] {
+            let got = fit.predict(&columns(&new), kind).unwrap();
+            check(name, key, &got.fit, &numbers(&case[key]), true);
+            check(
+                name,
+                &format!("{key}_se"),
+                &got.se,
+                &numbers(&case[&format!("{key}_se")]),
+                false,
+            );
+        }
+    }
+    let fit = fit_case(&case("mcycle"), &on_cpu);
+    let e = fit.predict(&[], PredictionType::Link).unwrap_err().to_string();
+    assert!(e.contains("times"), "{e}");
+}

@@ -500,6 +500,24 @@ struct Profile {
     gradient: f64,
 }
 
+/// The scale of a prediction (mgcv's `type`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum PredictionType {
+    /// The linear predictor eta.
+    Link,
+    /// The mean mu = g^-1(eta).
+    Response,
+}
+
+/// Predictions and their standard errors (mgcv's `fit`, `se.fit`).
+#[derive(Clone, Debug, PartialEq)]
+pub struct Prediction {
+    /// One value a row.
+    pub fit: Vec<f64>,
+    /// Its standard error.
+    pub se: Vec<f64>,
+}
+
 /// A fitted GAM, with what mgcv's `gam` object holds of it.
 #[derive(Clone, Debug)]
 pub struct GamFit {
@@ -559,6 +577,45 @@ impl GamFit {
             .filter(|t| matches!(t.term, Term::Smooth(_)))
             .map(|t| (t.label(), self.edf[t.range.clone()].iter().sum()))
             .collect()
+    }
+
+    /// mgcv's `predict.gam` at new data (named columns, as the fit took
+    /// them): each row's linear predictor and, with `type` response, its
+    /// mean, with standard errors from Vp (sqrt of x Vp x^T on the link
+    /// scale; times |dmu/deta| on the response scale).
+    pub fn predict(&self, columns: &[(&str, Column)], kind: PredictionType) -> Result<Prediction> {
+        let n = columns.first().map_or(0, |(_, c)| c.len());
+        let picked = self
+            .terms
+            .iter()
+            .map(|t| {
+                let cols = t.columns.iter().map(|name| {
+                    let found = columns.iter().find(|(c, _)| c == name).map(|(_, c)| *c);
+                    found.ok_or_else(|| Error::invalid(format!("column {name}"), "absent", "the fit's terms read it"))
+                });
+                Ok((&t.term, cols.collect::<Result<Vec<Column>>>()?))
+            })
+            .collect::<Result<Vec<_>>>()?;
+        let terms: Vec<(&Term, &[Column])> = picked.iter().map(|(t, c)| (*t, c.as_slice())).collect();
+        let (x, _) = crate::gam::model_matrix(&terms, n)?;
+        let p = self.coefficients.len();
+        let (mut fit, mut se) = (Vec::with_capacity(n), Vec::with_capacity(n));
+        for xi in x.chunks_exact(p) {
+            let eta: f64 = xi.iter().zip(&self.coefficients).map(|(a, b)| a * b).sum();
+            let var: f64 = (0..p)
+                .map(|j| xi[j] * (0..p).map(|k| self.vp[j * p + k] * xi[k]).sum::<f64>())
+                .sum();
+            let (value, slope) = match kind {
+                PredictionType::Link => (eta, 1.0),
+                PredictionType::Response => {
+                    let d = self.family.link().mu_derivatives(eta);
+                    (d[0], d[1].abs())
+                }
+            };
+            fit.push(value);
+            se.push(slope * var.max(0.0).sqrt());
+        }
+        Ok(Prediction { fit, se })
     }
 
     /// The proportion of the null deviance explained.

@@ -41,7 +41,7 @@ mod term;
 pub use cr::CrBasis;
 pub use factor::Factor;
 pub use family::{Distribution, Family, GlmData, GlmRows};
-pub use fit::{Gam, GamFit, GamModel, GamOptions, ScaleCell, ScaledRows};
+pub use fit::{Gam, GamFit, GamModel, GamOptions, Prediction, PredictionType, ScaleCell, ScaledRows};
 pub use formula::{Formula, Response};
 pub use link::Link;
 pub use parametric::Parametric;

@@ -44,6 +44,9 @@ write_case <- function(name, d) {
 report <- function(name, formula, family, family_name, link, d) {
   fit <- gam(as.formula(formula), family = family, data = d, method = "REML", control = ctrl)
   sm <- summary(fit)
+  new <- d[seq(1, nrow(d), length.out = 7), , drop = FALSE]
+  pl <- predict(fit, newdata = new, type = "link", se.fit = TRUE)
+  pr <- predict(fit, newdata = new, type = "response", se.fit = TRUE)
   smooths <- lapply(fit$smooth, function(s) list(label = s$label,
     first = s$first.para, last = s$last.para, edf = sum(fit$edf[s$first.para:s$last.para])))
   list(
@@ -72,7 +75,11 @@ report <- function(name, formula, family, family_name, link, d) {
     # summary.gam's tables, row by row, and R-sq.(adj).
     p_table = unname(as.vector(t(sm$p.table))),
     s_table = unname(as.vector(t(sm$s.table))),
-    r_sq = sm$r.sq
+    r_sq = sm$r.sq,
+    # predict.gam at 7 of the rows (evenly spaced), link and response.
+    predict_rows = as.integer(seq(1, nrow(d), length.out = 7)) - 1L,
+    predict_link = unname(pl$fit), predict_link_se = unname(pl$se.fit),
+    predict_response = unname(pr$fit), predict_response_se = unname(pr$se.fit)
   )
 }
 
