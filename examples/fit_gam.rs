@@ -3,7 +3,7 @@
 //!
 //!     cargo run --release --example fit_gam -- --data d.csv \
 //!         --formula 'y ~ x1 + f + s(x2, bs = "cr", k = 10) + te(x3, x4)' --family binomial [--link probit] \
-//!         [--json summary.json] [--backend auto|cpu|gpu]
+//!         [--json summary.json] [--backend auto|cpu|gpu] [--predict new.csv --out p.csv --type link|response]
 //!
 //! The data are a CSV file (a header row) or a Parquet file (`.parquet`);
 //! columns of numbers are numeric, others factors (`docs/errors.md`).
@@ -12,7 +12,7 @@ use std::path::PathBuf;
 
 use clap::Parser;
 use matfree::device::{select_device, Device, GpuPolicy};
-use matfree::gam::{Column, Family, Gam, GamFit, GamModel, GamOptions, Link};
+use matfree::gam::{Column, Family, Gam, GamFit, GamModel, GamOptions, Link, PredictionType, Response};
 use matfree::table::{Column as TableColumn, Table};
 
 type AnyResult<T> = Result<T, Box<dyn std::error::Error>>;
@@ -35,6 +35,16 @@ struct Args {
     /// Write the summary as JSON here.
     #[arg(long)]
     json: Option<PathBuf>,
+    /// Predict at the rows of this CSV or Parquet file after the fit
+    /// (mgcv's `predict.gam`), written to `--out` with standard errors.
+    #[arg(long, requires = "out")]
+    predict: Option<PathBuf>,
+    /// The predictions' file (CSV: fit, se.fit).
+    #[arg(long, requires = "predict")]
+    out: Option<PathBuf>,
+    /// The predictions' scale: link or response.
+    #[arg(long = "type", default_value = "response")]
+    kind: String,
     /// Where to fit: auto (the GPU if found), cpu or gpu.
     #[arg(long, default_value = "auto")]
     backend: String,
@@ -58,32 +68,66 @@ fn run(args: Args) -> AnyResult<bool> {
         None => Family::canonical(distribution).link(),
     };
     let gam = Gam::new(&args.formula, Family::new(distribution, link)?)?;
-    let wanted = gam.formula().columns();
-    let table = match args.data.extension().and_then(|e| e.to_str()) {
-        Some("parquet") => Table::read_parquet(&args.data, Some(&wanted))?,
-        _ => Table::read_csv(&args.data, Some(&wanted))?,
+    let kind = match args.kind.as_str() {
+        "link" => PredictionType::Link,
+        "response" => PredictionType::Response,
+        other => return Err(format!("--type {other}: must be link or response").into()),
     };
+    let wanted = gam.formula().columns();
+    let table = read(&args.data, &wanted)?;
     let levels = factor_levels(&table);
-    let columns: Vec<(&str, Column)> = table
-        .columns()
-        .zip(&levels)
-        .map(|((name, c), level)| match (c, level) {
-            (TableColumn::Numeric(x), _) => (name, Column::Numeric(x)),
-            (TableColumn::Factor { .. }, Some(l)) => (name, Column::Factor(l)),
-            _ => unreachable!("every factor has its levels"),
-        })
-        .collect();
-    let model = gam.setup(&columns)?;
+    let model = gam.setup(&columns(&table, &levels))?;
     let fit = fit_on(&args.backend, &model)?;
     let summary = model.summary(&fit, &args.formula)?;
     println!("{summary}");
     if let Some(path) = &args.json {
         matfree::files::write(path, serde_json::to_string_pretty(&summary)?.as_bytes())?;
     }
+    if let (Some(new), Some(out)) = (&args.predict, &args.out) {
+        let covariates: Vec<String> = wanted.into_iter().skip(response_columns(&gam)).collect();
+        let table = read(new, &covariates)?;
+        let levels = factor_levels(&table);
+        let p = fit.predict(&columns(&table, &levels), kind)?;
+        let mut csv = String::from("fit,se.fit\n");
+        for (f, s) in p.fit.iter().zip(&p.se) {
+            csv += &format!("{f:?},{s:?}\n");
+        }
+        matfree::files::write(out, csv.as_bytes())?;
+        eprintln!("predicted {} rows ({}) to {}", p.fit.len(), args.kind, out.display());
+    }
     if !fit.converged {
         eprintln!("warning: the fit did not converge ({:?})", fit.report.termination);
     }
     Ok(fit.converged)
+}
+
+/// The columns `wanted` of a CSV or Parquet file.
+fn read(path: &std::path::Path, wanted: &[String]) -> AnyResult<Table> {
+    Ok(match path.extension().and_then(|e| e.to_str()) {
+        Some("parquet") => Table::read_parquet(path, Some(wanted))?,
+        _ => Table::read_csv(path, Some(wanted))?,
+    })
+}
+
+/// How many of the formula's columns are its response (1, or 2 for cbind).
+fn response_columns(gam: &Gam) -> usize {
+    match gam.formula().response {
+        Response::Column(_) => 1,
+        Response::Binomial { .. } => 2,
+    }
+}
+
+/// The table's columns as the terms read them (`levels` from [`factor_levels`]).
+fn columns<'a>(table: &'a Table, levels: &'a [Option<Vec<String>>]) -> Vec<(&'a str, Column<'a>)> {
+    table
+        .columns()
+        .zip(levels)
+        .map(|((name, c), level)| match (c, level) {
+            (TableColumn::Numeric(x), _) => (name, Column::Numeric(x)),
+            (TableColumn::Factor { .. }, Some(l)) => (name, Column::Factor(l)),
+            _ => unreachable!("every factor has its levels"),
+        })
+        .collect()
 }
 
 /// Each factor column's level name per row (what the terms read).
