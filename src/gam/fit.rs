@@ -441,6 +441,14 @@ impl GamModel {
         if self.family.is_canonical() {
             return Ok(None);
         }
+        let h = self.expected_information(theta, phi);
+        let stats = FitStatistics::new(&CpuBackend::new(), &h, &self.penalty, lambda)?;
+        Ok(Some((stats, h)))
+    }
+
+    /// X^T W X / phi at the linear predictors theta (offsets not included),
+    /// W the family's Fisher weights, row-major p x p.
+    pub(crate) fn expected_information(&self, theta: &[f64], phi: f64) -> Vec<f64> {
         let r = &self.rows;
         let w: Vec<f64> = (0..r.n())
             .map(|i| {
@@ -453,9 +461,7 @@ impl GamModel {
         let x = faer::MatRef::from_row_major_slice(self.designs.matrix(0), r.n(), p);
         let wx = faer::Mat::from_fn(r.n(), p, |i, j| w[i] * x[(i, j)]);
         let xtwx = x.transpose() * &wx;
-        let h: Vec<f64> = (0..p * p).map(|t| xtwx[(t / p, t % p)]).collect();
-        let stats = FitStatistics::new(&CpuBackend::new(), &h, &self.penalty, lambda)?;
-        Ok(Some((stats, h)))
+        (0..p * p).map(|t| xtwx[(t / p, t % p)]).collect()
     }
 
     /// mgcv's scale estimate (Fletcher 2012, `gam.fit3`): the Pearson

@@ -104,28 +104,14 @@ impl GamModel {
 
     /// X^T W X at beta (Fisher weights) and the fitted means.
     fn weighted_crossproduct(&self, beta: &[f64]) -> (Vec<f64>, Vec<f64>) {
-        let (x, p) = (self.designs().matrix(0), beta.len());
-        let r = self.rows();
-        let family = r.family();
-        let mut a = vec![0.0; p * p];
-        let mut fitted = Vec::with_capacity(r.n());
-        for (i, xi) in x.chunks_exact(p).enumerate() {
-            let eta = xi.iter().zip(beta).map(|(x, b)| x * b).sum::<f64>() + r.offset()[i];
-            fitted.push(family.link().linkinv(eta));
-            let w = family.fisher_weight(r.trials()[i], r.weights()[i], eta);
-            for j in 0..p {
-                let wx = w * xi[j];
-                for k in j..p {
-                    a[j * p + k] += wx * xi[k];
-                }
-            }
-        }
-        for j in 0..p {
-            for k in 0..j {
-                a[j * p + k] = a[k * p + j];
-            }
-        }
-        (a, fitted)
+        let p = beta.len();
+        let theta: Vec<f64> = self
+            .designs()
+            .matrix(0)
+            .chunks_exact(p)
+            .map(|xi| xi.iter().zip(beta).map(|(x, b)| x * b).sum())
+            .collect();
+        (self.expected_information(&theta, 1.0), self.rows().mu(&theta))
     }
 
     /// y, mu and the prior weights as mgcv's R-sq.(adj) reads them (a
