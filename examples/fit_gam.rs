@@ -74,12 +74,23 @@ fn run(args: Args) -> AnyResult<bool> {
         other => return Err(format!("--type {other}: must be link or response").into()),
     };
     let wanted = gam.formula().columns();
+    let clock = std::time::Instant::now();
     let table = read(&args.data, &wanted)?;
     let levels = factor_levels(&table);
     let model = gam.setup(&columns(&table, &levels))?;
+    let setup = clock.elapsed().as_secs_f64();
     let fit = fit_on(&args.backend, &model)?;
+    let fitted = clock.elapsed().as_secs_f64();
     let summary = model.summary(&fit, &args.formula)?;
     println!("{summary}");
+    let r = &fit.report;
+    eprintln!(
+        "read and set up in {setup:.2} s; fitted in {:.2} s ({} REML iterations, {} evaluations); summary in {:.2} s",
+        fitted - setup,
+        r.iterations.len(),
+        r.evaluations,
+        clock.elapsed().as_secs_f64() - fitted
+    );
     if let Some(path) = &args.json {
         matfree::files::write(path, serde_json::to_string_pretty(&summary)?.as_bytes())?;
     }

@@ -5,7 +5,12 @@
 //! partial sums are added in chunk order: bitwise the same result for any
 //! number of threads.
 
+use std::ops::Range;
 use std::sync::Arc;
+
+use faer::linalg::matmul::matmul;
+use faer::linalg::matmul::triangular::{self, BlockStructure};
+use faer::{Accum, Mat, MatMut, MatRef, Par};
 
 use matfree_solvers::operator::expect_len;
 use matfree_solvers::{CpuBackend, LinearOperator};
@@ -84,6 +89,108 @@ pub(crate) fn reduce_chunks(
     let mut out = vec![0.0; len];
     for p in &partials {
         out.iter_mut().zip(p).for_each(|(o, v)| *o += v);
+    }
+    out
+}
+
+/// Rows per matrix product in [`RowHessian::dense_host`]: a tile of the
+/// design and its weighted copy stay in cache.
+pub(crate) const DENSE_TILE: usize = 512;
+
+/// Beta columns that reach one row coordinate through one matrix: a
+/// predictor's design columns (`design` its index), or one direct column
+/// (`None`: a column of ones).
+struct ColumnGroup {
+    cols: Range<usize>,
+    coord: usize,
+    design: Option<usize>,
+}
+
+/// The layout's column groups in beta's order.
+fn column_groups(layout: &Layout) -> Vec<ColumnGroup> {
+    let mut groups: Vec<ColumnGroup> = layout
+        .predictors()
+        .iter()
+        .enumerate()
+        .map(|(j, range)| ColumnGroup {
+            cols: range.clone(),
+            coord: j,
+            design: Some(j),
+        })
+        .collect();
+    for (range, u0) in layout.direct() {
+        groups.extend(range.clone().enumerate().map(|(k, a)| ColumnGroup {
+            cols: a..a + 1,
+            coord: u0 + k,
+            design: None,
+        }));
+    }
+    groups.sort_by_key(|g| g.cols.start);
+    groups
+}
+
+/// Group g's coefficients at `rows` (rows x its width): its design's
+/// rows, or `ones` (one per row) for a direct column.
+fn group_matrix<'a>(designs: &'a Designs, g: &ColumnGroup, rows: Range<usize>, ones: &'a [f64]) -> MatRef<'a, f64> {
+    match g.design {
+        Some(j) => {
+            let w = designs.widths()[j];
+            MatRef::from_row_major_slice(&designs.matrix(j)[rows.start * w..rows.end * w], rows.len(), w)
+        }
+        None => MatRef::from_column_major_slice(&ones[..rows.len()], rows.len(), 1),
+    }
+}
+
+/// Each row's P_i A P_i^T (r x r, row-major, one after another) at `rows`,
+/// for A = K K^T given by its lower-triangular factor `k` (p x p): with
+/// A = (H + S)^{-1} the rows' leverages, which make tr(A dH) =
+/// sum_i tr(P_i A P_i^T dH_i). Entry (u, v) is the dot product of rows
+/// P_i[u, :] K and P_i[v, :] K: one product with a triangle a group.
+pub(crate) fn pulled_back_quadratic(
+    layout: &Layout,
+    designs: &Designs,
+    rows: Range<usize>,
+    k: MatRef<f64>,
+) -> Vec<f64> {
+    let (r, len) = (layout.r(), rows.len());
+    let groups = column_groups(layout);
+    let ones = vec![1.0; len];
+    // Y_g = M_g K[g, :], of which columns g.end.. are zero (K is lower).
+    let ys: Vec<Mat<f64>> = groups
+        .iter()
+        .map(|g| {
+            let mg = group_matrix(designs, g, rows.clone(), &ones);
+            let mut y = Mat::<f64>::zeros(len, g.cols.end);
+            let (w, s) = (g.cols.len(), g.cols.start);
+            let (left, right) = y.as_mut().split_at_col_mut(s);
+            matmul(left, Accum::Replace, mg, k.submatrix(s, 0, w, s), 1.0, Par::Seq);
+            let tri = k.submatrix(s, s, w, w);
+            triangular::matmul(
+                right,
+                BlockStructure::Rectangular,
+                Accum::Replace,
+                mg,
+                BlockStructure::Rectangular,
+                tri,
+                BlockStructure::TriangularLower,
+                1.0,
+                Par::Seq,
+            );
+            y
+        })
+        .collect();
+    let mut out = vec![0.0; len * r * r];
+    let mut dots = vec![0.0; len];
+    for (g, yg) in groups.iter().zip(&ys) {
+        for (h, yh) in groups.iter().zip(&ys) {
+            dots.fill(0.0);
+            for b in 0..g.cols.end.min(h.cols.end) {
+                let each = dots.iter_mut().zip(yg.col_as_slice(b)).zip(yh.col_as_slice(b));
+                each.for_each(|((d, x), y)| *d += x * y);
+            }
+            let at = g.coord * r + h.coord;
+            dots.iter().enumerate().for_each(|(i, d)| out[i * r * r + at] = *d);
+        }
     }
     out
 }
@@ -188,25 +295,20 @@ impl RowHessian {
         }
     }
 
-    /// The dense joint Hessian, row-major p_total x p_total.
+    /// The dense joint Hessian, row-major p_total x p_total: for each pair
+    /// of column groups g <= h (a predictor's design columns, or one direct
+    /// column), the block M_g^T diag(H_i[u_g, u_h]) M_h, as a matrix
+    /// product over a tile of rows at a time ([`tile_dense`]). Few large
+    /// chunks, summed in order: each partial is p^2.
     pub fn dense_host(&self) -> Vec<f64> {
-        let (r, map) = (self.layout.r(), self.layout.column_map());
-        let p = map.len();
-        // Few large chunks: each partial is p^2, so bound their number.
-        let chunk = ROW_CHUNK.max(self.n().div_ceil(64));
+        let p = self.layout.p_total();
+        let groups = column_groups(&self.layout);
+        let chunk = DENSE_TILE.max(self.n().div_ceil(64).next_multiple_of(DENSE_TILE));
         let upper = reduce_chunks(self.n(), p * p, chunk, |rows, acc| {
-            let mut c = vec![0.0; p];
-            for i in rows {
-                let h = self.row_hess(i);
-                for (a, &(_, via)) in map.iter().enumerate() {
-                    c[a] = self.coef(i, via);
-                }
-                for a in 0..p {
-                    let hu = &h[map[a].0 * r..(map[a].0 + 1) * r];
-                    for b in a..p {
-                        acc[a * p + b] += c[a] * c[b] * hu[map[b].0];
-                    }
-                }
+            let mut scratch = Vec::new();
+            for start in rows.clone().step_by(DENSE_TILE) {
+                let tile = start..(start + DENSE_TILE).min(rows.end);
+                self.tile_dense(&groups, tile, acc, &mut scratch);
             }
         });
         let mut full = upper;
@@ -216,6 +318,40 @@ impl RowHessian {
             }
         }
         full
+    }
+
+    /// Add the upper blocks of sum_{i in rows} P_i^T H_i P_i to `acc`
+    /// (row-major p x p), one matrix product per pair of groups.
+    fn tile_dense(&self, groups: &[ColumnGroup], rows: Range<usize>, acc: &mut [f64], scratch: &mut Vec<f64>) {
+        let (r, p, len) = (self.layout.r(), self.layout.p_total(), rows.len());
+        let hess = &self.hess[rows.start * r * r..rows.end * r * r];
+        let ones = vec![1.0; len];
+        let matrix = |g: &ColumnGroup| group_matrix(&self.designs, g, rows.clone(), &ones);
+        let mut out = MatMut::from_row_major_slice_mut(acc, p, p);
+        for (a, g) in groups.iter().enumerate() {
+            let mg = matrix(g);
+            for h in &groups[a..] {
+                let mh = matrix(h);
+                // W = diag(H_i[u_g, u_h]) M_h, row-major (as the designs).
+                let (at, wh) = (g.coord * r + h.coord, mh.ncols());
+                scratch.clear();
+                for i in 0..len {
+                    let hi = hess[i * r * r + at];
+                    scratch.extend((0..wh).map(|b| hi * mh[(i, b)]));
+                }
+                let w = MatRef::from_row_major_slice(scratch, len, wh);
+                let block = out
+                    .as_mut()
+                    .submatrix_mut(g.cols.start, h.cols.start, g.cols.len(), h.cols.len());
+                // A diagonal block's lower half is mirrored from its upper.
+                let upper = match g.cols == h.cols {
+                    true => BlockStructure::TriangularUpper,
+                    false => BlockStructure::Rectangular,
+                };
+                let rect = BlockStructure::Rectangular;
+                triangular::matmul(block, upper, Accum::Add, mg.transpose(), rect, w, rect, 1.0, Par::Seq);
+            }
+        }
     }
 
     /// The joint negative log-likelihood and its gradient from per-row values
@@ -233,10 +369,14 @@ pub fn joint_gradient(layout: &Layout, designs: &Designs, neglog: &[f64], grad: 
     check_matrix("grad", grad, n, r)?;
     // Slot p of each partial carries the neglog sum.
     let sums = reduce_chunks(n, p + 1, ROW_CHUNK, |rows, acc| {
-        for i in rows {
-            row_scatter(layout, designs, i, &grad[i * r..(i + 1) * r], &mut acc[..p]);
-            acc[p] += neglog[i];
-        }
+        tile_scatter(
+            layout,
+            designs,
+            rows.clone(),
+            &grad[rows.start * r..rows.end * r],
+            &mut acc[..p],
+        );
+        acc[p] += neglog[rows].iter().sum::<f64>();
     });
     Ok(JointGradient {
         neglog: sums[p],
@@ -251,6 +391,65 @@ pub(crate) fn row_direction(layout: &Layout, designs: &Designs, i: usize, v: &[f
     }
     for (range, u0) in layout.direct() {
         d[*u0..u0 + range.len()].copy_from_slice(&v[range.clone()]);
+    }
+}
+
+/// Each row's coordinates P_i v_c at `rows`, for every vector v_c of
+/// `vs`: row-major len x k x r (row i's k directions, r each). A design's
+/// part is one matrix product per tile (X_rows times the k vectors' slices).
+pub(crate) fn tile_directions(layout: &Layout, designs: &Designs, rows: Range<usize>, vs: &[&[f64]]) -> Vec<f64> {
+    let (r, k, len) = (layout.r(), vs.len(), rows.len());
+    let mut out = vec![0.0; len * k * r];
+    let mut y = Mat::<f64>::zeros(len, k);
+    for (j, range) in layout.predictors().iter().enumerate() {
+        let w = range.len();
+        let x = MatRef::from_row_major_slice(&designs.matrix(j)[rows.start * w..rows.end * w], len, w);
+        let v = Mat::from_fn(w, k, |b, c| vs[c][range.start + b]);
+        matmul(y.as_mut(), Accum::Replace, x, v.as_ref(), 1.0, Par::Seq);
+        for i in 0..len {
+            for c in 0..k {
+                out[(i * k + c) * r + j] = y[(i, c)];
+            }
+        }
+    }
+    for (range, u0) in layout.direct() {
+        for i in 0..len {
+            for (c, v) in vs.iter().enumerate() {
+                let at = (i * k + c) * r + u0;
+                out[at..at + range.len()].copy_from_slice(&v[range.clone()]);
+            }
+        }
+    }
+    out
+}
+
+/// Every row's coordinates P_i v (n x r, row-major), by tiles in parallel.
+pub fn linear_predictors(layout: &Layout, designs: &Designs, v: &[f64]) -> Vec<f64> {
+    let r = layout.r();
+    let mut out = vec![0.0; designs.n() * r];
+    out.par_chunks_mut(ROW_CHUNK * r).enumerate().for_each(|(c, o)| {
+        let first = c * ROW_CHUNK;
+        o.copy_from_slice(&tile_directions(layout, designs, first..first + o.len() / r, &[v]));
+    });
+    out
+}
+
+/// out += sum_{i in rows} P_i^T t_i, `t` the rows' coordinates (len x r):
+/// a design's part is X_rows^T t[:, j], one matrix product.
+fn tile_scatter(layout: &Layout, designs: &Designs, rows: Range<usize>, t: &[f64], out: &mut [f64]) {
+    let (r, len) = (layout.r(), rows.len());
+    let tm = MatRef::from_row_major_slice(t, len, r);
+    for (j, range) in layout.predictors().iter().enumerate() {
+        let w = range.len();
+        let x = MatRef::from_row_major_slice(&designs.matrix(j)[rows.start * w..rows.end * w], len, w);
+        let dst = MatMut::from_column_major_slice_mut(&mut out[range.clone()], w, 1);
+        matmul(dst, Accum::Add, x.transpose(), tm.subcols(j, 1), 1.0, Par::Seq);
+    }
+    for (range, u0) in layout.direct() {
+        for i in 0..len {
+            let ti = &t[i * r + u0..i * r + u0 + range.len()];
+            out[range.clone()].iter_mut().zip(ti).for_each(|(o, x)| *o += x);
+        }
     }
 }
 

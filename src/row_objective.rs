@@ -11,7 +11,10 @@
 use std::rc::Rc;
 use std::sync::Arc;
 
-use matfree_solvers::newton::{fd_hessian_derivative, CostEstimate, Evaluation, Objective};
+use faer::{MatRef, Side};
+use matfree_solvers::newton::{
+    fd_hessian_derivative, trace_product, traces_through_dense, CostEstimate, Evaluation, Objective,
+};
 use matfree_solvers::operator::expect_len;
 use matfree_solvers::{CpuBackend, Result as SolverResult};
 use rayon::prelude::*;
@@ -20,7 +23,8 @@ use crate::designs::{first_non_finite, Designs};
 use crate::layout::{Layout, Via};
 use crate::pool::{BufferPool, PooledVec};
 use crate::row_hessian::{
-    check_layout_designs, joint_gradient, reduce_chunks, row_direction, JointGradient, RowHessian, ROW_CHUNK,
+    check_layout_designs, joint_gradient, pulled_back_quadratic, reduce_chunks, row_direction, tile_directions,
+    JointGradient, RowHessian, DENSE_TILE, ROW_CHUNK,
 };
 use crate::{Error, Result};
 
@@ -66,6 +70,13 @@ pub trait RowEvaluator: Sync {
         false
     }
 
+    /// Whether every row's negative log-likelihood is convex in theta
+    /// (default false); the objective is then convex in beta
+    /// ([`Objective::convex`]).
+    fn convex(&self) -> bool {
+        false
+    }
+
     /// Whether [`RowEvaluator::row_hessian_derivative`] is implemented
     /// (default false: REML then differences Hessians, one extra
     /// evaluation a smoothing parameter, with an error of order its step).
@@ -77,6 +88,17 @@ pub trait RowEvaluator: Sync {
     /// the third derivatives contracted with `dtheta`. Called only where
     /// [`RowEvaluator::has_hessian_derivative`] says so.
     fn row_hessian_derivative(&self, _i: usize, _theta: &[f64], _dtheta: &[f64], _out: &mut [f64]) {}
+
+    /// [`RowEvaluator::row_hessian_derivative`] along each of k directions
+    /// (`dthetas`, k x r) into `out` (k x r^2, zeroed). The default calls
+    /// it once a direction; a model whose third derivatives at theta serve
+    /// every direction overrides it to compute them once.
+    fn row_hessian_derivatives(&self, i: usize, theta: &[f64], dthetas: &[f64], out: &mut [f64]) {
+        let r = theta.len();
+        for (d, o) in dthetas.chunks_exact(r).zip(out.chunks_exact_mut(r * r)) {
+            self.row_hessian_derivative(i, theta, d, o);
+        }
+    }
 }
 
 /// sum_i neglog_i(theta_i(beta)) over a layout and its designs, with the
@@ -151,9 +173,9 @@ impl<E: RowEvaluator> RowObjective<E> {
             .zip(hess.par_chunks_mut(ROW_CHUNK * r * r));
         chunks.enumerate().for_each(|(c, ((v, g), h))| {
             h.fill(0.0); // a pooled buffer holds the last evaluation's rows
-            let mut theta = vec![0.0; v.len() * r];
-            self.chunk_rows(c, beta, |_, k, t| theta[k * r..(k + 1) * r].copy_from_slice(t));
-            self.evaluator.rows(c * ROW_CHUNK, &theta, v, g, h);
+            let first = c * ROW_CHUNK;
+            let theta = tile_directions(&self.layout, &self.designs, first..first + v.len(), &[beta]);
+            self.evaluator.rows(first, &theta, v, g, h);
         });
         (neglog, grad, hess)
     }
@@ -214,16 +236,104 @@ impl<E: RowEvaluator> RowObjective<E> {
     }
 }
 
-/// An HVP reads each row's Hessian (r^2) and design rows (the predictors'
-/// widths) once; the dense assembly adds p^2 a row.
-pub fn row_cost(layout: &Layout, n: usize) -> CostEstimate {
-    let (n, r, p) = (n as f64, layout.r() as f64, layout.p_total() as f64);
-    let design: usize = layout.predictors().iter().map(|range| range.len()).sum();
-    CostEstimate {
-        hvp: 2.0 * n * (r * r + design as f64),
-        dense_assembly: 3.0 * n * p * p,
+impl<E: RowEvaluator> RowObjective<E> {
+    /// tr(A dH_k) = sum_i tr(P_i A P_i^T dH_i(P_i d_k)) for each direction
+    /// d_k, A dense symmetric (row-major p x p), from the model's exact
+    /// row derivatives: one pass over the rows for every direction (the
+    /// rows' P_i A P_i^T by tiles of matrix products), no p x p matrix a
+    /// direction.
+    fn row_hessian_derivative_traces(&self, beta: &[f64], a: &[f64], directions: &[&[f64]]) -> SolverResult<Vec<f64>> {
+        let (n, r, p) = (self.designs.n(), self.layout.r(), self.layout.p_total());
+        expect_len("beta", beta.len(), p)?;
+        expect_len("inverse", a.len(), p * p)?;
+        for d in directions {
+            expect_len("direction", d.len(), p)?;
+        }
+        let m = directions.len();
+        // A = K K^T (A is (H + S)^{-1}, positive definite).
+        let Ok(factor) = MatRef::from_row_major_slice(a, p, p).llt(Side::Lower) else {
+            return self.dense_derivative_traces(beta, a, directions);
+        };
+        let k = factor.L();
+        // Slot m of each partial counts non-finite row derivatives.
+        let vectors: Vec<&[f64]> = std::iter::once(beta).chain(directions.iter().copied()).collect();
+        let sums = reduce_chunks(n, m + 1, DENSE_TILE, |rows, acc| {
+            let q = pulled_back_quadratic(&self.layout, &self.designs, rows.clone(), k);
+            // Each row's theta, then its m directions (r each).
+            let coords = tile_directions(&self.layout, &self.designs, rows.clone(), &vectors);
+            let mut out = vec![0.0; m * r * r];
+            for (k, i) in rows.enumerate() {
+                let row = &coords[k * (m + 1) * r..(k + 1) * (m + 1) * r];
+                let qi = &q[k * r * r..(k + 1) * r * r];
+                out.fill(0.0);
+                self.evaluator
+                    .row_hessian_derivatives(i, &row[..r], &row[r..], &mut out);
+                for c in 0..m {
+                    let t: f64 = qi
+                        .iter()
+                        .zip(&out[c * r * r..(c + 1) * r * r])
+                        .map(|(x, y)| x * y)
+                        .sum();
+                    match t.is_finite() {
+                        true => acc[c] += t,
+                        false => acc[m] += 1.0,
+                    }
+                }
+            }
+        });
+        if sums[m] > 0.0 {
+            let rule = "must be finite at a point inside the domain";
+            return Err(Error::invalid("row_hessian_derivative", format!("{} non-finite rows", sums[m]), rule).into());
+        }
+        Ok(sums[..m].to_vec())
+    }
+
+    /// tr(A dH_k) through each dense dH_k: where A has no Cholesky factor
+    /// in floating point.
+    fn dense_derivative_traces(&self, beta: &[f64], a: &[f64], directions: &[&[f64]]) -> SolverResult<Vec<f64>> {
+        let each = directions.iter().map(|d| {
+            let dh = self.row_hessian_derivative(beta, d)?;
+            trace_product(a, &dh, self.dim())
+        });
+        each.collect()
     }
 }
+
+/// An HVP reads each row's Hessian (r^2) and design rows (the predictors'
+/// widths) once. The dense assembly ([`RowHessian::dense_host`]) is a
+/// matrix product per pair of column groups: 2 |g| |h| flops a row, which
+/// between two design blocks run at about [`GEMM_SPEEDUP`] times the rate
+/// of the HVP's row loop (measured on this crate's CPU paths), and at its
+/// rate where a direct column takes part. Both are in HVP-loop flops.
+pub fn row_cost(layout: &Layout, n: usize) -> CostEstimate {
+    let (n, r) = (n as f64, layout.r() as f64);
+    let design: usize = layout.predictors().iter().map(|range| range.len()).sum();
+    let widths: Vec<(f64, bool)> = layout
+        .predictors()
+        .iter()
+        .map(|range| (range.len() as f64, true))
+        .chain(
+            layout
+                .direct()
+                .iter()
+                .flat_map(|(range, _)| range.clone().map(|_| (1.0, false))),
+        )
+        .collect();
+    let mut pairs = 0.0;
+    for (a, &(wg, dg)) in widths.iter().enumerate() {
+        for &(wh, dh) in &widths[a..] {
+            pairs += wg * wh / if dg && dh { GEMM_SPEEDUP } else { 1.0 };
+        }
+    }
+    CostEstimate {
+        hvp: 2.0 * n * (r * r + design as f64),
+        dense_assembly: 2.0 * n * pairs,
+    }
+}
+
+/// How much faster a dense assembly's matrix product runs than the HVP's
+/// row loop, per flop (see [`row_cost`]).
+pub const GEMM_SPEEDUP: f64 = 8.0;
 
 /// A row a model rejects at beta ([`Error::RowRejected`]) means beta is
 /// outside the model's domain: the Newton driver then shrinks its step.
@@ -277,10 +387,12 @@ impl<E: RowEvaluator> Objective<CpuBackend> for RowObjective<E> {
         }
         expect_len("beta", beta.len(), self.dim())?;
         let n = self.designs.n();
+        let r = self.layout.r();
         let sum = reduce_chunks(n, 1, ROW_CHUNK, |rows, acc| {
-            self.chunk_rows(rows.start / ROW_CHUNK, beta, |i, _, theta| {
-                acc[0] += self.evaluator.row_value(i, theta);
-            });
+            let theta = tile_directions(&self.layout, &self.designs, rows.clone(), &[beta]);
+            for (k, i) in rows.enumerate() {
+                acc[0] += self.evaluator.row_value(i, &theta[k * r..(k + 1) * r]);
+            }
         })[0];
         Ok(sum.is_finite().then_some(sum))
     }
@@ -301,6 +413,10 @@ impl<E: RowEvaluator> Objective<CpuBackend> for RowObjective<E> {
         self.evaluator.has_hessian_derivative()
     }
 
+    fn convex(&self) -> bool {
+        self.evaluator.convex()
+    }
+
     fn hessian_derivative(
         &self,
         beta: &[f64],
@@ -312,5 +428,19 @@ impl<E: RowEvaluator> Objective<CpuBackend> for RowObjective<E> {
             true => self.row_hessian_derivative(beta, direction),
             false => fd_hessian_derivative(self, beta, hessian, direction, step),
         }
+    }
+
+    fn hessian_derivative_traces(
+        &self,
+        beta: &[f64],
+        hessian: &[f64],
+        inverse: &[f64],
+        directions: &[&[f64]],
+        steps: &[f64],
+    ) -> SolverResult<Vec<f64>> {
+        if !self.evaluator.has_hessian_derivative() {
+            return traces_through_dense(self, beta, hessian, inverse, directions, steps);
+        }
+        self.row_hessian_derivative_traces(beta, inverse, directions)
     }
 }

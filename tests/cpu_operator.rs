@@ -71,6 +71,13 @@ fn shapes() -> Vec<Shape> {
             p_h: 20,
             p_w: 11,
         }, // r = 33
+        Shape {
+            n: 1300,
+            p_m: 40,
+            p_g: 3,
+            p_h: 2,
+            p_w: 1,
+        }, // several dense tiles (512 rows), a design wider than a warp
     ]
 }
 

@@ -284,3 +284,86 @@ fn gpu_host_rows_on_one_gpu_and_on_a_group_match_the_cpu() {
         );
     }
 }
+
+/// A row over a wide design and a direct block: theta = (eta, c_1..c_3),
+/// s = a . theta, neglog = exp(s) - y s + |c|^2 / 2 (r = 4, 40 design
+/// columns: wider than a warp).
+struct Wide {
+    y: Vec<f64>,
+}
+
+const A: [f64; 4] = [1.0, 1.0, 0.5, -0.3];
+
+impl RowEvaluator for Wide {
+    fn row(&self, i: usize, t: &[f64], grad: &mut [f64], hess: &mut [f64]) -> f64 {
+        let s: f64 = t.iter().zip(A).map(|(x, a)| x * a).sum();
+        let e = s.exp();
+        for u in 0..4 {
+            grad[u] = (e - self.y[i]) * A[u] + if u > 0 { t[u] } else { 0.0 };
+            for v in 0..4 {
+                hess[u * 4 + v] = e * A[u] * A[v] + if u == v && u > 0 { 1.0 } else { 0.0 };
+            }
+        }
+        e - self.y[i] * s + t[1..].iter().map(|c| c * c).sum::<f64>() / 2.0
+    }
+    fn has_hessian_derivative(&self) -> bool {
+        true
+    }
+    fn row_hessian_derivative(&self, _i: usize, t: &[f64], d: &[f64], out: &mut [f64]) {
+        let s: f64 = t.iter().zip(A).map(|(x, a)| x * a).sum();
+        let ad: f64 = d.iter().zip(A).map(|(x, a)| x * a).sum();
+        for u in 0..4 {
+            for v in 0..4 {
+                out[u * 4 + v] = s.exp() * ad * A[u] * A[v];
+            }
+        }
+    }
+}
+
+fn wide_objective(n: usize, w: usize) -> RowObjective<Wide> {
+    let x: Vec<f64> = (0..n * w)
+        .map(|k| ((k * 7919 % 1009) as f64 / 1009.0 - 0.5) / (w as f64).sqrt())
+        .collect();
+    let designs = Arc::new(Designs::single(n, w, x).unwrap());
+    let layout = Layout::new(&[Block::Direct(1), Block::Predictor(w), Block::Direct(2)]).unwrap();
+    let y = (0..n).map(|i| (i % 3) as f64).collect();
+    RowObjective::new(layout, designs, Wide { y }).unwrap()
+}
+
+/// REML's traces tr(A dH_k) from the rows' leverages (one pass for every
+/// direction) equal tr(A dH_k) through each dense dH_k, for a positive
+/// definite A and (through the fallback) an indefinite one; on a layout
+/// with direct blocks around a design wider than a warp, and on the
+/// two-coordinate model.
+#[test]
+fn hessian_derivative_traces_equal_the_traces_of_the_dense_derivatives() {
+    fn check<E: RowEvaluator>(obj: &RowObjective<E>, beta: &[f64]) {
+        let p = beta.len();
+        let h = obj.evaluate(beta).unwrap().unwrap().hessian.to_dense().unwrap();
+        let m: Vec<f64> = (0..p * p).map(|k| ((k * 31 % 17) as f64 - 8.0) / 17.0).collect();
+        let spd: Vec<f64> = (0..p * p)
+            .map(|k| (0..p).map(|t| m[(k / p) * p + t] * m[(k % p) * p + t]).sum::<f64>() + f64::from(k / p == k % p))
+            .collect();
+        let indefinite: Vec<f64> = spd
+            .iter()
+            .enumerate()
+            .map(|(k, v)| v - 3.0 * f64::from(k == 0))
+            .collect();
+        let dirs: Vec<Vec<f64>> = (0..3)
+            .map(|c| (0..p).map(|j| ((j + 3 * c) as f64 * 0.7).sin()).collect())
+            .collect();
+        let views: Vec<&[f64]> = dirs.iter().map(|d| d.as_slice()).collect();
+        for a in [&spd, &indefinite] {
+            let got = obj.hessian_derivative_traces(beta, &h, a, &views, &[1e-6; 3]).unwrap();
+            for (d, g) in dirs.iter().zip(&got) {
+                let dh = obj.hessian_derivative(beta, &h, d, 1e-6).unwrap();
+                let want = matfree::solvers::newton::trace_product(a, &dh, p).unwrap();
+                assert!((g - want).abs() <= 1e-10 * want.abs().max(1.0), "trace {g} vs {want}");
+            }
+        }
+    }
+    let w = 40;
+    let beta: Vec<f64> = (0..w + 3).map(|j| 0.05 * (j as f64).cos()).collect();
+    check(&wide_objective(1500, w), &beta);
+    check(&shared_objective(700), &[0.3, -0.8, 0.2]);
+}

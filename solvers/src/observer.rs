@@ -27,10 +27,10 @@ pub enum EvaluationKind {
     /// The value alone ([`Objective::value`], line-search trials of an
     /// objective whose [`Objective::cheap_value`] holds).
     Value,
-    /// A Hessian derivative for REML's gradient
-    /// ([`Objective::hessian_derivative`]): one full evaluation where it is
-    /// the finite difference, none where it is exact. REML counts it as one
-    /// either way.
+    /// A Hessian derivative for REML's gradient (one direction of
+    /// [`Objective::hessian_derivative_traces`]): one full evaluation where
+    /// it is the finite difference, none where it is exact. REML counts it
+    /// as one either way.
     HessianDerivative,
 }
 
@@ -105,11 +105,29 @@ impl<'o, B: Backend> Watched<'_, 'o, B> {
         Ok(v)
     }
 
-    /// [`Objective::hessian_derivative`].
-    pub fn hessian_derivative(&self, beta: &[f64], hessian: &[f64], direction: &[f64], step: f64) -> Result<Vec<f64>> {
+    /// [`Objective::hessian_derivative_traces`], told as one Hessian
+    /// derivative a direction (each with an equal share of the time).
+    pub fn hessian_derivative_traces(
+        &self,
+        beta: &[f64],
+        hessian: &[f64],
+        inverse: &[f64],
+        directions: &[&[f64]],
+        steps: &[f64],
+    ) -> Result<Vec<f64>> {
         let t = Instant::now();
-        let dh = self.objective.hessian_derivative(beta, hessian, direction, step)?;
-        self.tell(EvaluationKind::HessianDerivative, None, t);
-        Ok(dh)
+        let traces = self
+            .objective
+            .hessian_derivative_traces(beta, hessian, inverse, directions, steps)?;
+        let seconds = t.elapsed().as_secs_f64() / directions.len().max(1) as f64;
+        for _ in directions {
+            let record = EvaluationRecord {
+                kind: EvaluationKind::HessianDerivative,
+                value: None,
+                seconds,
+            };
+            self.observer.evaluation(&record);
+        }
+        Ok(traces)
     }
 }

@@ -101,6 +101,12 @@ pub trait DeviceRowEvaluator {
         ))
     }
 
+    /// Whether every row's negative log-likelihood is convex in theta
+    /// (default false; see [`Objective::convex`]).
+    fn convex(&self) -> bool {
+        false
+    }
+
     /// Whether [`DeviceRowEvaluator::hessian_derivative`] is exact
     /// (default false: the objective differences Hessians instead).
     fn exact_hessian_derivative(&self) -> bool {
@@ -217,6 +223,10 @@ impl<E: DeviceRowEvaluator> Objective<CudaBackend> for DeviceRowObjective<E> {
         self.rows.exact_hessian_derivative()
     }
 
+    fn convex(&self) -> bool {
+        self.rows.convex()
+    }
+
     fn hessian_derivative(
         &self,
         beta: &[f64],
@@ -283,6 +293,10 @@ impl<E: RowEvaluator> DeviceRowEvaluator for HostRows<E> {
 
     fn exact_hessian_derivative(&self) -> bool {
         self.host.evaluator().has_hessian_derivative()
+    }
+
+    fn convex(&self) -> bool {
+        self.host.evaluator().convex()
     }
 
     fn hessian_derivative(&self, beta: &[f64], direction: &[f64]) -> Result<Vec<f64>> {

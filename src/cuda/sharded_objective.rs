@@ -127,6 +127,10 @@ impl<E: DeviceRowEvaluator> Objective<MultiGpuBackend> for ShardedRowObjective<E
     fn coefficient_scales(&self) -> Option<Vec<f64>> {
         Some(self.scales.clone())
     }
+
+    fn convex(&self) -> bool {
+        self.shards.iter().all(|(_, e)| e.convex())
+    }
 }
 
 /// Rows `first..` of a model with CPU rows, as a model of their own (row
@@ -151,6 +155,12 @@ impl<E: RowEvaluator + Send> RowEvaluator for ShardRows<E> {
     }
     fn has_hessian_derivative(&self) -> bool {
         self.model.has_hessian_derivative()
+    }
+    fn convex(&self) -> bool {
+        self.model.convex()
+    }
+    fn row_hessian_derivatives(&self, i: usize, theta: &[f64], dthetas: &[f64], out: &mut [f64]) {
+        self.model.row_hessian_derivatives(self.first + i, theta, dthetas, out)
     }
     fn row_hessian_derivative(&self, i: usize, theta: &[f64], dtheta: &[f64], out: &mut [f64]) {
         self.model.row_hessian_derivative(self.first + i, theta, dtheta, out)

@@ -208,6 +208,23 @@ impl Family {
         self.link == self.distribution.canonical()
     }
 
+    /// Whether each row's negative log-likelihood is convex in eta (at any
+    /// y in range and weight >= 0): binomial with logit, probit or cloglog
+    /// (log-concave distribution functions, for mu and for 1 - mu), Poisson
+    /// with log (mu - y eta), Gaussian with identity, Gamma with log
+    /// (y e^-eta + eta) or inverse (y eta - log eta). Other links are not
+    /// claimed.
+    pub fn is_convex(&self) -> bool {
+        use Distribution::*;
+        matches!(
+            (self.distribution, self.link),
+            (Binomial, Link::Logit | Link::Probit | Link::Cloglog)
+                | (Poisson, Link::Log)
+                | (Gaussian, Link::Identity)
+                | (Gamma, Link::Log | Link::Inverse)
+        )
+    }
+
     /// One row's w d(y, mu) / 2 at eta (offset included), m its trials (1
     /// outside the binomial). Non-finite outside the link's domain
     /// (mu <= 0 for Poisson and Gamma, mu infinite).
@@ -676,5 +693,12 @@ impl RowEvaluator for GlmRows {
     }
     fn row_hessian_derivative(&self, i: usize, theta: &[f64], dtheta: &[f64], out: &mut [f64]) {
         out[0] = self.jet(i, theta[0])[3] * dtheta[0];
+    }
+    fn row_hessian_derivatives(&self, i: usize, theta: &[f64], dthetas: &[f64], out: &mut [f64]) {
+        let third = self.jet(i, theta[0])[3];
+        out.iter_mut().zip(dthetas).for_each(|(o, d)| *o = third * d);
+    }
+    fn convex(&self) -> bool {
+        self.family.is_convex()
     }
 }

@@ -43,9 +43,10 @@ use matfree_solvers::{CpuBackend, Objective, PcgKernels, Penalty};
 
 use super::formula::Formula;
 use super::setup::{build_terms, response, ModelTerm, Table};
-use super::{model_matrix, Column, Distribution, Family, GlmData, GlmRows, Parametric, Term};
+use super::term::bind_terms;
+use super::{Column, Distribution, Family, GlmData, GlmRows, Parametric, Term};
 use crate::row_objective::RowEvaluator;
-use crate::{Designs, Error, Layout, Result, RowObjective};
+use crate::{Designs, Error, Layout, Result, RowHessian, RowObjective};
 
 /// The scale phi the rows are divided by, shared between a model and the
 /// objectives built from it (so that one objective, uploaded once, serves
@@ -99,9 +100,18 @@ impl RowEvaluator for ScaledRows {
     fn has_hessian_derivative(&self) -> bool {
         true
     }
+    // 1 / phi > 0 keeps each row's convexity.
+    fn convex(&self) -> bool {
+        self.rows.convex()
+    }
     fn row_hessian_derivative(&self, i: usize, theta: &[f64], dtheta: &[f64], out: &mut [f64]) {
         self.rows.row_hessian_derivative(i, theta, dtheta, out);
         out[0] *= self.inv();
+    }
+    fn row_hessian_derivatives(&self, i: usize, theta: &[f64], dthetas: &[f64], out: &mut [f64]) {
+        self.rows.row_hessian_derivatives(i, theta, dthetas, out);
+        let c = self.inv();
+        out.iter_mut().for_each(|o| *o *= c);
     }
 }
 
@@ -168,14 +178,16 @@ impl Gam {
                 ..GlmData::default()
             },
         )?;
-        let terms = build_terms(&self.formula, &table)?;
+        let mut terms = build_terms(&self.formula, &table)?;
         let columns: Vec<Vec<Column>> = terms.iter().map(|t| table.all(&t.columns)).collect::<Result<_>>()?;
-        let parts: Vec<(&Term, &[Column])> = terms
-            .iter()
+        let designs = terms
+            .iter_mut()
             .zip(&columns)
-            .map(|(t, c)| (&t.term, c.as_slice()))
-            .collect();
-        let (x, blocks) = model_matrix(&parts, n)?;
+            .map(|(t, c)| t.term.take_design(c, n))
+            .collect::<Result<Vec<_>>>()?;
+        let bound: Vec<&Term> = terms.iter().map(|t| &t.term).collect();
+        let (x, blocks) = bind_terms(&bound, &designs, n);
+        drop(designs);
         let p = terms.last().map_or(0, |t| t.range.end);
         if p == 0 {
             return Err(Error::invalid("formula", "no terms", "a model needs a coefficient"));
@@ -185,6 +197,7 @@ impl Gam {
             family: self.family,
             null_space_dim: p - penalty.rank(),
             designs: Arc::new(Designs::single(n, p, x)?),
+            layout: Layout::glm(p)?,
             terms,
             penalty,
             rows,
@@ -206,6 +219,8 @@ pub struct GamModel {
     family: Family,
     terms: Vec<ModelTerm>,
     designs: Arc<Designs>,
+    /// One linear predictor over the design (r = 1).
+    layout: Layout,
     penalty: Penalty,
     rows: GlmRows,
     null_space_dim: usize,
@@ -239,12 +254,11 @@ impl GamModel {
     /// fit on a GPU; [`GamModel::fit_on`] needs an objective built here,
     /// which reads the scale it sets.
     pub fn objective(&self) -> Result<RowObjective<ScaledRows>> {
-        let p = self.designs.widths()[0];
         let rows = ScaledRows {
             rows: self.rows.clone(),
             scale: self.scale.clone(),
         };
-        RowObjective::new(Layout::glm(p)?, self.designs.clone(), rows)
+        RowObjective::new(self.layout.clone(), self.designs.clone(), rows)
     }
 
     /// The REML fit on `backend` with `objective` (from
@@ -364,14 +378,9 @@ impl GamModel {
         ))
     }
 
-    /// X beta.
-    fn linear_predictor(&self, beta: &[f64]) -> Vec<f64> {
-        let p = beta.len();
-        self.designs
-            .matrix(0)
-            .chunks_exact(p)
-            .map(|r| r.iter().zip(beta).map(|(x, b)| x * b).sum())
-            .collect()
+    /// X beta (in parallel).
+    pub(crate) fn linear_predictor(&self, beta: &[f64]) -> Vec<f64> {
+        crate::row_hessian::linear_predictors(&self.layout, &self.designs, beta)
     }
 
     /// What mgcv reports of the profile's last fit.
@@ -441,14 +450,14 @@ impl GamModel {
         if self.family.is_canonical() {
             return Ok(None);
         }
-        let h = self.expected_information(theta, phi);
+        let h = self.expected_information(theta, phi)?;
         let stats = FitStatistics::new(&CpuBackend::new(), &h, &self.penalty, lambda)?;
         Ok(Some((stats, h)))
     }
 
     /// X^T W X / phi at the linear predictors theta (offsets not included),
     /// W the family's Fisher weights, row-major p x p.
-    pub(crate) fn expected_information(&self, theta: &[f64], phi: f64) -> Vec<f64> {
+    pub(crate) fn expected_information(&self, theta: &[f64], phi: f64) -> Result<Vec<f64>> {
         let r = &self.rows;
         let w: Vec<f64> = (0..r.n())
             .map(|i| {
@@ -457,11 +466,8 @@ impl GamModel {
                     / phi
             })
             .collect();
-        let p = self.designs.widths()[0];
-        let x = faer::MatRef::from_row_major_slice(self.designs.matrix(0), r.n(), p);
-        let wx = faer::Mat::from_fn(r.n(), p, |i, j| w[i] * x[(i, j)]);
-        let xtwx = x.transpose() * &wx;
-        (0..p * p).map(|t| xtwx[(t / p, t % p)]).collect()
+        // The rows' Hessians are the weights: X^T W X is their dense pull-back.
+        Ok(RowHessian::new(self.layout.clone(), self.designs.clone(), w)?.dense_host())
     }
 
     /// mgcv's scale estimate (Fletcher 2012, `gam.fit3`): the Pearson

@@ -27,7 +27,7 @@ impl GamModel {
             let rule = format!("must be this model's {} coefficients", self.designs().widths()[0]);
             return Err(Error::invalid("fit.coefficients", p, rule));
         }
-        let (xtwx, fitted) = self.weighted_crossproduct(&fit.coefficients);
+        let (xtwx, fitted) = self.weighted_crossproduct(&fit.coefficients)?;
         let mut input = SummaryInput {
             coefficients: fit.coefficients.clone(),
             names: fit.names.clone(),
@@ -103,15 +103,9 @@ impl GamModel {
     }
 
     /// X^T W X at beta (Fisher weights) and the fitted means.
-    fn weighted_crossproduct(&self, beta: &[f64]) -> (Vec<f64>, Vec<f64>) {
-        let p = beta.len();
-        let theta: Vec<f64> = self
-            .designs()
-            .matrix(0)
-            .chunks_exact(p)
-            .map(|xi| xi.iter().zip(beta).map(|(x, b)| x * b).sum())
-            .collect();
-        (self.expected_information(&theta, 1.0), self.rows().mu(&theta))
+    fn weighted_crossproduct(&self, beta: &[f64]) -> Result<(Vec<f64>, Vec<f64>)> {
+        let theta = self.linear_predictor(beta);
+        Ok((self.expected_information(&theta, 1.0)?, self.rows().mu(&theta)))
     }
 
     /// y, mu and the prior weights as mgcv's R-sq.(adj) reads them (a

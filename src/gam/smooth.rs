@@ -193,11 +193,19 @@ impl Smooth {
     }
     /// The number of coefficients (columns), after the constraint.
     pub fn dim(&self) -> usize {
-        self.design.len() / self.n
+        self.constraint
+            .as_ref()
+            .map_or(self.basis.dim(), Constraint::reduced_dim)
     }
-    /// The model-matrix columns, n x dim row-major.
+    /// The model-matrix columns, n x dim row-major (empty once a model's
+    /// setup has taken them: [`Smooth::take_design`]).
     pub fn design(&self) -> &[f64] {
         &self.design
+    }
+    /// The model-matrix columns, moved out: a fitted model keeps what
+    /// rebuilds them at new data, not n x dim values a term.
+    pub fn take_design(&mut self) -> Vec<f64> {
+        std::mem::take(&mut self.design)
     }
     /// The penalties S_k (dim x dim row-major): one, or one per te margin.
     pub fn penalties(&self) -> &[Vec<f64>] {

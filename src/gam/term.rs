@@ -3,6 +3,7 @@
 //! penalties sit at its columns' range.
 
 use matfree_solvers::PenaltyBlock;
+use rayon::prelude::*;
 
 use super::{Column, Parametric, Smooth};
 use crate::{Error, Result};
@@ -44,6 +45,15 @@ impl Term {
         }
     }
 
+    /// [`Term::design`] at the data the term was built on, a smooth's
+    /// columns moved out of it where it still holds them.
+    pub(crate) fn take_design(&mut self, columns: &[Column], n: usize) -> Result<Vec<f64>> {
+        match self {
+            Self::Smooth(s) if s.design().len() == n * s.dim() => Ok(s.take_design()),
+            _ => self.design(columns, n),
+        }
+    }
+
     /// The term's penalties placed at coefficients `start..start + dim`.
     pub fn penalty_blocks(&self, start: usize) -> Vec<PenaltyBlock> {
         match self {
@@ -65,20 +75,28 @@ impl Term {
 /// each at its covariate columns, and the penalties at their ranges.
 pub fn model_matrix(terms: &[(&Term, &[Column])], n: usize) -> Result<(Vec<f64>, Vec<PenaltyBlock>)> {
     let blocks = terms.iter().map(|(t, c)| t.design(c, n)).collect::<Result<Vec<_>>>()?;
-    let dims: Vec<usize> = terms.iter().map(|(t, _)| t.dim()).collect();
-    let x = (0..n)
-        .flat_map(|i| {
-            blocks
-                .iter()
-                .zip(&dims)
-                .flat_map(move |(b, p)| b[i * p..(i + 1) * p].iter().copied())
-        })
-        .collect();
+    let terms: Vec<&Term> = terms.iter().map(|(t, _)| *t).collect();
+    Ok(bind_terms(&terms, &blocks, n))
+}
+
+/// The model matrix of `terms` from their columns `blocks` (n x dim each),
+/// side by side (in parallel over rows), and the penalties at their ranges.
+pub(crate) fn bind_terms(terms: &[&Term], blocks: &[Vec<f64>], n: usize) -> (Vec<f64>, Vec<PenaltyBlock>) {
+    let dims: Vec<usize> = terms.iter().map(|t| t.dim()).collect();
+    let p: usize = dims.iter().sum();
+    let mut x = vec![0.0; n * p];
+    x.par_chunks_mut(p.max(1)).enumerate().for_each(|(i, row)| {
+        let mut at = 0;
+        for (b, d) in blocks.iter().zip(&dims) {
+            row[at..at + d].copy_from_slice(&b[i * d..(i + 1) * d]);
+            at += d;
+        }
+    });
     let mut start = 0;
     let mut penalties = Vec::new();
-    for ((t, _), p) in terms.iter().zip(&dims) {
+    for (t, d) in terms.iter().zip(&dims) {
         penalties.extend(t.penalty_blocks(start));
-        start += p;
+        start += d;
     }
-    Ok((x, penalties))
+    (x, penalties)
 }

@@ -38,7 +38,7 @@ use crate::pcg_kernels::PcgKernels;
 use crate::penalty::{Penalty, PenaltyMatrix};
 use crate::{Result, SolverError};
 use line_search::line_search;
-pub use objective::{fd_hessian_derivative, CostEstimate, Evaluation, Objective};
+pub use objective::{fd_hessian_derivative, trace_product, traces_through_dense, CostEstimate, Evaluation, Objective};
 use options::check;
 pub use options::{Forcing, NewtonOptions, StepSolver};
 use step::{confirm, solve_step, Step};

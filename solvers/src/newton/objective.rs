@@ -91,6 +91,14 @@ pub trait Objective<B: Backend> {
     fn coefficient_scales(&self) -> Option<Vec<f64>> {
         None
     }
+    /// Whether the objective is convex in beta everywhere (default false):
+    /// the penalised objective then has one minimum at every lambda, so
+    /// REML does not solve again from the start to look for a lower one
+    /// (and cannot end in `SeveralMinima`). A GLM whose negative
+    /// log-likelihood is convex in its linear predictor is.
+    fn convex(&self) -> bool {
+        false
+    }
     /// Whether [`Objective::hessian_derivative`] is overridden with an
     /// exact derivative (a wrapper forwards it only then, and otherwise
     /// differentiates through its own `evaluate`).
@@ -107,6 +115,51 @@ pub trait Objective<B: Backend> {
     fn hessian_derivative(&self, beta: &[f64], hessian: &[f64], direction: &[f64], step: f64) -> Result<Vec<f64>> {
         fd_hessian_derivative(self, beta, hessian, direction, step)
     }
+    /// `tr(inverse dH_k)` for each direction d_k, dH_k the derivative of
+    /// the Hessian at `beta` along d_k (`steps[k]` its difference step, as
+    /// for [`Objective::hessian_derivative`]); `inverse` is `(H + S)^{-1}`,
+    /// dense row-major `p x p`. REML's gradient needs only these traces.
+    /// The default forms each `dH_k` ([`Objective::hessian_derivative`]);
+    /// override it where the traces cost less than the matrices (a row
+    /// model's: `sum_i tr(P_i A^{-1} P_i^T dH_i)`, one pass over the rows
+    /// for every direction).
+    fn hessian_derivative_traces(
+        &self,
+        beta: &[f64],
+        hessian: &[f64],
+        inverse: &[f64],
+        directions: &[&[f64]],
+        steps: &[f64],
+    ) -> Result<Vec<f64>> {
+        traces_through_dense(self, beta, hessian, inverse, directions, steps)
+    }
+}
+
+/// [`Objective::hessian_derivative_traces`] through each dense
+/// [`Objective::hessian_derivative`] (the default, and a fallback).
+pub fn traces_through_dense<B: Backend, O: Objective<B> + ?Sized>(
+    objective: &O,
+    beta: &[f64],
+    hessian: &[f64],
+    inverse: &[f64],
+    directions: &[&[f64]],
+    steps: &[f64],
+) -> Result<Vec<f64>> {
+    expect_len("steps", steps.len(), directions.len())?;
+    let each = directions.iter().zip(steps).map(|(d, &step)| {
+        let dh = objective.hessian_derivative(beta, hessian, d, step)?;
+        trace_product(inverse, &dh, objective.dim())
+    });
+    each.collect()
+}
+
+/// `tr(a b)` for row-major `p x p` matrices.
+pub fn trace_product(a: &[f64], b: &[f64], p: usize) -> Result<f64> {
+    expect_len("trace_product a", a.len(), p * p)?;
+    expect_len("trace_product b", b.len(), p * p)?;
+    Ok((0..p)
+        .map(|i| (0..p).map(|j| a[i * p + j] * b[j * p + i]).sum::<f64>())
+        .sum())
 }
 
 /// `(H(beta + t d) - H(beta)) / t` through `to_dense`, with `H(beta)` given

@@ -177,11 +177,11 @@ pub(super) fn with_gradient<'o, B: PcgKernels>(
         at_beta,
     } = trial;
     let parts = Derivatives::new(penalty, &lambda, &laml.beta, &factor)?;
+    let tr_dh = parts.traces_dh(watched, &laml, &factor, opts.fd_step)?;
     let mut gradient = Vec::with_capacity(lambda.len());
     for (k, &log_det) in laml.log_pseudo_det_gradient.iter().enumerate() {
-        let tr_dh = parts.trace_dh(watched, &laml, &factor, k, opts.fd_step)?;
         let quad = parts.quad[k];
-        gradient.push(0.5 * (quad + lambda[k] * laml.penalty_traces[k] + tr_dh - log_det));
+        gradient.push(0.5 * (quad + lambda[k] * laml.penalty_traces[k] + tr_dh[k] - log_det));
     }
     laml.outer_hessian = parts.outer_hessian(penalty, &lambda, &laml, &factor)?;
     laml.gradient = gradient;
@@ -211,27 +211,33 @@ impl Derivatives {
         Ok(Self { u, d, quad })
     }
 
-    /// `tr(A^{-1} dH/drho_k)`, dH along `d_k` at a step of `fd_step`
-    /// standard errors (`||t d_k||_A = fd_step`).
-    fn trace_dh<B: PcgKernels>(
+    /// `tr(A^{-1} dH/drho_k)` for every block k, dH along `d_k` at a step
+    /// of `fd_step` standard errors (`||t d_k||_A = fd_step`); 0 where
+    /// `d_k` is 0. One call of the objective for all blocks.
+    fn traces_dh<B: PcgKernels>(
         &self,
         watched: Watched<'_, '_, B>,
         laml: &LamlEvaluation,
         factor: &PenalisedFactor,
-        k: usize,
         fd_step: f64,
-    ) -> Result<f64> {
-        let p = laml.beta.len();
-        let norm_a = (-dot(&self.u[k], &self.d[k])).max(0.0).sqrt();
-        if norm_a == 0.0 {
-            return Ok(0.0);
+    ) -> Result<Vec<f64>> {
+        let norms: Vec<f64> = (0..self.d.len())
+            .map(|k| (-dot(&self.u[k], &self.d[k])).max(0.0).sqrt())
+            .collect();
+        let moving: Vec<usize> = (0..norms.len()).filter(|&k| norms[k] > 0.0).collect();
+        let mut traces = vec![0.0; norms.len()];
+        if moving.is_empty() {
+            return Ok(traces);
         }
-        let dh = watched.hessian_derivative(&laml.beta, &laml.hessian, &self.d[k], fd_step / norm_a)?;
-        expect_len("hessian_derivative", dh.len(), p * p)?;
+        let directions: Vec<&[f64]> = moving.iter().map(|&k| self.d[k].as_slice()).collect();
+        let steps: Vec<f64> = moving.iter().map(|&k| fd_step / norms[k]).collect();
         let inv = factor.inverse()?;
-        Ok((0..p)
-            .map(|i| (0..p).map(|j| inv[i * p + j] * dh[j * p + i]).sum::<f64>())
-            .sum())
+        let got = watched.hessian_derivative_traces(&laml.beta, &laml.hessian, inv, &directions, &steps)?;
+        expect_len("hessian_derivative_traces", got.len(), moving.len())?;
+        for (&k, t) in moving.iter().zip(got) {
+            traces[k] = t;
+        }
+        Ok(traces)
     }
 
     /// d2V/drho_k drho_l with H fixed:

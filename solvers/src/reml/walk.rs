@@ -304,6 +304,10 @@ impl<'o, B: PcgKernels> Walk<'o, B> {
             return Ok(false);
         }
         self.checked_at = Some(self.cur.rho.clone());
+        // A convex objective has one minimum: checked without a solve.
+        if ctx.watched.objective.convex() {
+            return Ok(false);
+        }
         self.mode_checks += 1;
         let (lower, newton_iterations, spent) = lower_mode(ctx, &self.cur)?;
         self.evaluations += spent;
