@@ -44,6 +44,14 @@ impl Term {
         }
     }
 
+    /// The number of its penalties (of smoothing parameters).
+    pub fn penalty_count(&self) -> usize {
+        match self {
+            Self::Parametric(_) => 0,
+            Self::Smooth(s) => s.penalties().len(),
+        }
+    }
+
     /// The term's penalties placed at coefficients `start..start + dim`.
     pub fn penalty_blocks(&self, start: usize) -> Vec<PenaltyBlock> {
         match self {
