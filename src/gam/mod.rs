@@ -39,6 +39,7 @@ mod special;
 pub mod summary;
 mod tensor;
 mod term;
+mod term_predict;
 
 pub use cr::CrBasis;
 pub use data::TableColumns;
@@ -56,6 +57,7 @@ pub use smooth::{Basis, Smooth, Spec};
 pub use summary::{summarize, GamSummary, SummaryInput};
 pub use tensor::TensorBasis;
 pub use term::{model_matrix, Term};
+pub use term_predict::{SmoothPanels, TermPrediction, PLOT_POINTS};
 
 use crate::{Error, Result};
 
