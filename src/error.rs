@@ -56,6 +56,15 @@ impl Error {
             rule: rule.into(),
         }
     }
+
+    /// An invalid input's field placed under `outer` (`model.json:
+    /// terms[1]: knots`); any other error as it is.
+    pub fn within(self, outer: impl std::fmt::Display) -> Self {
+        match self {
+            Error::InvalidInput { field, value, rule } => Error::invalid(format!("{outer}: {field}"), value, rule),
+            other => other,
+        }
+    }
 }
 
 /// Result alias for `matfree`.
@@ -71,4 +80,15 @@ impl From<Error> for matfree_solvers::SolverError {
             other => Self::Backend(other.to_string()),
         }
     }
+}
+
+/// An error naming the first entry that is not finite (`vp[3]`) among the
+/// named vectors.
+pub(crate) fn all_finite(fields: &[(&str, &[f64])]) -> Result<()> {
+    for (field, v) in fields {
+        if let Some(i) = v.iter().position(|x| !x.is_finite()) {
+            return Err(Error::invalid(format!("{field}[{i}]"), v[i], "must be finite"));
+        }
+    }
+    Ok(())
 }

@@ -52,6 +52,10 @@ impl PSpline {
     pub fn knots(&self) -> &[f64] {
         &self.knots
     }
+    /// The range [lo, hi] it was built over ([`PSpline::new`]'s arguments).
+    pub fn range(&self) -> (f64, f64) {
+        self.range
+    }
 
     /// The design: row i holds B_0(x_i) .. B_{k-1}(x_i) (n x k, row-major).
     /// Every x must lie in [lo, hi].

@@ -47,6 +47,20 @@ impl Factor {
         })
     }
 
+    /// An error unless term `label`'s known `levels` (from a saved fit)
+    /// are distinct and at least `min` of them.
+    pub(crate) fn check_levels(label: &str, levels: &[String], min: usize) -> Result<()> {
+        let distinct = levels.iter().enumerate().all(|(i, l)| !levels[..i].contains(l));
+        match distinct && levels.len() >= min {
+            true => Ok(()),
+            false => Err(Error::invalid(
+                format!("{label}: levels"),
+                format!("{levels:?}"),
+                format!("must be {min} or more distinct levels"),
+            )),
+        }
+    }
+
     /// The levels, sorted.
     pub fn levels(&self) -> &[String] {
         &self.levels

@@ -183,7 +183,7 @@ impl Gam {
         let designs = terms
             .iter_mut()
             .zip(&columns)
-            .map(|(t, c)| t.term.take_design(c, n))
+            .map(|(t, c)| t.term.design(c, n))
             .collect::<Result<Vec<_>>>()?;
         let bound: Vec<&Term> = terms.iter().map(|t| &t.term).collect();
         let (x, blocks) = bind_terms(&bound, &designs, n);

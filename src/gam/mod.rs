@@ -22,6 +22,7 @@
 //! constraint, factor levels), as mgcv's `PredictMat` does.
 
 mod cr;
+mod data;
 mod factor;
 pub mod family;
 mod fit;
@@ -31,14 +32,17 @@ mod parametric;
 mod ps;
 mod re;
 mod report;
+pub mod saved;
 mod setup;
 mod smooth;
 mod special;
 pub mod summary;
 mod tensor;
 mod term;
+mod term_predict;
 
 pub use cr::CrBasis;
+pub use data::TableColumns;
 pub use factor::Factor;
 pub use family::{Distribution, Family, GlmData, GlmRows};
 pub use fit::{Gam, GamFit, GamModel, GamOptions, Prediction, PredictionType, ScaleCell, ScaledRows};
@@ -47,11 +51,13 @@ pub use link::Link;
 pub use parametric::Parametric;
 pub use ps::PsBasis;
 pub use re::ReBasis;
+pub use saved::SavedGam;
 pub use setup::ModelTerm;
 pub use smooth::{Basis, Smooth, Spec};
 pub use summary::{summarize, GamSummary, SummaryInput};
 pub use tensor::TensorBasis;
 pub use term::{model_matrix, Term};
+pub use term_predict::{SmoothPanels, TermPrediction, PLOT_POINTS};
 
 use crate::{Error, Result};
 

@@ -19,6 +19,21 @@ impl PsBasis {
     /// values, checked by the caller; not all equal), widened by 0.1% of it at both ends as mgcv widens.
     /// Only cubic splines are built (`m[0] = 2`); `m[1]` is 0 ..= 3.
     pub fn new(label: &str, x: &[f64], k: usize, m: [usize; 2]) -> Result<Self> {
+        let (lo, hi) = super::range(x);
+        if lo >= hi {
+            return Err(Error::invalid(
+                label,
+                format!("range {lo}..{hi}"),
+                "a ps basis needs at least 2 distinct covariate values",
+            ));
+        }
+        let widen = 0.001 * (hi - lo);
+        Self::over(label, (lo - widen, hi + widen), k, m)
+    }
+
+    /// The basis of `k >= 4` cubic B-splines over `range` (already
+    /// widened: [`PsBasis::range`] of a basis gives it back, to the bit).
+    pub fn over(label: &str, range: (f64, f64), k: usize, m: [usize; 2]) -> Result<Self> {
         if m[0] != 2 || m[1] > 3 {
             return Err(Error::invalid(
                 format!("{label}: m"),
@@ -33,19 +48,18 @@ impl PsBasis {
                 "a cubic ps basis needs k >= 4",
             ));
         }
-        let (lo, hi) = super::range(x);
-        if lo >= hi {
-            return Err(Error::invalid(
-                label,
-                format!("range {lo}..{hi}"),
-                "a ps basis needs at least 2 distinct covariate values",
-            ));
-        }
-        let widen = 0.001 * (hi - lo);
-        Ok(Self {
-            spline: PSpline::new(lo - widen, hi + widen, k)?,
-            m,
-        })
+        let spline = PSpline::new(range.0, range.1, k).map_err(|e| e.within(label))?;
+        Ok(Self { spline, m })
+    }
+
+    /// The range the B-splines span: the covariate's, widened by 0.1%.
+    pub fn range(&self) -> (f64, f64) {
+        self.spline.range()
+    }
+
+    /// m = (m1, m2) as given.
+    pub fn m(&self) -> [usize; 2] {
+        self.m
     }
 
     /// Number of functions k.

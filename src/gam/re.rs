@@ -19,6 +19,12 @@ impl ReBasis {
         }
     }
 
+    /// The basis of known `levels` (term `label`'s, at least one, distinct).
+    pub fn with_levels(label: &str, levels: Vec<String>) -> Result<Self> {
+        Factor::check_levels(label, &levels, 1)?;
+        Ok(Self { levels })
+    }
+
     /// Number of functions: the number of levels.
     pub fn dim(&self) -> usize {
         self.levels.len()

@@ -9,7 +9,9 @@ use super::fit::{GamFit, GamModel};
 use super::summary::{
     summarize, Criterion, DenseMatrix, GamSummary, ParametricTerm, ResponseFit, SmoothKind, SmoothTerm, SummaryInput,
 };
-use super::{Basis, Parametric, Term};
+use std::ops::Range;
+
+use super::{Basis, ModelTerm, Parametric, Term};
 use crate::{Error, Result};
 use matfree_solvers::symmetric_eigen;
 
@@ -28,78 +30,13 @@ impl GamModel {
             return Err(Error::invalid("fit.coefficients", p, rule));
         }
         let (xtwx, fitted) = self.weighted_crossproduct(&fit.coefficients)?;
-        let mut input = SummaryInput {
-            coefficients: fit.coefficients.clone(),
-            names: fit.names.clone(),
-            vp: fit.vp.clone(),
-            ve: fit.ve.clone(),
-            edf: fit.edf.clone(),
-            edf1: Some(edf1(p, &fit.vp, &xtwx, fit.scale)),
-            x: square_root(p, &xtwx)?,
-            parametric: Vec::new(),
-            parametric_terms: Vec::new(),
-            smooths: Vec::new(),
-            n: fit.n,
-            scale: fit.scale,
-            scale_estimated: self.rows().family().has_scale(),
-            df_residual: fit.n as f64 - fit.edf_total,
-            response: Some(self.response(fitted)),
-            deviance: fit.deviance,
-            null_deviance: fit.null_deviance,
-            family: self.rows().family().distribution().name().into(),
-            link: self.rows().family().link().name().into(),
-            formula: formula.into(),
-            criterion: Some(Criterion {
-                method: "REML".into(),
-                score: fit.reml_score,
-            }),
-        };
-        self.add_terms(fit, &mut input);
-        Ok(input)
+        fit.summary_input_at(formula, &xtwx, Some(self.response(fitted)))
     }
 
-    /// The terms' columns: the parametric ones, and each smooth with its
-    /// kind and sp-weighted penalty.
-    fn add_terms(&self, fit: &GamFit, input: &mut SummaryInput) {
-        let blocks = self.penalty().blocks();
-        for t in self.terms() {
-            match &t.term {
-                Term::Parametric(kind) => {
-                    input.parametric.extend(t.range.clone());
-                    if !matches!(kind, Parametric::Intercept) {
-                        input.parametric_terms.push(ParametricTerm {
-                            label: t.label(),
-                            columns: t.range.clone().collect(),
-                        });
-                    }
-                }
-                Term::Smooth(s) => {
-                    let (first, d) = (t.range.start, t.range.len());
-                    let mut penalty = vec![0.0; d * d];
-                    let mine = blocks.iter().zip(&fit.sp).filter(|(b, _)| t.range.contains(&b.start));
-                    for (b, sp) in mine {
-                        let o = b.start - first;
-                        for i in 0..b.dim {
-                            for j in 0..b.dim {
-                                penalty[(o + i) * d + o + j] += sp * b.s[i * b.dim + j];
-                            }
-                        }
-                    }
-                    let kind = match s.basis() {
-                        Basis::Re(_) => SmoothKind::RandomEffect,
-                        _ if s.penalties().is_empty() => SmoothKind::Fixed,
-                        _ => SmoothKind::Penalized,
-                    };
-                    input.smooths.push(SmoothTerm {
-                        label: t.label(),
-                        first,
-                        last: t.range.end,
-                        kind,
-                        penalty,
-                    });
-                }
-            }
-        }
+    /// X^T W X at the fit's coefficients (Fisher weights, scale 1), what a
+    /// saved fit keeps of the data for its summary.
+    pub fn fit_crossproduct(&self, fit: &GamFit) -> Result<Vec<f64>> {
+        Ok(self.weighted_crossproduct(&fit.coefficients)?.0)
     }
 
     /// X^T W X at beta (Fisher weights) and the fitted means.
@@ -123,6 +60,102 @@ impl GamModel {
             y,
             fitted,
             prior_weights,
+        }
+    }
+}
+
+impl GamFit {
+    /// What the summary reads, from the fit and what it needs of the data:
+    /// `xtwx`, X^T W X at the fit (Fisher weights, scale 1, p x p), and the
+    /// response and fitted values for R-sq.(adj) (none: not shown).
+    pub fn summary_input_at(&self, formula: &str, xtwx: &[f64], response: Option<ResponseFit>) -> Result<SummaryInput> {
+        let p = self.coefficients.len();
+        if xtwx.len() != p * p {
+            let rule = format!("must be p^2 = {}", p * p);
+            return Err(Error::invalid("xtwx", format!("{} values", xtwx.len()), rule));
+        }
+        let mut input = SummaryInput {
+            coefficients: self.coefficients.clone(),
+            names: self.names.clone(),
+            vp: self.vp.clone(),
+            ve: self.ve.clone(),
+            edf: self.edf.clone(),
+            edf1: Some(edf1(p, &self.vp, xtwx, self.scale)),
+            x: square_root(p, xtwx)?,
+            parametric: Vec::new(),
+            parametric_terms: Vec::new(),
+            smooths: Vec::new(),
+            n: self.n,
+            scale: self.scale,
+            scale_estimated: self.family.has_scale(),
+            df_residual: self.n as f64 - self.edf_total,
+            response,
+            deviance: self.deviance,
+            null_deviance: self.null_deviance,
+            family: self.family.distribution().name().into(),
+            link: self.family.link().name().into(),
+            formula: formula.into(),
+            criterion: Some(Criterion {
+                method: "REML".into(),
+                score: self.reml_score,
+            }),
+        };
+        self.add_terms(&mut input);
+        Ok(input)
+    }
+
+    /// The positions in `sp` of term `t`'s smoothing parameters (the
+    /// penalties in term order, one sp each).
+    pub(crate) fn sp_range(&self, t: &ModelTerm) -> Range<usize> {
+        let before: usize = self
+            .terms
+            .iter()
+            .take_while(|u| u.range.start < t.range.start)
+            .map(|u| u.term.penalty_count())
+            .sum();
+        before..before + t.term.penalty_count()
+    }
+
+    /// The terms' columns: the parametric ones, and each smooth with its
+    /// kind and sp-weighted penalty.
+    fn add_terms(&self, input: &mut SummaryInput) {
+        for t in &self.terms {
+            match &t.term {
+                Term::Parametric(kind) => {
+                    input.parametric.extend(t.range.clone());
+                    if !matches!(kind, Parametric::Intercept) {
+                        input.parametric_terms.push(ParametricTerm {
+                            label: t.label(),
+                            columns: t.range.clone().collect(),
+                        });
+                    }
+                }
+                Term::Smooth(s) => {
+                    let (first, d) = (t.range.start, t.range.len());
+                    let mut penalty = vec![0.0; d * d];
+                    let blocks = t.term.penalty_blocks(first);
+                    for (b, sp) in blocks.iter().zip(&self.sp[self.sp_range(t)]) {
+                        let o = b.start - first;
+                        for i in 0..b.dim {
+                            for j in 0..b.dim {
+                                penalty[(o + i) * d + o + j] += sp * b.s[i * b.dim + j];
+                            }
+                        }
+                    }
+                    let kind = match s.basis() {
+                        Basis::Re(_) => SmoothKind::RandomEffect,
+                        _ if s.penalties().is_empty() => SmoothKind::Fixed,
+                        _ => SmoothKind::Penalized,
+                    };
+                    input.smooths.push(SmoothTerm {
+                        label: t.label(),
+                        first,
+                        last: t.range.end,
+                        kind,
+                        penalty,
+                    });
+                }
+            }
         }
     }
 }

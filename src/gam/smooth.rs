@@ -55,6 +55,16 @@ impl Basis {
         })
     }
 
+    /// mgcv's name of the basis (`bs`): cr, ps, te, re.
+    pub fn name(&self) -> &'static str {
+        match self {
+            Self::Cr(_) => "cr",
+            Self::Ps(_) => "ps",
+            Self::Te(_) => "te",
+            Self::Re(_) => "re",
+        }
+    }
+
     /// The number of columns before any constraint.
     pub fn dim(&self) -> usize {
         match self {
@@ -112,15 +122,16 @@ impl Basis {
     }
 }
 
-/// A smooth term: its basis, constraint, model-matrix columns and scaled,
-/// constrained penalties.
+/// A smooth term: its basis, constraint and scaled, constrained penalties
+/// (everything [`Smooth::predict`] and a fit's penalties need, nothing of
+/// the size of the data: a saved fit rebuilds it with [`Smooth::rebuild`]).
 #[derive(Clone, Debug, PartialEq)]
 pub struct Smooth {
     label: String,
     basis: Basis,
+    /// The column means C (1 x basis dim) the constraint C beta = 0 was built from.
+    constraint_means: Option<Vec<f64>>,
     constraint: Option<Constraint>,
-    n: usize,
-    design: Vec<f64>,
     penalties: Vec<Vec<f64>>,
     penalty_scale: Vec<f64>,
     ranks: Vec<usize>,
@@ -133,31 +144,64 @@ impl Smooth {
         let basis = Basis::new(label, spec, columns)?;
         let (n, p) = (columns[0].len(), basis.dim());
         let x = basis.design(label, columns)?;
-        let (penalties, penalty_scale) = scale_penalties(&x, p, basis.penalties()?);
+        let (_, penalty_scale) = scale_penalties(&x, p, basis.penalties()?);
+        let means = match basis.constrained() {
+            true => Some(column_means(label, &x, n, p)?),
+            false => None,
+        };
+        Self::rebuild(label, basis, means, penalty_scale)
+    }
+
+    /// The term from what [`Smooth::new`] derived from the data: the basis,
+    /// the constraint's column means (none for "re") and each penalty's
+    /// divisor (`S.scale`); the penalties and the constraint are computed
+    /// as `new` computes them, so the term is the same to the bit.
+    pub fn rebuild(label: &str, basis: Basis, means: Option<Vec<f64>>, penalty_scale: Vec<f64>) -> Result<Self> {
+        let p = basis.dim();
+        let raw = basis.penalties()?;
+        if penalty_scale.len() != raw.len() {
+            return Err(Error::invalid(
+                format!("{label}: penalty_scale"),
+                format!("{} values", penalty_scale.len()),
+                format!("the basis has {} penalties", raw.len()),
+            ));
+        }
+        if let Some(k) = penalty_scale.iter().position(|v| !(v.is_finite() && *v > 0.0)) {
+            let rule = "a penalty's scale must be finite and > 0";
+            return Err(Error::invalid(
+                format!("{label}: penalty_scale[{k}]"),
+                penalty_scale[k],
+                rule,
+            ));
+        }
+        let mut penalties: Vec<Vec<f64>> = raw
+            .iter()
+            .zip(&penalty_scale)
+            .map(|(s, scale)| s.iter().map(|v| v / scale).collect())
+            .collect();
+        if means.is_some() != basis.constrained() {
+            let rule = "mgcv constrains every basis but \"re\" to sum to zero";
+            let given = if means.is_some() { "given" } else { "absent" };
+            return Err(Error::invalid(format!("{label}: constraint"), given, rule));
+        }
         let (mut ranks, mut null_space_dim) = (basis.ranks(), basis.null_space_dim());
-        let constraint = if basis.constrained() {
-            Some(sum_to_zero(label, &x, n, p)?)
-        } else {
-            None
+        let constraint = match &means {
+            None => None,
+            Some(c) => Some(sum_to_zero(label, c, p)?),
         };
-        let (design, penalties) = match &constraint {
-            None => (x, penalties),
-            Some(c) => {
-                let s = penalties
-                    .iter()
-                    .map(|s| c.apply_to_penalty(s))
-                    .collect::<std::result::Result<_, _>>()?;
-                ranks.iter_mut().for_each(|r| *r = (*r).min(p - 1));
-                null_space_dim = null_space_dim.saturating_sub(1);
-                (c.apply_to_design(&x, n)?, s)
-            }
-        };
+        if let Some(c) = &constraint {
+            penalties = penalties
+                .iter()
+                .map(|s| c.apply_to_penalty(s))
+                .collect::<std::result::Result<_, _>>()?;
+            ranks.iter_mut().for_each(|r| *r = (*r).min(p - 1));
+            null_space_dim = null_space_dim.saturating_sub(1);
+        }
         Ok(Self {
             label: label.into(),
             basis,
+            constraint_means: means,
             constraint,
-            n,
-            design,
             penalties,
             penalty_scale,
             ranks,
@@ -187,25 +231,16 @@ impl Smooth {
     pub fn constraint(&self) -> Option<&Constraint> {
         self.constraint.as_ref()
     }
-    /// The number of rows fitted.
-    pub fn n(&self) -> usize {
-        self.n
+    /// The column means of the unconstrained design at the fit's data,
+    /// the constraint's one row (none for "re").
+    pub fn constraint_means(&self) -> Option<&[f64]> {
+        self.constraint_means.as_deref()
     }
     /// The number of coefficients (columns), after the constraint.
     pub fn dim(&self) -> usize {
         self.constraint
             .as_ref()
             .map_or(self.basis.dim(), Constraint::reduced_dim)
-    }
-    /// The model-matrix columns, n x dim row-major (empty once a model's
-    /// setup has taken them: [`Smooth::take_design`]).
-    pub fn design(&self) -> &[f64] {
-        &self.design
-    }
-    /// The model-matrix columns, moved out: a fitted model keeps what
-    /// rebuilds them at new data, not n x dim values a term.
-    pub fn take_design(&mut self) -> Vec<f64> {
-        std::mem::take(&mut self.design)
     }
     /// The penalties S_k (dim x dim row-major): one, or one per te margin.
     pub fn penalties(&self) -> &[Vec<f64>] {
@@ -250,13 +285,34 @@ fn scale_penalties(x: &[f64], p: usize, penalties: Vec<Vec<f64>>) -> (Vec<Vec<f6
         .unzip()
 }
 
+/// The column means of the design x (n x p).
+fn column_means(label: &str, x: &[f64], n: usize, p: usize) -> Result<Vec<f64>> {
+    if n == 0 {
+        return Err(Error::invalid(label, "0 rows", "a smooth needs data"));
+    }
+    Ok((0..p)
+        .map(|j| (0..n).map(|i| x[i * p + j]).sum::<f64>() / n as f64)
+        .collect())
+}
+
 /// mgcv's identifiability constraint: the column means of the design sum
 /// to zero, absorbed by the Householder QR of C^T (the solvers' Constraint
 /// takes the same reflector as R's `qr`, so the columns are mgcv's).
-fn sum_to_zero(label: &str, x: &[f64], n: usize, p: usize) -> Result<Constraint> {
-    let means: Vec<f64> = (0..p)
-        .map(|j| (0..n).map(|i| x[i * p + j]).sum::<f64>() / n as f64)
-        .collect();
+fn sum_to_zero(label: &str, means: &[f64], p: usize) -> Result<Constraint> {
+    if means.len() != p {
+        return Err(Error::invalid(
+            format!("{label}: constraint"),
+            format!("{} column means", means.len()),
+            format!("the basis has {p} columns"),
+        ));
+    }
+    if let Some(j) = means.iter().position(|m| !m.is_finite()) {
+        return Err(Error::invalid(
+            format!("{label}: constraint[{j}]"),
+            means[j],
+            "must be finite",
+        ));
+    }
     if let Some(j) = means.iter().position(|m| *m == 0.0) {
         // mgcv then absorbs the constraint over the other columns only
         // (its `indi` branch), which is not built here.
@@ -266,5 +322,5 @@ fn sum_to_zero(label: &str, x: &[f64], n: usize, p: usize) -> Result<Constraint>
             "a basis function with zero column mean (no data under it) is not supported: reduce k",
         ));
     }
-    Ok(Constraint::new(&means, 1, p)?)
+    Ok(Constraint::new(means, 1, p)?)
 }

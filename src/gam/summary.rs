@@ -438,18 +438,12 @@ fn validate(input: &SummaryInput) -> Result<()> {
         len("response.fitted", r.fitted.len(), r.y.len())?;
         len("response.prior_weights", r.prior_weights.len(), r.y.len())?;
     }
-    let finite = [
+    crate::error::all_finite(&[
         ("coefficients", &input.coefficients),
         ("vp", &input.vp),
         ("ve", &input.ve),
         ("edf", &input.edf),
-    ];
-    for (field, v) in finite {
-        if let Some(i) = v.iter().position(|x| !x.is_finite()) {
-            return Err(Error::invalid(format!("{field}[{i}]"), v[i], "must be finite"));
-        }
-    }
-    Ok(())
+    ])
 }
 
 /// x has p columns, nrow * ncol entries, all finite.

@@ -22,6 +22,8 @@ pub struct TensorBasis {
 #[derive(Clone, Debug, PartialEq)]
 struct Margin {
     basis: Basis,
+    /// The covariate's range at the fit, where XP was built over it ("ps").
+    range: Option<(f64, f64)>,
     /// XP (dim x dim, row-major): the inverse of the basis at dim evenly
     /// spaced points over the covariate's range.
     xp: Option<Vec<f64>>,
@@ -54,6 +56,28 @@ impl TensorBasis {
             .map(|(i, (spec, c))| Margin::new(&format!("{label} margin {i}"), spec, *c))
             .collect::<Result<_>>()?;
         Ok(Self { margins })
+    }
+
+    /// The product of known margins, each its basis ("cr" or "ps") and,
+    /// for "ps", the covariate's range at the fit ([`TensorBasis::margins`]
+    /// gives both back): the same basis, to the bit, as the one built on
+    /// that data.
+    pub fn rebuild(label: &str, margins: Vec<(Basis, Option<(f64, f64)>)>) -> Result<Self> {
+        if margins.len() < 2 {
+            let rule = "a tensor product needs 2 or more margins";
+            return Err(Error::invalid(label, format!("{} margins", margins.len()), rule));
+        }
+        let margins = margins
+            .into_iter()
+            .enumerate()
+            .map(|(i, (basis, range))| Margin::rebuild(&format!("{label} margin {i}"), basis, range))
+            .collect::<Result<_>>()?;
+        Ok(Self { margins })
+    }
+
+    /// Each margin's basis and, for "ps", the covariate's range at the fit.
+    pub fn margins(&self) -> Vec<(&Basis, Option<(f64, f64)>)> {
+        self.margins.iter().map(|m| (&m.basis, m.range)).collect()
     }
 
     /// The number of columns: the product of the margins'.
@@ -114,9 +138,25 @@ impl Margin {
             ));
         }
         let basis = Basis::new(label, spec, &[column])?;
-        let xp = match &basis {
-            Basis::Ps(_) => interpolating(label, &basis, column.numeric(label)?)?,
+        let range = match &basis {
+            Basis::Ps(_) => Some(super::range(column.numeric(label)?)),
             _ => None,
+        };
+        Self::rebuild(label, basis, range)
+    }
+
+    /// The margin of `basis`, re-parametrised over `range` ("ps" only).
+    fn rebuild(label: &str, basis: Basis, range: Option<(f64, f64)>) -> Result<Self> {
+        let xp = match (&basis, range) {
+            (Basis::Cr(_), None) => None,
+            (Basis::Ps(_), Some(r)) => interpolating(label, &basis, r)?,
+            (b, r) => {
+                return Err(Error::invalid(
+                    label,
+                    format!("a {} margin, range {r:?}", b.name()),
+                    "tensor product margins are \"cr\" (no range) or \"ps\" (with the covariate's range)",
+                ))
+            }
         };
         let k = basis.dim();
         let mut s = basis.penalties()?.remove(0);
@@ -127,6 +167,7 @@ impl Margin {
         let top = values.iter().copied().fold(f64::NEG_INFINITY, f64::max);
         Ok(Self {
             basis,
+            range,
             xp,
             penalty: s.iter().map(|v| v / top).collect(),
         })
@@ -143,11 +184,17 @@ impl Margin {
 }
 
 /// XP, the inverse of the basis at k evenly spaced points over the range
-/// of x (so that X XP's coefficients are values there), or none where that
-/// basis is too ill-conditioned (mgcv then keeps the basis as it is).
-fn interpolating(label: &str, basis: &Basis, x: &[f64]) -> Result<Option<Vec<f64>>> {
+/// (lo, hi) of x (so that X XP's coefficients are values there), or none
+/// where that basis is too ill-conditioned (mgcv then keeps the basis as it is).
+fn interpolating(label: &str, basis: &Basis, (lo, hi): (f64, f64)) -> Result<Option<Vec<f64>>> {
     let k = basis.dim();
-    let (lo, hi) = super::range(x);
+    if !(lo.is_finite() && hi.is_finite() && lo < hi) {
+        return Err(Error::invalid(
+            label,
+            format!("range {lo}..{hi}"),
+            "must be finite with lo < hi",
+        ));
+    }
     let points: Vec<f64> = (0..k).map(|i| lo + (hi - lo) * i as f64 / (k - 1) as f64).collect();
     let p = basis.design(label, &[Column::Numeric(&points)])?;
     let pm = faer::MatRef::from_row_major_slice(&p, k, k);

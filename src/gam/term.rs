@@ -45,12 +45,11 @@ impl Term {
         }
     }
 
-    /// [`Term::design`] at the data the term was built on, a smooth's
-    /// columns moved out of it where it still holds them.
-    pub(crate) fn take_design(&mut self, columns: &[Column], n: usize) -> Result<Vec<f64>> {
+    /// The number of its penalties (of smoothing parameters).
+    pub fn penalty_count(&self) -> usize {
         match self {
-            Self::Smooth(s) if s.design().len() == n * s.dim() => Ok(s.take_design()),
-            _ => self.design(columns, n),
+            Self::Parametric(_) => 0,
+            Self::Smooth(s) => s.penalties().len(),
         }
     }
 

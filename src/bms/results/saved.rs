@@ -159,12 +159,7 @@ impl SavedFit {
     pub fn load(path: &Path) -> Result<(Self, BmsModel)> {
         let text =
             std::fs::read_to_string(path).map_err(|e| Error::invalid("model file", path.display(), e.to_string()))?;
-        Self::from_json(&text).map_err(|e| match e {
-            Error::InvalidInput { field, value, rule } => {
-                Error::invalid(format!("{}: {field}", path.display()), value, rule)
-            }
-            other => other,
-        })
+        Self::from_json(&text).map_err(|e| e.within(path.display()))
     }
 
     /// Parse and check a saved fit.
@@ -341,7 +336,7 @@ impl SavedFit {
             ));
         }
         if let Some(v) = &f.covariance {
-            check_covariance(v, p)?;
+            check_covariance("fit.covariance", v, p)?;
         }
         Ok(())
     }
@@ -357,11 +352,10 @@ pub const MAX_COEFFICIENT: f64 = 1e150;
 /// `--save` meets both to rounding, about 1e-15).
 pub const COVARIANCE_TOL: f64 = 1e-8;
 
-/// `fit.covariance` checked as a covariance: a negative diagonal, an
+/// `field`, p x p, checked as a covariance: a negative diagonal, an
 /// asymmetric entry or a clearly negative eigenvalue is a named error (a
 /// damaged file would otherwise give zero or meaningless standard errors).
-fn check_covariance(v: &[f64], p: usize) -> Result<()> {
-    let field = "fit.covariance";
+pub(crate) fn check_covariance(field: &str, v: &[f64], p: usize) -> Result<()> {
     if let Some(i) = (0..p).find(|&i| v[i * p + i] < 0.0) {
         let rule = "a variance must be >= 0";
         return Err(Error::invalid(format!("{field}[{i}][{i}]"), v[i * p + i], rule));
