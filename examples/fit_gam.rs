@@ -2,7 +2,8 @@
 //! "REML")` does, and print `summary.gam`'s table:
 //!
 //!     cargo run --release --example fit_gam -- --data d.csv \
-//!         --formula 'y ~ x1 + f + s(x2, bs = "cr", k = 10) + te(x3, x4)' --family binomial [--link probit] \
+//!         --formula 'y ~ x1 + f + s(x2, bs = "cr", k = 10) + te(x3, x4) + offset(lt)' --family binomial \
+//!         [--link probit] [--weights w] \
 //!         [--json summary.json] [--backend auto|cpu|gpu] [--predict new.csv --out p.csv --type link|response]
 //!
 //! The data are a CSV file (a header row) or a Parquet file (`.parquet`);
@@ -32,6 +33,9 @@ struct Args {
     /// The link (default: the family's canonical one).
     #[arg(long)]
     link: Option<String>,
+    /// The column of prior weights (mgcv's `weights = w`).
+    #[arg(long)]
+    weights: Option<String>,
     /// Write the summary as JSON here.
     #[arg(long)]
     json: Option<PathBuf>,
@@ -67,14 +71,16 @@ fn run(args: Args) -> AnyResult<bool> {
         Some(l) => l.parse()?,
         None => Family::canonical(distribution).link(),
     };
-    let gam = Gam::new(&args.formula, Family::new(distribution, link)?)?;
+    let mut gam = Gam::new(&args.formula, Family::new(distribution, link)?)?;
+    if let Some(w) = &args.weights {
+        gam = gam.with_weights(w);
+    }
     let kind = match args.kind.as_str() {
         "link" => PredictionType::Link,
         "response" => PredictionType::Response,
         other => return Err(format!("--type {other}: must be link or response").into()),
     };
-    let wanted = gam.formula().columns();
-    let table = read(&args.data, &wanted)?;
+    let table = read(&args.data, &gam.columns())?;
     let levels = factor_levels(&table);
     let model = gam.setup(&columns(&table, &levels))?;
     let fit = fit_on(&args.backend, &model)?;
@@ -84,7 +90,13 @@ fn run(args: Args) -> AnyResult<bool> {
         matfree::files::write(path, serde_json::to_string_pretty(&summary)?.as_bytes())?;
     }
     if let (Some(new), Some(out)) = (&args.predict, &args.out) {
-        let covariates: Vec<String> = wanted.into_iter().skip(response_columns(&gam)).collect();
+        // The terms' covariates and the offsets (a prediction adds them), not the weights.
+        let covariates: Vec<String> = gam
+            .formula()
+            .columns()
+            .into_iter()
+            .skip(response_columns(&gam))
+            .collect();
         let table = read(new, &covariates)?;
         let levels = factor_levels(&table);
         let p = fit.predict(&columns(&table, &levels), kind)?;
