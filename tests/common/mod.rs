@@ -169,11 +169,16 @@ pub fn device_operator_results(dev: &matfree::cuda::DeviceRowHessian, v: &[f64],
 /// target/<profile>/examples/fit_bms, next to the test's deps/ folder
 /// (cargo test builds the examples before running the tests).
 pub fn fit_bms_binary() -> std::path::PathBuf {
+    example_binary("fit_bms")
+}
+
+/// target/<profile>/examples/<name>, as [`fit_bms_binary`].
+pub fn example_binary(name: &str) -> std::path::PathBuf {
     let exe = std::env::current_exe().unwrap();
     let profile = exe.parent().unwrap().parent().unwrap();
     profile
         .join("examples")
-        .join(format!("fit_bms{}", std::env::consts::EXE_SUFFIX))
+        .join(format!("{name}{}", std::env::consts::EXE_SUFFIX))
 }
 
 /// Layouts beyond the BMS shape, for the operators' parity tests: a GLM
