@@ -2,7 +2,8 @@
 //! "REML")` does, and print `summary.gam`'s table:
 //!
 //!     cargo run --release --example fit_gam -- --data d.csv \
-//!         --formula 'y ~ x1 + f + s(x2, bs = "cr", k = 10) + te(x3, x4)' --family binomial [--link probit] \
+//!         --formula 'y ~ x1 + f + s(x2, bs = "cr", k = 10) + te(x3, x4) + offset(lt)' --family binomial \
+//!         [--link probit] [--weights w] \
 //!         [--json summary.json] [--backend auto|cpu|gpu] [--save model.json] [--plot smooths.svg] \
 //!         [--predict new.csv --out p.csv --type link|response]
 //!
@@ -34,6 +35,9 @@ struct Args {
     /// The model formula, as mgcv writes it.
     #[arg(long, required_unless_present = "model", requires = "data")]
     formula: Option<String>,
+    /// The column of prior weights (mgcv's `weights = w`).
+    #[arg(long, conflicts_with = "model")]
+    weights: Option<String>,
     /// A fit written by --save: summarised, predicted from or plotted
     /// without refitting (no --data, --formula, --family, --link then).
     #[arg(long, conflicts_with_all = ["data", "formula", "family", "link", "save", "backend"])]
@@ -121,9 +125,12 @@ fn fit(args: &Args) -> AnyResult<SavedGam> {
         Some(l) => l.parse()?,
         None => Family::canonical(distribution).link(),
     };
-    let gam = Gam::new(formula, Family::new(distribution, link)?)?;
+    let mut gam = Gam::new(formula, Family::new(distribution, link)?)?;
+    if let Some(w) = &args.weights {
+        gam = gam.with_weights(w);
+    }
     let clock = std::time::Instant::now();
-    let table = read(data, &gam.formula().columns())?;
+    let table = read(data, &gam.columns())?;
     let model = gam.setup(&TableColumns::new(&table).columns())?;
     let setup = clock.elapsed().as_secs_f64();
     let fit = fit_on(args.backend.as_deref().unwrap_or("auto"), &model)?;

@@ -22,6 +22,10 @@ use matfree::bms::io::generator::{generate, GeneratorConfig};
 use matfree::device::{check_cuda_support, select_device, GpuPolicy};
 use serde::Serialize;
 
+#[path = "shared/coverage.rs"]
+mod coverage;
+use coverage::{covered_share, CoefficientSummary};
+
 #[derive(Parser, Debug)]
 #[command(about = "Coverage of the BMS fit's intervals over simulated seeds")]
 struct Args {
@@ -67,16 +71,6 @@ struct SeedResult {
     fit_seconds: f64,
 }
 
-/// Per coefficient over the seeds.
-#[derive(Serialize)]
-struct CoefficientSummary {
-    name: String,
-    mean_z: f64,
-    sd_z: f64,
-    max_abs_z: f64,
-    coverage: f64,
-}
-
 #[derive(Serialize)]
 struct Summary {
     n: usize,
@@ -87,6 +81,10 @@ struct Summary {
     coverage_parametric: f64,
     intervals: usize,
     converged: usize,
+    /// Per smooth (the score warp H, the link deviation L): the share of
+    /// seeds where REML shrank it to edf < 1.1 (a "lost" smooth; both
+    /// truths are not zero).
+    lost_share: Vec<(String, f64)>,
     bars: Vec<(String, bool)>,
     results: Vec<SeedResult>,
 }
@@ -188,29 +186,26 @@ fn run(args: Args) -> Result<bool, Box<dyn Error>> {
 
 fn summarise(args: &Args, backend: String, results: Vec<SeedResult>) -> Summary {
     let names = names(args.score_basis, args.link_basis);
-    let covered = |z: f64| z.abs() <= 1.959964;
     let coefficients: Vec<CoefficientSummary> = names
         .iter()
         .enumerate()
-        .map(|(j, name)| {
-            let zs: Vec<f64> = results.iter().map(|r| r.z[j]).collect();
-            let k = zs.len() as f64;
-            let mean = zs.iter().sum::<f64>() / k;
-            let var = zs.iter().map(|z| (z - mean).powi(2)).sum::<f64>() / (k - 1.0).max(1.0);
-            CoefficientSummary {
-                name: name.clone(),
-                mean_z: mean,
-                sd_z: var.sqrt(),
-                max_abs_z: zs.iter().fold(0.0f64, |m, v| m.max(v.abs())),
-                coverage: zs.iter().filter(|z| covered(**z)).count() as f64 / k,
-            }
-        })
+        .map(|(j, name)| CoefficientSummary::new(name, &results.iter().map(|r| r.z[j]).collect::<Vec<f64>>()))
         .collect();
     let all: Vec<f64> = results.iter().flat_map(|r| r.z.iter().copied()).collect();
     let parametric: Vec<f64> = results.iter().flat_map(|r| r.z[..P_M + P_G].iter().copied()).collect();
-    let share = |v: &[f64]| v.iter().filter(|z| covered(**z)).count() as f64 / v.len().max(1) as f64;
-    let coverage_all = share(&all);
+    let coverage_all = covered_share(&all);
     let converged = results.iter().filter(|r| r.converged).count();
+    let lost_share = ["H (score warp)", "L (link deviation)"]
+        .iter()
+        .enumerate()
+        .map(|(k, name)| {
+            let lost = results
+                .iter()
+                .filter(|r| r.edf.get(k).is_some_and(|e| *e < 1.1))
+                .count();
+            (name.to_string(), lost as f64 / results.len().max(1) as f64)
+        })
+        .collect();
     let mut bars = vec![
         (
             "every parametric coefficient within 3 SE".to_string(),
@@ -238,9 +233,10 @@ fn summarise(args: &Args, backend: String, results: Vec<SeedResult>) -> Summary 
         backend,
         coefficients,
         coverage_all,
-        coverage_parametric: share(&parametric),
+        coverage_parametric: covered_share(&parametric),
         intervals: all.len(),
         converged,
+        lost_share,
         bars,
         results,
     }
@@ -285,6 +281,9 @@ fn table(s: &Summary) -> String {
         secs.iter().cloned().fold(f64::INFINITY, f64::min),
         secs.iter().cloned().fold(0.0, f64::max),
     );
+    for (smooth, share) in &s.lost_share {
+        out += &format!("lost (edf < 1.1): {smooth} {:.1}% of seeds\n", 100.0 * share);
+    }
     for (bar, ok) in &s.bars {
         out += &format!("bar: {bar}: {}\n", if *ok { "met" } else { "MISSED" });
     }

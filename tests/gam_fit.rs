@@ -6,6 +6,10 @@
 //! REML); gamSim(1, dist = "binary"); gamSim(1, dist = "poisson"); a Gamma
 //! (log link) with s(grp, bs = "re") simulated by hand (scale by REML);
 //! a binomial cbind(s, f) with a factor; MASS::mcycle (Gaussian, k = 20).
+//! `tests/mgcv/gam_offsets.R` made the cases with prior weights and offsets
+//! the same way (`tests/data/gam_offsets_*`): Poisson counts over a
+//! log-exposure offset; a binomial with weights 1..4; a Gaussian with
+//! weights and two offsets; a Gamma (log link) with weights and an offset.
 //!
 //! matfree runs with [`GamOptions::default`]: each REML solve to a
 //! projected gradient of 1e-9 edf, inner Newton to a decrement of 1e-20,
@@ -27,8 +31,16 @@ fn path(file: &str) -> String {
     format!("tests/data/{file}")
 }
 
-fn reference() -> Value {
-    serde_json::from_str(&std::fs::read_to_string(path("gam_fit_mgcv.json")).unwrap()).unwrap()
+/// The cases of `<prefix>_mgcv.json`, each with its data file as `csv`.
+fn reference(prefix: &str) -> Vec<Value> {
+    let text = std::fs::read_to_string(path(&format!("{prefix}_mgcv.json"))).unwrap();
+    let reference: Value = serde_json::from_str(&text).unwrap();
+    let mut cases = reference["cases"].as_array().unwrap().clone();
+    for c in &mut cases {
+        let csv = format!("{prefix}_{}.csv", c["name"].as_str().unwrap());
+        c["csv"] = Value::String(csv);
+    }
+    cases
 }
 
 fn numbers(v: &Value) -> Vec<f64> {
@@ -94,12 +106,23 @@ fn check(case: &str, what: &str, got: &[f64], want: &[f64], by_largest: bool) ->
     worst
 }
 
+/// The case's data.
+fn data(case: &Value) -> Vec<(String, Data)> {
+    read_csv(case["csv"].as_str().unwrap())
+}
+
+/// The case's model: its formula, family and prior weights' column.
+fn gam(case: &Value) -> Gam {
+    let gam = Gam::new(case["formula"].as_str().unwrap(), family(case)).unwrap();
+    match case["weights"].as_str() {
+        Some(w) => gam.with_weights(w),
+        None => gam,
+    }
+}
+
 /// The case's model fitted by `fit` (on the CPU: `Gam::fit`).
 fn fit_case(case: &Value, fit: &dyn Fn(&GamModel) -> GamFit) -> GamFit {
-    let name = case["name"].as_str().unwrap();
-    let data = read_csv(&format!("gam_fit_{name}.csv"));
-    let gam = Gam::new(case["formula"].as_str().unwrap(), family(case)).unwrap();
-    fit(&gam.setup(&columns(&data)).unwrap())
+    fit(&gam(case).setup(&columns(&data(case))).unwrap())
 }
 
 fn on_cpu(model: &GamModel) -> GamFit {
@@ -180,9 +203,11 @@ fn matches_mgcv_on(case: &Value, on: &dyn Fn(&GamModel) -> GamFit) {
 }
 
 fn case(name: &str) -> Value {
-    let reference = reference();
-    let cases = reference["cases"].as_array().unwrap();
-    cases.iter().find(|c| c["name"] == name).unwrap().clone()
+    case_in("gam_fit", name)
+}
+
+fn case_in(prefix: &str, name: &str) -> Value {
+    reference(prefix).into_iter().find(|c| c["name"] == name).unwrap()
 }
 
 #[test]
@@ -215,13 +240,32 @@ fn mcycle_matches_mgcv() {
     matches_mgcv(&case("mcycle"));
 }
 
+#[test]
+fn poisson_with_a_log_exposure_offset_matches_mgcv() {
+    matches_mgcv(&case_in("gam_offsets", "poisson"));
+}
+
+#[test]
+fn binomial_with_prior_weights_matches_mgcv() {
+    matches_mgcv(&case_in("gam_offsets", "binomial"));
+}
+
+/// The scale by REML with weights (variance phi / w; ls holds sum log w / 2).
+#[test]
+fn gaussian_with_prior_weights_and_two_offsets_matches_mgcv() {
+    matches_mgcv(&case_in("gam_offsets", "gaussian"));
+}
+
+#[test]
+fn gamma_with_prior_weights_and_an_offset_matches_mgcv() {
+    matches_mgcv(&case_in("gam_offsets", "gamma"));
+}
+
 /// `Gam::fit` is the CPU path above, the same numbers.
 #[test]
 fn gam_fit_is_setup_then_fit_on_the_cpu() {
     let case = case("trials");
-    let data = read_csv("gam_fit_trials.csv");
-    let gam = Gam::new(case["formula"].as_str().unwrap(), family(&case)).unwrap();
-    let fit = gam.fit(&columns(&data), &GamOptions::default()).unwrap();
+    let fit = gam(&case).fit(&columns(&data(&case)), &GamOptions::default()).unwrap();
     let again = fit_case(&case, &on_cpu);
     assert_eq!(fit.coefficients, again.coefficients);
     assert_eq!(fit.sp, again.sp);
@@ -328,14 +372,10 @@ fn an_interaction_is_the_product_after_the_main_effects() {
 /// absolute for p-values that small).
 #[test]
 fn summaries_match_mgcvs_summary_gam() {
-    for name in ["gaussian", "binomial", "poisson", "gamma", "trials", "mcycle"] {
-        let case = case(name);
-        let data = read_csv(&format!("gam_fit_{name}.csv"));
+    for case in reference("gam_fit").into_iter().chain(reference("gam_offsets")) {
+        let name = case["name"].as_str().unwrap();
         let formula = case["formula"].as_str().unwrap();
-        let model = Gam::new(formula, family(&case))
-            .unwrap()
-            .setup(&columns(&data))
-            .unwrap();
+        let model = gam(&case).setup(&columns(&data(&case))).unwrap();
         let fit = on_cpu(&model);
         let s = model.summary(&fit, formula).unwrap();
         let p_table: Vec<f64> = s
@@ -375,9 +415,9 @@ fn summaries_match_mgcvs_summary_gam() {
 #[test]
 fn predictions_match_mgcvs_predict_gam() {
     use matfree::gam::PredictionType;
-    for name in ["gaussian", "binomial", "poisson", "gamma", "trials", "mcycle"] {
-        let case = case(name);
-        let data = read_csv(&format!("gam_fit_{name}.csv"));
+    for case in reference("gam_fit").into_iter().chain(reference("gam_offsets")) {
+        let name = case["name"].as_str().unwrap();
+        let data = data(&case);
         let fit = fit_case(&case, &on_cpu);
         let rows: Vec<usize> = numbers(&case["predict_rows"]).iter().map(|&r| r as usize).collect();
         let new: Vec<(String, Data)> = data
@@ -408,4 +448,102 @@ fn predictions_match_mgcvs_predict_gam() {
     let fit = fit_case(&case("mcycle"), &on_cpu);
     let e = fit.predict(&[], PredictionType::Link).unwrap_err().to_string();
     assert!(e.contains("times"), "{e}");
+}
+
+/// Prior weights and offsets are checked where they enter: a negative,
+/// infinite or all-zero weight, a missing or factor weights column, a
+/// non-finite offset, a missing or short offset column, each an error
+/// naming the column, the row (where there is one) and the rule.
+#[test]
+fn bad_weights_and_offsets_name_the_column_the_row_and_the_rule() {
+    let n = 40;
+    let x: Vec<f64> = (0..n).map(|i| f64::from(i) / 40.0).collect();
+    let y: Vec<f64> = x.iter().map(|v| (2.0 * v).exp().round()).collect();
+    let with =
+        |i: usize, v: f64, base: f64| -> Vec<f64> { (0..n as usize).map(|j| if j == i { v } else { base }).collect() };
+    let (w_neg, w_inf, zero) = (with(7, -1.0, 1.0), with(2, f64::INFINITY, 1.0), vec![0.0; n as usize]);
+    let (o_nan, short) = (with(3, f64::NAN, 0.0), vec![0.0; 5]);
+    let f: Vec<String> = (0..n).map(|i| ["a", "b"][i as usize % 2].to_string()).collect();
+    let data = [
+        ("y", Column::Numeric(&y)),
+        ("x", Column::Numeric(&x)),
+        ("w_neg", Column::Numeric(&w_neg)),
+        ("w_inf", Column::Numeric(&w_inf)),
+        ("zero", Column::Numeric(&zero)),
+        ("o_nan", Column::Numeric(&o_nan)),
+        ("short", Column::Numeric(&short)),
+        ("f", Column::Factor(&f)),
+    ];
+    let pois = Family::canonical(Distribution::Poisson);
+    let fails = |formula: &str, weights: Option<&str>| {
+        let gam = Gam::new(formula, pois).unwrap();
+        let gam = weights.map_or(gam.clone(), |w| gam.with_weights(w));
+        gam.fit(&data, &GamOptions::default()).unwrap_err().to_string()
+    };
+    let cases = [
+        ("y ~ x", Some("w_neg"), ["column w_neg[7]", "-1", "finite and >= 0"]),
+        ("y ~ x", Some("w_inf"), ["column w_inf[2]", "inf", "finite and >= 0"]),
+        ("y ~ x", Some("zero"), ["column zero", "all 0", "must not all be 0"]),
+        ("y ~ x", Some("nope"), ["column nope", "missing", "prior weights"]),
+        (
+            "y ~ x",
+            Some("f"),
+            ["column f", "factor", "prior weights must be numeric"],
+        ),
+        (
+            "y ~ x + offset(o_nan)",
+            None,
+            ["column o_nan[3]", "NaN", "offsets must be finite"],
+        ),
+        (
+            "y ~ x + offset(nope)",
+            None,
+            ["column nope", "missing", "formula reads it"],
+        ),
+        ("y ~ x + offset(short)", None, ["column short", "5 rows", "(40)"]),
+        (
+            "y ~ x + offset(f)",
+            None,
+            ["column f", "factor", "offset must be numeric"],
+        ),
+    ];
+    for (formula, weights, want) in cases {
+        let m = fails(formula, weights);
+        assert!(want.iter().all(|w| m.contains(w)), "{formula} {weights:?}: {m}");
+    }
+}
+
+/// A prediction adds the offsets of the new data (mgcv's `predict.gam`):
+/// one more unit of log exposure is one more on the link scale, the same
+/// standard error; new data without the offset's column are an error
+/// naming it, as mgcv's are.
+#[test]
+fn predictions_add_the_offset_and_need_its_column() {
+    use matfree::gam::PredictionType;
+    let case = case_in("gam_offsets", "poisson");
+    let fit = fit_case(&case, &on_cpu);
+    assert_eq!(fit.offsets, ["log_t"]);
+    let data = data(&case);
+    let get = |name: &str| match &data.iter().find(|(n, _)| n == name).unwrap().1 {
+        Data::Numeric(x) => x[..20].to_vec(),
+        Data::Factor(_) => unreachable!(),
+    };
+    let (x0, x1, lt) = (get("x0"), get("x1"), get("log_t"));
+    let lt1: Vec<f64> = lt.iter().map(|v| v + 1.0).collect();
+    let at = |offset: &[f64]| {
+        let new = [
+            ("x0", Column::Numeric(&x0)),
+            ("x1", Column::Numeric(&x1)),
+            ("log_t", Column::Numeric(offset)),
+        ];
+        fit.predict(&new, PredictionType::Link).unwrap()
+    };
+    let (base, more) = (at(&lt), at(&lt1));
+    for i in 0..20 {
+        assert!((more.fit[i] - base.fit[i] - 1.0).abs() <= 1e-12, "row {i}");
+        assert_eq!(more.se[i], base.se[i]);
+    }
+    let without = [("x0", Column::Numeric(&x0)), ("x1", Column::Numeric(&x1))];
+    let e = fit.predict(&without, PredictionType::Link).unwrap_err().to_string();
+    assert!(e.contains("column log_t") && e.contains("missing"), "{e}");
 }

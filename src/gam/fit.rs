@@ -42,7 +42,7 @@ use matfree_solvers::stats::FitStatistics;
 use matfree_solvers::{CpuBackend, Objective, PcgKernels, Penalty};
 
 use super::formula::Formula;
-use super::setup::{build_terms, response, ModelTerm, Table};
+use super::setup::{build_terms, offsets, prior_weights, response, ModelTerm, Table};
 use super::term::bind_terms;
 use super::{Column, Distribution, Family, GlmData, GlmRows, Parametric, Term};
 use crate::row_objective::RowEvaluator;
@@ -138,11 +138,13 @@ impl Default for GamOptions {
     }
 }
 
-/// A model formula with its family: `Gam::new("y ~ x + s(z, bs = \"cr\")", family)`.
+/// A model formula with its family: `Gam::new("y ~ x + s(z, bs = \"cr\")", family)`,
+/// optionally with prior weights from a column ([`Gam::with_weights`]).
 #[derive(Clone, Debug, PartialEq)]
 pub struct Gam {
     formula: Formula,
     family: Family,
+    weights: Option<String>,
 }
 
 impl Gam {
@@ -151,7 +153,32 @@ impl Gam {
         Ok(Self {
             formula: Formula::parse(formula)?,
             family,
+            weights: None,
         })
+    }
+
+    /// Prior weights from the data's column `column` (mgcv's `weights = w`):
+    /// row i's deviance counts w_i times and, for Gaussian and Gamma, its
+    /// variance is phi / w_i. A column name, not a vector, so that the
+    /// weights come with the data the model is set up on and are checked
+    /// with it (finite, >= 0, errors naming the column and the row).
+    pub fn with_weights(mut self, column: &str) -> Self {
+        self.weights = Some(column.to_string());
+        self
+    }
+
+    /// The prior weights' column, if any.
+    pub fn weights(&self) -> Option<&str> {
+        self.weights.as_deref()
+    }
+
+    /// Every column the model reads: the formula's, then the weights'.
+    pub fn columns(&self) -> Vec<String> {
+        let mut out = self.formula.columns();
+        if let Some(w) = self.weights.iter().find(|w| !out.contains(w)) {
+            out.push(w.clone());
+        }
+        out
     }
 
     /// The formula.
@@ -164,18 +191,25 @@ impl Gam {
     }
 
     /// The model on the named `columns` (numeric or factor): its terms,
-    /// model matrix, penalties and rows, as `gam.setup` builds them.
+    /// model matrix, penalties and rows (response, prior weights, the
+    /// offsets' sum), as `gam.setup` builds them.
     pub fn setup(&self, columns: &[(&str, Column)]) -> Result<GamModel> {
         let table = Table::new(columns)?;
         let binomial = self.family.distribution() == Distribution::Binomial;
         let (y, trials) = response(&self.formula, &table, binomial)?;
         let n = y.len();
+        let weights = match &self.weights {
+            Some(w) => Some(prior_weights(&table, w, n)?),
+            None => None,
+        };
+        let offset = offsets(&self.formula.offsets, &table, n)?;
         let rows = GlmRows::new(
             self.family,
             GlmData {
                 y,
                 trials,
-                ..GlmData::default()
+                weights,
+                offset,
             },
         )?;
         let mut terms = build_terms(&self.formula, &table)?;
@@ -199,6 +233,7 @@ impl Gam {
             designs: Arc::new(Designs::single(n, p, x)?),
             layout: Layout::glm(p)?,
             terms,
+            offsets: self.formula.offsets.clone(),
             penalty,
             rows,
             scale: Arc::new(ScaleCell::new(1.0)),
@@ -218,6 +253,7 @@ impl Gam {
 pub struct GamModel {
     family: Family,
     terms: Vec<ModelTerm>,
+    offsets: Vec<String>,
     designs: Arc<Designs>,
     /// One linear predictor over the design (r = 1).
     layout: Layout,
@@ -240,7 +276,11 @@ impl GamModel {
     pub fn penalty(&self) -> &Penalty {
         &self.penalty
     }
-    /// The rows (response, trials).
+    /// The offsets' columns (`offset(name)` in the formula), in order.
+    pub fn offsets(&self) -> &[String] {
+        &self.offsets
+    }
+    /// The rows (response, trials, prior weights, offsets).
     pub fn rows(&self) -> &GlmRows {
         &self.rows
     }
@@ -417,6 +457,7 @@ impl GamModel {
         Ok(GamFit {
             names: self.terms.iter().flat_map(ModelTerm::coefficient_names).collect(),
             terms: self.terms.clone(),
+            offsets: self.offsets.clone(),
             family: self.family,
             sp: fit.lambda.iter().map(|l| l * phi).collect(),
             edf_total,
@@ -486,21 +527,60 @@ impl GamModel {
     }
 
     /// mgcv's null deviance: the deviance at the weighted mean response
-    /// (`gam.fit3`'s `wtdmu`), or at eta = 0 without an intercept.
+    /// (`gam.fit3`'s `wtdmu`); with offsets, that of the intercept-only
+    /// model refitted with them (mgcv's `glm(y ~ offset(o))`); without an
+    /// intercept, at eta = the offsets.
     fn null_deviance(&self) -> Result<f64> {
         let intercept = self
             .terms
             .iter()
             .any(|t| t.term == Term::Parametric(Parametric::Intercept));
-        let eta = match intercept {
-            true => {
-                let r = &self.rows;
-                let sum = |v: &[f64]| v.iter().zip(r.weights()).map(|(a, w)| a * w).sum::<f64>();
-                self.family.link().linkfun(sum(r.y()) / sum(r.trials()))
+        if !intercept {
+            return self.rows.deviance(&vec![0.0; self.rows.n()]);
+        }
+        let r = &self.rows;
+        let sum = |v: &[f64]| v.iter().zip(r.weights()).map(|(a, w)| a * w).sum::<f64>();
+        let c = self.family.link().linkfun(sum(r.y()) / sum(r.trials()));
+        match self.offsets.is_empty() {
+            true => r.deviance(&vec![c; r.n()]),
+            false => self.intercept_only_deviance(c - sum(r.offset()) / sum(&vec![1.0; r.n()])),
+        }
+    }
+
+    /// The deviance of theta = c (eta = c + offset) at its minimum over c:
+    /// Fisher scoring from `c`, halving steps that raise the deviance, to
+    /// a step of 1e-12 (the deviance is flat to ~1e-24 there).
+    fn intercept_only_deviance(&self, mut c: f64) -> Result<f64> {
+        let r = &self.rows;
+        let deviance = |c: f64| r.deviance(&vec![c; r.n()]);
+        let mut d = deviance(c)?;
+        for _ in 0..200 {
+            let (mut g, mut h) = (0.0, 0.0);
+            for i in 0..r.n() {
+                let (mut gi, mut hi) = ([0.0], [0.0]);
+                r.row(i, &[c], &mut gi, &mut hi);
+                g += gi[0];
+                h += self
+                    .family
+                    .fisher_weight(r.trials()[i], r.weights()[i], c + r.offset()[i]);
             }
-            false => 0.0,
-        };
-        self.rows.deviance(&vec![eta; self.rows.n()])
+            let mut step = -g / h;
+            // A NaN deviance (outside the family's domain) counts as a rise.
+            while deviance(c + step)?.partial_cmp(&d).is_none_or(|o| o.is_gt()) && step.abs() > 1e-14 * c.abs().max(1.0)
+            {
+                step /= 2.0;
+            }
+            if !step.is_finite() || step.abs() <= 1e-12 * c.abs().max(1.0) {
+                return Ok(d);
+            }
+            c += step;
+            d = deviance(c)?;
+        }
+        Err(Error::invalid(
+            "null deviance",
+            c,
+            "the intercept-only fit with the offsets did not converge in 200 steps",
+        ))
     }
 }
 
@@ -535,6 +615,8 @@ pub struct Prediction {
 pub struct GamFit {
     /// The terms (to rebuild the columns at new data), with their ranges.
     pub terms: Vec<ModelTerm>,
+    /// The offsets' columns (`offset(name)`): a prediction adds them.
+    pub offsets: Vec<String>,
     /// The family.
     pub family: Family,
     /// The coefficients' names, mgcv's: `(Intercept)`, `x`, `fb`, `s(x).1`, ...
@@ -592,28 +674,25 @@ impl GamFit {
     }
 
     /// mgcv's `predict.gam` at new data (named columns, as the fit took
-    /// them): each row's linear predictor and, with `type` response, its
-    /// mean, with standard errors from Vp (sqrt of x Vp x^T on the link
-    /// scale; times |dmu/deta| on the response scale).
+    /// them): each row's linear predictor (the formula's offsets added, so
+    /// the new data must hold their columns, as mgcv's must) and, with
+    /// `type` response, its mean, with standard errors from Vp (sqrt of
+    /// x Vp x^T on the link scale; times |dmu/deta| on the response scale).
     pub fn predict(&self, columns: &[(&str, Column)], kind: PredictionType) -> Result<Prediction> {
         let n = columns.first().map_or(0, |(_, c)| c.len());
+        let table = Table::new(columns)?;
         let picked = self
             .terms
             .iter()
-            .map(|t| {
-                let cols = t.columns.iter().map(|name| {
-                    let found = columns.iter().find(|(c, _)| c == name).map(|(_, c)| *c);
-                    found.ok_or_else(|| Error::invalid(format!("column {name}"), "absent", "the fit's terms read it"))
-                });
-                Ok((&t.term, cols.collect::<Result<Vec<Column>>>()?))
-            })
+            .map(|t| Ok((&t.term, table.all(&t.columns)?)))
             .collect::<Result<Vec<_>>>()?;
         let terms: Vec<(&Term, &[Column])> = picked.iter().map(|(t, c)| (*t, c.as_slice())).collect();
         let (x, _) = crate::gam::model_matrix(&terms, n)?;
+        let offset = offsets(&self.offsets, &table, n)?.unwrap_or_else(|| vec![0.0; n]);
         let p = self.coefficients.len();
         let (mut fit, mut se) = (Vec::with_capacity(n), Vec::with_capacity(n));
-        for xi in x.chunks_exact(p) {
-            let eta: f64 = xi.iter().zip(&self.coefficients).map(|(a, b)| a * b).sum();
+        for (xi, o) in x.chunks_exact(p).zip(offset) {
+            let eta: f64 = o + xi.iter().zip(&self.coefficients).map(|(a, b)| a * b).sum::<f64>();
             let var: f64 = (0..p)
                 .map(|j| xi[j] * (0..p).map(|k| self.vp[j * p + k] * xi[k]).sum::<f64>())
                 .sum();

@@ -3,7 +3,11 @@
 //! ```text
 //! y ~ x1 + f + s(x2, k = 10) + s(x3, bs = "cr", k = 8) + te(x4, x5, k = c(5, 4)) + s(g, bs = "re") + x1:x2
 //! cbind(successes, failures) ~ x1 + s(x2, bs = "ps", m = 2) - 1
+//! deaths ~ s(age, bs = "cr") + offset(log_exposure)
 //! ```
+//!
+//! `offset(name)` adds the column to the linear predictor with no
+//! coefficient; several add up (R's `model.offset`).
 //!
 //! [`Formula::parse`] turns the text into a response and terms; which
 //! columns are numeric and which factors is the data's business, not the
@@ -116,6 +120,8 @@ pub struct Formula {
     pub intercept: bool,
     /// The right-hand side's terms, in order, each once.
     pub terms: Vec<Term>,
+    /// The columns of the `offset(name)` terms, in order, each once.
+    pub offsets: Vec<String>,
 }
 
 impl Formula {
@@ -124,16 +130,18 @@ impl Formula {
         let mut p = Parser::new(text)?;
         let response = p.response()?;
         p.expect('~')?;
-        let (intercept, terms) = p.right_side()?;
+        let (intercept, terms, offsets) = p.right_side()?;
         p.end()?;
         Ok(Self {
             response,
             intercept,
             terms,
+            offsets,
         })
     }
 
-    /// Every column the formula reads, response first, each once.
+    /// Every column the formula reads, response first, then the terms'
+    /// covariates and the offsets, each once.
     pub fn columns(&self) -> Vec<String> {
         let mut out: Vec<String> = match &self.response {
             Response::Column(c) => vec![c.clone()],
@@ -149,6 +157,11 @@ impl Formula {
                 if !out.contains(v) {
                     out.push(v.clone());
                 }
+            }
+        }
+        for o in &self.offsets {
+            if !out.contains(o) {
+                out.push(o.clone());
             }
         }
         out
@@ -282,9 +295,10 @@ impl<'a> Parser<'a> {
         Ok(Response::Binomial { successes, failures })
     }
 
-    /// Terms joined by + (and - 1 / + 0 / + 1 for the intercept).
-    fn right_side(&mut self) -> Result<(bool, Vec<Term>)> {
-        let (mut intercept, mut terms) = (true, Vec::<Term>::new());
+    /// Terms joined by + (and - 1 / + 0 / + 1 for the intercept), the
+    /// offsets apart.
+    fn right_side(&mut self) -> Result<(bool, Vec<Term>, Vec<String>)> {
+        let (mut intercept, mut terms, mut offsets) = (true, Vec::<Term>::new(), Vec::<String>::new());
         let mut sign = '+';
         loop {
             if let Some(Token::Number(n)) = self.peek() {
@@ -296,6 +310,11 @@ impl<'a> Parser<'a> {
                 self.at += 1;
             } else if sign == '-' {
                 return Err(self.error("only the intercept can be removed (- 1)"));
+            } else if let Some(name) = self.offset()? {
+                if offsets.contains(&name) {
+                    return Err(self.error(format!("offset({name}) appears twice")));
+                }
+                offsets.push(name);
             } else {
                 let term = self.term()?;
                 if terms.contains(&term) {
@@ -308,9 +327,22 @@ impl<'a> Parser<'a> {
                     sign = *c;
                     self.at += 1;
                 }
-                _ => return Ok((intercept, terms)),
+                _ => return Ok((intercept, terms, offsets)),
             }
         }
+    }
+
+    /// `offset(name)`, if that comes next: the column's name.
+    fn offset(&mut self) -> Result<Option<String>> {
+        let is_offset = self.peek() == Some(&Token::Name("offset".into()))
+            && self.tokens.get(self.at + 1).map(|(t, _)| t) == Some(&Token::Symbol('('));
+        if !is_offset {
+            return Ok(None);
+        }
+        self.at += 2;
+        let name = self.name("a column inside offset() (a name; expressions are not evaluated here)")?;
+        self.expect(')')?;
+        Ok(Some(name))
     }
 
     fn term(&mut self) -> Result<Term> {
@@ -501,6 +533,18 @@ mod tests {
     }
 
     #[test]
+    fn offsets_are_kept_apart_from_the_terms() {
+        let f = Formula::parse("y ~ offset(lt) + s(x, bs = \"cr\") + offset(b) - 1").unwrap();
+        assert_eq!(f.offsets, ["lt", "b"]);
+        assert_eq!(f.terms.len(), 1);
+        assert!(!f.intercept);
+        assert_eq!(f.columns(), ["y", "x", "lt", "b"]);
+        // A column called offset is an ordinary term.
+        assert_eq!(Formula::parse("y ~ offset").unwrap().terms, [col("offset")]);
+        assert!(Formula::parse("y ~ x").unwrap().offsets.is_empty());
+    }
+
+    #[test]
     fn errors_name_the_place_and_the_rule() {
         let cases = [
             ("y ~ x +", "character 8", "a term"),
@@ -516,6 +560,9 @@ mod tests {
             ("y ~ 2", "character 5", "only 0 or 1"),
             ("y ~ s(x, k = 2.5)", "character", "whole number"),
             ("y ~ s(x", "character 8", "expected ','"),
+            ("y ~ offset(a) + offset(a)", "character", "offset(a) appears twice"),
+            ("y ~ offset(log(t))", "character 15", "expected ')'"),
+            ("y ~ offset(1)", "character 12", "a column inside offset()"),
         ];
         for (text, place, rule) in cases {
             let e = Formula::parse(text).expect_err(text).to_string();

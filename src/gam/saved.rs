@@ -230,6 +230,9 @@ struct GamFile {
     family: String,
     link: String,
     terms: Vec<TermFile>,
+    /// The offsets' columns (`offset(name)`), which a prediction adds.
+    #[serde(default)]
+    offsets: Vec<String>,
     names: Vec<String>,
     coefficients: Vec<f64>,
     edf: Vec<f64>,
@@ -260,6 +263,7 @@ impl GamFile {
             family: f.family.distribution().name().into(),
             link: f.family.link().name().into(),
             terms: f.terms.iter().map(TermFile::of).collect(),
+            offsets: f.offsets.clone(),
             names: f.names.clone(),
             coefficients: f.coefficients.clone(),
             edf: f.edf.clone(),
@@ -298,6 +302,7 @@ impl GamFile {
             .collect::<Result<Vec<_>>>()?;
         let fit = GamFit {
             terms,
+            offsets: self.offsets,
             family,
             names: self.names,
             edf_total: self.edf.iter().sum(),
@@ -499,7 +504,7 @@ impl GamFit {
     /// (what new data must have to be predicted).
     pub fn covariates(&self) -> Vec<String> {
         let mut out: Vec<String> = Vec::new();
-        for c in self.terms.iter().flat_map(|t| &t.columns) {
+        for c in self.terms.iter().flat_map(|t| &t.columns).chain(&self.offsets) {
             if !out.contains(c) {
                 out.push(c.clone());
             }

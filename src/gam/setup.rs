@@ -65,6 +65,11 @@ impl<'d, 'a> Table<'d, 'a> {
 
     /// The column called `name`.
     pub(crate) fn get(&self, name: &str) -> Result<Column<'a>> {
+        self.find(name, "the formula reads it")
+    }
+
+    /// The column called `name`, which `reader` reads (for the error).
+    fn find(&self, name: &str, reader: &str) -> Result<Column<'a>> {
         match self.columns.iter().find(|(n, _)| *n == name) {
             Some((_, c)) => Ok(*c),
             None => {
@@ -72,7 +77,7 @@ impl<'d, 'a> Table<'d, 'a> {
                 Err(Error::invalid(
                     format!("column {name}"),
                     "missing",
-                    format!("the formula reads it; the data have {}", names.join(", ")),
+                    format!("{reader}; the data have {}", names.join(", ")),
                 ))
             }
         }
@@ -85,10 +90,15 @@ impl<'d, 'a> Table<'d, 'a> {
 
     /// The numeric column called `name` (the response's rule in `rule`).
     pub(crate) fn numeric(&self, name: &str, rule: &str) -> Result<&'a [f64]> {
-        match self.get(name)? {
-            Column::Numeric(x) => Ok(x),
-            Column::Factor(_) => Err(Error::invalid(format!("column {name}"), "a factor column", rule)),
-        }
+        as_numeric(self.get(name)?, name, rule)
+    }
+}
+
+/// Column `name`'s numbers, or an error with `rule` for a factor.
+fn as_numeric<'a>(column: Column<'a>, name: &str, rule: &str) -> Result<&'a [f64]> {
+    match column {
+        Column::Numeric(x) => Ok(x),
+        Column::Factor(_) => Err(Error::invalid(format!("column {name}"), "a factor column", rule)),
     }
 }
 
@@ -236,4 +246,60 @@ pub(crate) fn response(formula: &Formula, table: &Table, binomial: bool) -> Resu
             Ok((s.to_vec(), Some(s.iter().zip(f).map(|(a, b)| a + b).collect())))
         }
     }
+}
+
+/// The prior weights from the column `name`: numeric, one a row, finite
+/// and >= 0, not all 0 (mgcv's `weights = w`).
+pub(crate) fn prior_weights(table: &Table, name: &str, n: usize) -> Result<Vec<f64>> {
+    let reader = "the prior weights (Gam::with_weights) read it";
+    let w = rows_of(table.find(name, reader)?, name, n, "prior weights must be numeric")?;
+    if let Some(i) = w.iter().position(|v| !(v.is_finite() && *v >= 0.0)) {
+        return Err(Error::invalid(
+            format!("column {name}[{i}]"),
+            w[i],
+            "prior weights must be finite and >= 0",
+        ));
+    }
+    if w.iter().all(|v| *v == 0.0) {
+        return Err(Error::invalid(
+            format!("column {name}"),
+            "all 0",
+            "prior weights must not all be 0 (no row would count)",
+        ));
+    }
+    Ok(w.to_vec())
+}
+
+/// The formula's offsets summed row by row (R's `model.offset`), each
+/// column numeric and finite; `None` without an offset.
+pub(crate) fn offsets(names: &[String], table: &Table, n: usize) -> Result<Option<Vec<f64>>> {
+    if names.is_empty() {
+        return Ok(None);
+    }
+    let mut sum = vec![0.0; n];
+    for name in names {
+        let o = rows_of(table.get(name)?, name, n, "an offset must be numeric")?;
+        if let Some(i) = o.iter().position(|v| !v.is_finite()) {
+            return Err(Error::invalid(
+                format!("column {name}[{i}]"),
+                o[i],
+                "offsets must be finite",
+            ));
+        }
+        sum.iter_mut().zip(o).for_each(|(s, v)| *s += v);
+    }
+    Ok(Some(sum))
+}
+
+/// Column `name`'s numbers, `n` of them (`rule`: why it must be numeric).
+fn rows_of<'a>(column: Column<'a>, name: &str, n: usize, rule: &str) -> Result<&'a [f64]> {
+    let x = as_numeric(column, name, rule)?;
+    if x.len() != n {
+        return Err(Error::invalid(
+            format!("column {name}"),
+            format!("{} rows", x.len()),
+            format!("must have the response's rows ({n})"),
+        ));
+    }
+    Ok(x)
 }

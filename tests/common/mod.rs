@@ -178,7 +178,7 @@ pub fn fit_gam_binary() -> std::path::PathBuf {
 }
 
 /// The example `name`'s binary, target/<profile>/examples/<name>.
-fn example_binary(name: &str) -> std::path::PathBuf {
+pub fn example_binary(name: &str) -> std::path::PathBuf {
     let exe = std::env::current_exe().unwrap();
     let profile = exe.parent().unwrap().parent().unwrap();
     profile
