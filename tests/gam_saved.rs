@@ -15,8 +15,14 @@ fn tmp(name: &str) -> PathBuf {
     dir.join(name)
 }
 
+/// A case's data: `tests/data/gam_fit_<case>.csv`, or `tests/data/<case>.csv`
+/// for a case named by its file (`gam_offsets_poisson`).
 fn data(case: &str) -> Table {
-    Table::read_csv(Path::new(&format!("tests/data/gam_fit_{case}.csv")), None).unwrap()
+    let file = match case.starts_with("gam_") {
+        true => format!("tests/data/{case}.csv"),
+        false => format!("tests/data/gam_fit_{case}.csv"),
+    };
+    Table::read_csv(Path::new(&file), None).unwrap()
 }
 
 /// The fit of `formula` on a case's data, saved with it.
@@ -106,6 +112,17 @@ fn random_effects_ps_margins_and_interactions_round_trip_bitwise() {
     round_trip("gamma", &fitted("gamma", f, gamma));
     let f = r#"y ~ x0 + x0:x1 + te(x2, x3, bs = "ps", k = 5)"#;
     round_trip("gaussian", &fitted("gaussian", f, gaussian()));
+}
+
+/// An offset is saved with the fit: the loaded fit reads and adds it.
+#[test]
+fn offsets_round_trip_and_a_prediction_adds_them() {
+    let poisson = Family::canonical(matfree::gam::Distribution::Poisson);
+    let f = r#"y ~ x1 + s(x0, bs = "cr") + offset(log_t)"#;
+    let saved = fitted("gam_offsets_poisson", f, poisson);
+    assert_eq!(saved.fit.offsets, ["log_t"]);
+    assert!(saved.fit.covariates().contains(&"log_t".to_string()));
+    round_trip("gam_offsets_poisson", &saved);
 }
 
 /// A saved file edited by `edit`, loaded: the error message.
