@@ -12,9 +12,7 @@ use std::rc::Rc;
 use std::sync::Arc;
 
 use faer::{MatRef, Side};
-use matfree_solvers::newton::{
-    fd_hessian_derivative, trace_product, traces_through_dense, CostEstimate, Evaluation, Objective,
-};
+use matfree_solvers::newton::{fd_hessian_derivative, traces_through_dense, CostEstimate, Evaluation, Objective};
 use matfree_solvers::operator::expect_len;
 use matfree_solvers::{CpuBackend, Result as SolverResult};
 use rayon::prelude::*;
@@ -238,23 +236,22 @@ impl<E: RowEvaluator> RowObjective<E> {
 
 impl<E: RowEvaluator> RowObjective<E> {
     /// tr(A dH_k) = sum_i tr(P_i A P_i^T dH_i(P_i d_k)) for each direction
-    /// d_k, A dense symmetric (row-major p x p), from the model's exact
+    /// d_k, A = K K^T given by its lower factor `k`, from the model's exact
     /// row derivatives: one pass over the rows for every direction (the
     /// rows' P_i A P_i^T by tiles of matrix products), no p x p matrix a
     /// direction.
-    fn row_hessian_derivative_traces(&self, beta: &[f64], a: &[f64], directions: &[&[f64]]) -> SolverResult<Vec<f64>> {
+    fn row_hessian_derivative_traces(
+        &self,
+        beta: &[f64],
+        k: MatRef<f64>,
+        directions: &[&[f64]],
+    ) -> SolverResult<Vec<f64>> {
         let (n, r, p) = (self.designs.n(), self.layout.r(), self.layout.p_total());
         expect_len("beta", beta.len(), p)?;
-        expect_len("inverse", a.len(), p * p)?;
         for d in directions {
             expect_len("direction", d.len(), p)?;
         }
         let m = directions.len();
-        // A = K K^T (A is (H + S)^{-1}, positive definite).
-        let Ok(factor) = MatRef::from_row_major_slice(a, p, p).llt(Side::Lower) else {
-            return self.dense_derivative_traces(beta, a, directions);
-        };
-        let k = factor.L();
         // Slot m of each partial counts non-finite row derivatives.
         let vectors: Vec<&[f64]> = std::iter::once(beta).chain(directions.iter().copied()).collect();
         let sums = reduce_chunks(n, m + 1, DENSE_TILE, |rows, acc| {
@@ -286,16 +283,6 @@ impl<E: RowEvaluator> RowObjective<E> {
             return Err(Error::invalid("row_hessian_derivative", format!("{} non-finite rows", sums[m]), rule).into());
         }
         Ok(sums[..m].to_vec())
-    }
-
-    /// tr(A dH_k) through each dense dH_k: where A has no Cholesky factor
-    /// in floating point.
-    fn dense_derivative_traces(&self, beta: &[f64], a: &[f64], directions: &[&[f64]]) -> SolverResult<Vec<f64>> {
-        let each = directions.iter().map(|d| {
-            let dh = self.row_hessian_derivative(beta, d)?;
-            trace_product(a, &dh, self.dim())
-        });
-        each.collect()
     }
 }
 
@@ -438,9 +425,15 @@ impl<E: RowEvaluator> Objective<CpuBackend> for RowObjective<E> {
         directions: &[&[f64]],
         steps: &[f64],
     ) -> SolverResult<Vec<f64>> {
-        if !self.evaluator.has_hessian_derivative() {
-            return traces_through_dense(self, beta, hessian, inverse, directions, steps);
+        let p = self.dim();
+        expect_len("inverse", inverse.len(), p * p)?;
+        // The leverages need A = K K^T (A is (H + S)^{-1}, positive
+        // definite); where the factor fails, or the model has no exact row
+        // derivative, each dense dH_k.
+        let factor = MatRef::from_row_major_slice(inverse, p, p).llt(Side::Lower);
+        match (self.evaluator.has_hessian_derivative(), factor) {
+            (true, Ok(factor)) => self.row_hessian_derivative_traces(beta, factor.L(), directions),
+            _ => traces_through_dense(self, beta, hessian, inverse, directions, steps),
         }
-        self.row_hessian_derivative_traces(beta, inverse, directions)
     }
 }
