@@ -1,12 +1,9 @@
 //! `examples/validate_gam` at a small size (n = 400, 3 seeds a family):
-//! what must hold whatever the seeds. Every fit returns (no error); the
-//! converged count is the seeds' and a fit that did not converge says how
-//! it stopped, with a finite projected gradient. (Not "every fit
-//! converged": today's REML solver ends some fits with `LineSearchFailed`
-//! or `MaxIterations` where a smooth's sp runs off to infinity and REML is
-//! flat, where mgcv reports full convergence at the same edf; see
-//! benches/RESULTS.md. That is the solver's to fix, and this test would
-//! otherwise fail at fixed seeds.) Every share is in [0, 1]; each smooth's
+//! what must hold whatever the seeds. Every fit returns (no error) and
+//! converges (the REML solver's stops at a flat V, where a smooth's sp
+//! runs off to infinity, are convergence, as mgcv's are: 400 fits of
+//! n = 2,000 over four families converged; benches/RESULTS.md), and the
+//! JSON's converged count is its results'. Every share is in [0, 1]; each smooth's
 //! edf is in [1, k - 1] = [1, 9] (its null space is the linear function,
 //! less the constraint); and the across-the-function coverage of each
 //! smooth averaged over the 3 seeds is at least 0.5. That bound is far
@@ -31,7 +28,7 @@ fn validate_gam_reports_sane_coverage_for_every_family() {
         .expect("cargo test builds the examples");
     let code = out.status.code();
     assert!(
-        matches!(code, Some(0 | 4)),
+        matches!(code, Some(0)),
         "{code:?}: {}",
         String::from_utf8_lossy(&out.stderr)
     );
@@ -49,10 +46,8 @@ fn validate_gam_reports_sane_coverage_for_every_family() {
         let results = f["results"].as_array().unwrap();
         let converged = results.iter().filter(|r| r["converged"] == true).count();
         assert_eq!(f["converged"], converged, "{name}");
-        for r in results.iter().filter(|r| r["converged"] != true) {
-            let stopped = r["termination"].as_str().is_some_and(|t| !t.is_empty());
-            let gradient = r["projected_gradient"].as_f64().is_some_and(f64::is_finite);
-            assert!(stopped && gradient, "{name}: {r}");
+        if let Some(r) = results.iter().find(|r| r["converged"] != true) {
+            panic!("{name}: a fit did not converge: {r}");
         }
         for c in f["coefficients"].as_array().unwrap() {
             share(&c["coverage"], &format!("{name} {}", c["name"]));

@@ -73,6 +73,8 @@ pub struct Penalty {
     blocks: Vec<PenaltyBlock>,
     logdets: Vec<f64>,
     ranks: Vec<usize>,
+    /// Each block with a null space: its root ([`Root`]).
+    roots: Vec<Option<Root>>,
     /// Connected components of overlapping blocks, by first column.
     groups: Vec<Vec<usize>>,
     /// The groups of more than one block.
@@ -101,11 +103,12 @@ impl Penalty {
     /// semi-definite and not zero (to [`RANK_TOL`]). Blocks may overlap.
     pub fn new(p: usize, blocks: Vec<PenaltyBlock>) -> Result<Self> {
         let mut blocks = blocks;
-        let (mut logdets, mut ranks) = (Vec::with_capacity(blocks.len()), Vec::with_capacity(blocks.len()));
+        let (mut logdets, mut ranks, mut roots) = (Vec::new(), Vec::new(), Vec::new());
         for (k, b) in blocks.iter_mut().enumerate() {
-            let (logdet, rank) = validate_block(k, p, b)?;
+            let (logdet, rank, root) = validate_block(k, p, b)?;
             logdets.push(logdet);
             ranks.push(rank);
+            roots.push(root);
         }
         let groups = overlap_groups(&blocks);
         let mut overlapped = vec![false; blocks.len()];
@@ -119,6 +122,7 @@ impl Penalty {
             blocks,
             logdets,
             ranks,
+            roots,
             groups,
             overlaps,
             overlapped,
@@ -205,11 +209,13 @@ impl Penalty {
         self.check_lambda(lambda)?;
         expect_len("beta", beta.len(), self.p)?;
         let mut out = vec![0.0; self.p];
-        for ((b, &l), &shared) in self.blocks.iter().zip(lambda).zip(&self.overlapped) {
-            let x = &beta[b.range()];
-            for i in 0..b.dim {
-                let v = l * dot(&b.s[i * b.dim..(i + 1) * b.dim], x);
-                out[b.start + i] = if shared { out[b.start + i] + v } else { v };
+        let mut part = Vec::new();
+        for (k, (b, &l)) in self.blocks.iter().zip(lambda).enumerate() {
+            part.resize(b.dim, 0.0);
+            self.block_product(k, l, beta, &mut part);
+            for (i, v) in part.iter().enumerate() {
+                let o = &mut out[b.start + i];
+                *o = if self.overlapped[k] { *o + v } else { *v };
             }
         }
         Ok(out)
@@ -219,12 +225,33 @@ impl Penalty {
     pub fn quadratic(&self, lambda: &[f64], beta: &[f64]) -> Result<f64> {
         self.check_lambda(lambda)?;
         expect_len("beta", beta.len(), self.p)?;
-        Ok(self
-            .blocks
-            .iter()
-            .zip(lambda)
-            .map(|(b, &l)| l * b.quadratic(beta))
+        Ok((0..self.blocks.len())
+            .map(|k| lambda[k] * self.block_quadratic(k, beta))
             .sum())
+    }
+
+    /// `lambda S_k beta_k` (block k's slice of a full beta) into `out`
+    /// (dim_k): through the block's root where it has a null space
+    /// ([`Root`]), densely (as it always was) where it has full rank.
+    pub fn block_product(&self, k: usize, lambda: f64, beta: &[f64], out: &mut [f64]) {
+        let b = &self.blocks[k];
+        let x = &beta[b.range()];
+        match &self.roots[k] {
+            Some(root) => root.product(lambda, x, out),
+            None => {
+                for (i, o) in out.iter_mut().enumerate() {
+                    *o = lambda * dot(&b.s[i * b.dim..(i + 1) * b.dim], x);
+                }
+            }
+        }
+    }
+
+    /// `beta_k^T S_k beta_k`, as [`Penalty::block_product`] computes it.
+    pub fn block_quadratic(&self, k: usize, beta: &[f64]) -> f64 {
+        match &self.roots[k] {
+            Some(root) => root.quadratic(&beta[self.blocks[k].range()]),
+            None => self.blocks[k].quadratic(beta),
+        }
     }
 
     /// log|S_lambda|_+, the log pseudo-determinant: the sum over the blocks
@@ -294,7 +321,7 @@ fn overlap_groups(blocks: &[PenaltyBlock]) -> Vec<Vec<usize>> {
 }
 
 /// Check one block and symmetrise it; returns (log|S_k|_+, rank).
-fn validate_block(k: usize, p: usize, b: &mut PenaltyBlock) -> Result<(f64, usize)> {
+fn validate_block(k: usize, p: usize, b: &mut PenaltyBlock) -> Result<(f64, usize, Option<Root>)> {
     let field = |name: &str| format!("blocks[{k}].{name}");
     if b.dim == 0 {
         return Err(SolverError::invalid(field("dim"), 0, "must be >= 1"));
@@ -337,12 +364,12 @@ fn validate_block(k: usize, p: usize, b: &mut PenaltyBlock) -> Result<(f64, usiz
 /// second-difference penalty is about 1e-5 of it, the BMS blocks' 3.7e-4.
 pub const RANK_TOL: f64 = 1e-10;
 
-/// A block's (log|S|_+, rank). A block of full rank takes its log
+/// A block's (log|S|_+, rank, root). A block of full rank takes its log
 /// determinant from a Cholesky factor, as it always did; one with a null
-/// space from its positive eigenvalues.
-fn rank_and_logdet(k: usize, n: usize, s: &[f64]) -> Result<(f64, usize)> {
+/// space from its positive eigenvalues, and keeps its [`Root`].
+fn rank_and_logdet(k: usize, n: usize, s: &[f64]) -> Result<(f64, usize, Option<Root>)> {
     let field = format!("blocks[{k}].s");
-    let (values, _) = crate::dense::symmetric_eigen(n, s)?;
+    let (values, vectors) = crate::dense::symmetric_eigen(n, s)?;
     let top = values[n - 1];
     if top <= 0.0 {
         return Err(SolverError::invalid(
@@ -358,10 +385,10 @@ fn rank_and_logdet(k: usize, n: usize, s: &[f64]) -> Result<(f64, usize)> {
             format!("must be positive semi-definite (to {RANK_TOL:e} of its largest eigenvalue)"),
         ));
     }
-    let positive: Vec<f64> = values.into_iter().filter(|&v| v > RANK_TOL * top).collect();
-    if positive.len() == n {
+    let kept: Vec<usize> = (0..n).filter(|&i| values[i] > RANK_TOL * top).collect();
+    if kept.len() == n {
         return match Cholesky::factor(n, s) {
-            Ok(c) => Ok((c.logdet(), n)),
+            Ok(c) => Ok((c.logdet(), n, None)),
             Err(SolverError::NotPositiveDefinite { pivot, value }) => Err(SolverError::invalid(
                 field,
                 format!("pivot {pivot} = {value:e}"),
@@ -370,7 +397,60 @@ fn rank_and_logdet(k: usize, n: usize, s: &[f64]) -> Result<(f64, usize)> {
             Err(e) => Err(e),
         };
     }
-    Ok((positive.iter().map(|v| v.ln()).sum(), positive.len()))
+    let logdet = kept.iter().map(|&i| values[i].ln()).sum();
+    Ok((logdet, kept.len(), Some(Root::new(n, &values, &vectors, &kept))))
+}
+
+/// `R` with `S = R^T R` for a block with a null space: the rows
+/// `sqrt(d_i) u_i^T` of its positive eigenpairs. Its products are the
+/// block's in rounding that does not grow with lambda: `S beta` computed
+/// densely cancels to near 0 on the null space with an error of
+/// `eps |S| |beta|`, which lambda multiplies (on 2,000 binomial rows with a
+/// cubic spline's lambda at 1.8e8 and its linear part in beta, `lambda
+/// beta^T S beta` was 2.5e-5 of terms of size 1.1e9: a noise of 2.5e-7 in
+/// the penalised objective, far above its resolution, which stopped the
+/// inner Newton solves short of REML's tolerance). Through R the null
+/// space contributes only the rounding of `R beta`, and `R^T (R beta)`
+/// lies in the block's range, where lambda S dominates H.
+#[derive(Clone, Debug)]
+struct Root {
+    rank: usize,
+    /// rank x dim, row-major.
+    r: Vec<f64>,
+}
+
+impl Root {
+    fn new(n: usize, values: &[f64], vectors: &[f64], kept: &[usize]) -> Self {
+        let mut r = Vec::with_capacity(kept.len() * n);
+        for &i in kept {
+            let root = values[i].sqrt();
+            r.extend((0..n).map(|j| root * vectors[j * n + i]));
+        }
+        Self { rank: kept.len(), r }
+    }
+
+    /// R x (rank) for the block's slice x.
+    fn times(&self, x: &[f64]) -> Vec<f64> {
+        self.r.chunks_exact(x.len()).map(|row| dot(row, x)).collect()
+    }
+
+    /// x^T S x = |R x|^2.
+    fn quadratic(&self, x: &[f64]) -> f64 {
+        self.times(x).iter().map(|v| v * v).sum()
+    }
+
+    /// lambda S x = lambda R^T (R x), into `out` (dim).
+    fn product(&self, lambda: f64, x: &[f64], out: &mut [f64]) {
+        let rx = self.times(x);
+        let dim = x.len();
+        out.iter_mut().for_each(|o| *o = 0.0);
+        for (row, v) in self.r.chunks_exact(dim).zip(&rx) {
+            for (o, rij) in out.iter_mut().zip(row) {
+                *o += lambda * rij * v;
+            }
+        }
+        debug_assert_eq!(self.rank, rx.len());
+    }
 }
 
 /// A dense `p x p` penalty held both on the host and on a backend.
@@ -539,6 +619,62 @@ mod tests {
         assert_eq!(y, vec![9.0, 19.0, 34.5, 49.5]);
         assert!(be.gemm_acc(&a, 2, &vec![1.0; 3], &mut vec![0.0; 3]).is_err());
         assert!(be.gemm_acc(&a, 3, &x, &mut y).is_err());
+    }
+
+    /// A second-difference penalty D^T D (dim x dim): its null space is
+    /// the constant and the linear sequences.
+    fn second_difference(dim: usize) -> Vec<f64> {
+        let mut s = vec![0.0; dim * dim];
+        for r in 0..dim - 2 {
+            let d = [(r, 1.0), (r + 1, -2.0), (r + 2, 1.0)];
+            for &(i, a) in &d {
+                for &(j, b) in &d {
+                    s[i * dim + j] += a * b;
+                }
+            }
+        }
+        s
+    }
+
+    /// A block with a null space goes through its root: with beta a large
+    /// linear sequence plus a small wiggle and lambda at 1e12, the
+    /// quadratic is lambda eps^2 |D v|^2 to 1e-6 (the dense product's
+    /// cancellation leaves errors of order eps |S| |beta|^2 lambda, here
+    /// about 1e-1 of the answer), and the product is the dense one to
+    /// rounding while it lies in the block's range (orthogonal to the
+    /// null space to rounding of its own size, not lambda's).
+    #[test]
+    fn a_block_with_a_null_space_is_evaluated_through_its_root() {
+        let dim = 10;
+        let s = second_difference(dim);
+        let pen = Penalty::new(
+            dim,
+            vec![PenaltyBlock {
+                start: 0,
+                dim,
+                s: s.clone(),
+            }],
+        )
+        .unwrap();
+        assert_eq!(pen.ranks(), &[dim - 2]);
+        let (eps, lambda) = (1e-6, 1e12);
+        let v: Vec<f64> = (0..dim).map(|i| (i as f64 * 0.7).sin()).collect();
+        let beta: Vec<f64> = (0..dim).map(|i| 3.0 + 2.5 * i as f64 + eps * v[i]).collect();
+        let dv: Vec<f64> = (0..dim - 2).map(|r| v[r] - 2.0 * v[r + 1] + v[r + 2]).collect();
+        let want = lambda * eps * eps * dot(&dv, &dv);
+        let got = pen.quadratic(&[lambda], &beta).unwrap();
+        assert!((got - want).abs() <= 1e-6 * want, "{got} vs {want}");
+        let sb = pen.apply(&[lambda], &beta).unwrap();
+        let exact: Vec<f64> = (0..dim)
+            .map(|i| lambda * eps * dot(&s[i * dim..(i + 1) * dim], &v))
+            .collect();
+        let scale = exact.iter().fold(0.0f64, |m, x| m.max(x.abs()));
+        for (g, w) in sb.iter().zip(&exact) {
+            assert!((g - w).abs() <= 1e-6 * scale, "{g} vs {w}");
+        }
+        let (ones, line): (Vec<f64>, Vec<f64>) =
+            ((0..dim).map(|_| 1.0).collect(), (0..dim).map(|i| i as f64).collect());
+        assert!(dot(&sb, &ones).abs() <= 1e-6 * scale && dot(&sb, &line).abs() <= 1e-5 * scale);
     }
 
     #[test]

@@ -11,6 +11,18 @@ use super::laml::dot;
 use super::vanished::vanished;
 use super::LamlEvaluation;
 
+/// Which components of the outer step may jump to their upper bound.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum Jumps {
+    /// A smooth shrunk to nothing, or (with the last iterate) one on an
+    /// exponential tail.
+    Tail,
+    /// A smooth shrunk to nothing only.
+    Vanished,
+    /// None: every free component moves by Newton.
+    Off,
+}
+
 impl Outer<'_> {
     /// The Newton direction on the free components, with the outer Hessian
     /// plus the secant `correction`, its eigenvalues raised to a floor (so
@@ -23,6 +35,7 @@ impl Outer<'_> {
     /// the jump is one trial that the line search checks.
     ///
     /// [`VANISHED_EDF`]: super::VANISHED_EDF
+    #[allow(clippy::too_many_arguments)]
     pub(super) fn direction(
         &self,
         e: &LamlEvaluation,
@@ -31,9 +44,14 @@ impl Outer<'_> {
         penalty: &Penalty,
         radius: f64,
         measured: bool,
+        jumps: Jumps,
     ) -> Result<Direction> {
         let m = e.rho.len();
-        let vanishing = self.vanishing(e, prev, penalty);
+        let vanishing = match jumps {
+            Jumps::Tail => self.vanishing(e, prev, penalty),
+            Jumps::Vanished => self.vanishing(e, None, penalty),
+            Jumps::Off => vec![false; m],
+        };
         let tail_gain: f64 = penalty
             .blocks()
             .iter()
@@ -80,6 +98,7 @@ impl Outer<'_> {
         Ok(Direction {
             d,
             decrement,
+            jumping: vanishing.contains(&true),
             jump,
             tail: tail_gain > 0.0,
             tail_gain,
@@ -165,6 +184,8 @@ pub(super) struct Direction {
     /// `g^T B^{-1} g` on the components that move by Newton (before the
     /// cap): the squared distance to the optimum in rho's standard errors.
     pub(super) decrement: f64,
+    /// Whether any smooth jumps to its bound.
+    pub(super) jumping: bool,
     /// Whether a vanishing smooth jumps to its bound with a gradient above
     /// `grad_tol` (so the solve has not converged).
     pub(super) jump: bool,

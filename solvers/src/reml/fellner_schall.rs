@@ -50,11 +50,8 @@ pub fn fellner_schall_step(penalty: &Penalty, e: &LamlEvaluation, max_step: f64)
 /// Per block, its edf and `lambda_k beta^T S_k beta`: the two sides of the
 /// fixed point `dV/drho_k = 0` without the dH/drho terms.
 fn edf_and_wiggliness(penalty: &Penalty, e: &LamlEvaluation) -> Vec<(f64, f64)> {
-    penalty
-        .blocks()
-        .iter()
-        .enumerate()
-        .map(|(k, b)| (penalised_edf(e, penalty, k), wiggliness(e, b, k)))
+    (0..penalty.n_blocks())
+        .map(|k| (penalised_edf(e, penalty, k), wiggliness(e, penalty, k)))
         .collect()
 }
 

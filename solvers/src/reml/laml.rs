@@ -199,12 +199,11 @@ struct Derivatives {
 
 impl Derivatives {
     fn new(penalty: &Penalty, lambda: &[f64], beta: &[f64], factor: &PenalisedFactor) -> Result<Self> {
-        let p = beta.len();
         let (mut u, mut d, mut quad) = (Vec::new(), Vec::new(), Vec::new());
-        for (k, b) in penalty.blocks().iter().enumerate() {
-            let uk = embedded_product(b, lambda[k], beta, p);
+        for (k, &l) in lambda.iter().enumerate() {
+            let uk = embedded_product(penalty, k, l, beta);
             let dk: Vec<f64> = factor.solve(&uk, 1)?.iter().map(|v| -v).collect();
-            quad.push(dot(beta, &uk));
+            quad.push(l * penalty.block_quadratic(k, beta));
             u.push(uk);
             d.push(dk);
         }
@@ -288,14 +287,11 @@ impl Derivatives {
     }
 }
 
-/// `lambda S_k beta` embedded in a p-vector.
-pub(super) fn embedded_product(b: &PenaltyBlock, lambda: f64, beta: &[f64], p: usize) -> Vec<f64> {
-    let mut u = vec![0.0; p];
-    let bk = &beta[b.range()];
-    for i in 0..b.dim {
-        let row = &b.s[i * b.dim..(i + 1) * b.dim];
-        u[b.start + i] = lambda * dot(row, bk);
-    }
+/// `lambda S_k beta` embedded in a p-vector ([`Penalty::block_product`]).
+pub(super) fn embedded_product(penalty: &Penalty, k: usize, lambda: f64, beta: &[f64]) -> Vec<f64> {
+    let mut u = vec![0.0; beta.len()];
+    let range = penalty.blocks()[k].range();
+    penalty.block_product(k, lambda, beta, &mut u[range]);
     u
 }
 

@@ -21,6 +21,12 @@ pub(super) struct Search<'o, B: PcgKernels> {
     pub(super) halvings: usize,
     pub(super) newton_iterations: usize,
     pub(super) evaluations: usize,
+    /// The full step's first-order change of V, `g^T (rho_1 - rho)`.
+    pub(super) full_decrease: f64,
+    /// The largest `|V(trial) - V|` over the short trials (t at most
+    /// [`SHORT_TRIAL`]) whose inner solves converged, if any: V's noise at
+    /// this rho where the search failed (see [`super::stop::resolved`]).
+    pub(super) short_change: Option<f64>,
 }
 
 /// Inner Newton steps allowed to a line-search trial before it counts as
@@ -29,6 +35,14 @@ pub(super) struct Search<'o, B: PcgKernels> {
 /// too far for its start, where a shorter step is both cheaper and more
 /// likely to be accepted.
 const TRIAL_STEPS: usize = 6;
+
+/// The longest trial whose change of V counts as noise where the search
+/// fails ([`Search::short_change`]): along a step that is merely too long
+/// for V's curvature, V changes at t = 1/64 by about 1/64 of the full
+/// step's predicted decrease or less, so a change there as large as the
+/// full step's prediction is V's noise, or curvature so strong that less
+/// than 1/16,384 of the prediction is left to gain.
+pub(super) const SHORT_TRIAL: f64 = 1.0 / 64.0;
 
 /// Halvings after which a trial's inner solve may use all of `max_iter`.
 const UNCAPPED_AFTER: usize = 2;
@@ -60,6 +74,8 @@ pub(super) fn outer_line_search<'o, B: PcgKernels>(
         halvings: 0,
         newton_iterations: 0,
         evaluations: 0,
+        full_decrease: projected_point(&ctx.outer, cur, dir, 1.0).1,
+        short_change: None,
     };
     let mut t = 1.0;
     loop {
@@ -73,6 +89,10 @@ pub(super) fn outer_line_search<'o, B: PcgKernels>(
             s.newton_iterations += newton.iterations.len();
             s.evaluations += newton.evaluations;
             let ok = trial.laml.value <= cur.value + opts.armijo * decrease - gain + resolution(cur.value);
+            if newton.converged && t <= SHORT_TRIAL {
+                let change = (trial.laml.value - cur.value).abs();
+                s.short_change = Some(s.short_change.map_or(change, |c: f64| c.max(change)));
+            }
             if newton.converged && ok {
                 s.accepted = Some((t, trial));
                 return Ok(s);

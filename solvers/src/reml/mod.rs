@@ -39,7 +39,11 @@
 //! freedom, of order one at any n, so `grad_tol` means the same at every n
 //! and under a shifted objective. A block at its upper bound with V still
 //! falling is a smooth the data cannot support: it is accepted there (its
-//! component is pinned), as mgcv accepts lambda -> infinity.
+//! component is pinned), as mgcv accepts lambda -> infinity. Where V is so
+//! flat that a failed line search's short trials move it by more than the
+//! step predicts (V's rounding), the point is accepted as well
+//! ([`RemlTermination::Resolved`]), and a jump to the bound that V does
+//! not reward is retried as a plain Newton step.
 //!
 //! The files follow the algorithm: `options`, and `laml` (V and its
 //! derivatives at one rho, with `vanished` for what they say of one

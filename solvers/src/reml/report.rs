@@ -39,6 +39,12 @@ pub enum RemlTermination {
     /// minima there, and V along the followed branch is not the LAML of the
     /// fit. The fit ends at the lower minimum, not converged.
     SeveralMinima,
+    /// The line search found no lower V where the full step's predicted
+    /// decrease was below V's noise, as measured by the shortest trial
+    /// ([`super::stop::resolved`]): V cannot tell a better rho from this
+    /// one. Converged (mgcv's step failure at a flat V, which its
+    /// relative tests call full convergence).
+    Resolved,
     /// `max_halvings` halvings found no acceptable rho.
     LineSearchFailed,
     /// The inner Newton solve at the start did not converge.
@@ -54,6 +60,7 @@ impl RemlTermination {
                 | RemlTermination::Decrement
                 | RemlTermination::Step
                 | RemlTermination::ValueChange
+                | RemlTermination::Resolved
         )
     }
 }
@@ -167,6 +174,11 @@ impl RemlReport {
                  unmet{gradient}, above grad_tol {}: V is kinked or flat near its minimum (as where tied rows \
                  cross a spline knot together)",
                 opts.value_tol, opts.grad_tol
+            ),
+            RemlTermination::Resolved => format!(
+                "REML stopped where V no longer resolves a better rho: the last step's predicted decrease was \
+                 below V's rounding noise, with the gradient test unmet{gradient}, above grad_tol {}",
+                opts.grad_tol
             ),
             RemlTermination::Degenerate => format!(
                 "REML did not converge: V fell by more than {DEGENERATE_FALL} over {steps} steps while rho moved \

@@ -1,9 +1,8 @@
 //! What an evaluation says of one smooth: its penalised edf, its penalty
 //! term, and whether it has shrunk to nothing.
 
-use crate::penalty::{Penalty, PenaltyBlock};
+use crate::penalty::Penalty;
 
-use super::laml::{dot, embedded_product};
 use super::LamlEvaluation;
 
 /// Block k's penalised degrees of freedom, `g_k - lambda_k tr((H +
@@ -37,11 +36,10 @@ pub const VANISHED_EDF: f64 = 0.05;
 /// that is gone has its coefficients, and so its penalty term, near zero
 /// as well.
 pub(super) fn vanished(e: &LamlEvaluation, penalty: &Penalty, k: usize) -> bool {
-    let b = &penalty.blocks()[k];
-    penalised_edf(e, penalty, k) < VANISHED_EDF && wiggliness(e, b, k) < VANISHED_EDF
+    penalised_edf(e, penalty, k) < VANISHED_EDF && wiggliness(e, penalty, k) < VANISHED_EDF
 }
 
 /// Block k's penalty term `lambda_k beta^T S_k beta`.
-pub(super) fn wiggliness(e: &LamlEvaluation, b: &PenaltyBlock, k: usize) -> f64 {
-    dot(&e.beta, &embedded_product(b, e.rho[k].exp(), &e.beta, e.beta.len()))
+pub(super) fn wiggliness(e: &LamlEvaluation, penalty: &Penalty, k: usize) -> f64 {
+    e.rho[k].exp() * penalty.block_quadratic(k, &e.beta)
 }

@@ -11,12 +11,12 @@ use crate::pcg_kernels::PcgKernels;
 use crate::Result;
 
 use super::curvature::{measured_hessian, secant_update, POOR_MODEL_HALVINGS};
-use super::direction::Direction;
+use super::direction::{Direction, Jumps};
 use super::guards::{lower_mode, probe_other_side};
 use super::laml::{Point, Trial};
 use super::line_search::{outer_line_search, Search, Start};
 use super::report::{keep, still};
-use super::stop::{before_search, gradient_met, max_move, step_met};
+use super::stop::{before_search, gradient_met, max_move, resolved, step_met};
 use super::{Ctx, LamlEvaluation, OuterStep, RemlIteration, RemlTermination};
 
 /// The outer loop's state from one iteration to the next.
@@ -152,7 +152,7 @@ impl<'o, B: PcgKernels> Walk<'o, B> {
             return Ok(Next::Check(None));
         }
         let measured = self.measure(ctx)?;
-        let step = self.direction(ctx, measured, true)?;
+        let step = self.direction(ctx, measured, Jumps::Tail)?;
         if let Some(stop) = before_search(&step, &self.values, self.iterations.len(), ctx.outer.opts) {
             return Ok(Next::Check(Some(stop)));
         }
@@ -175,13 +175,15 @@ impl<'o, B: PcgKernels> Walk<'o, B> {
         };
         self.model_poor = search.halvings >= POOR_MODEL_HALVINGS;
         self.suspect = self.model_poor && search.accepted.is_some();
-        self.accept(ctx, t0, record, search.accepted, jumped)
+        let resolved = resolved(search.full_decrease, search.short_change, self.cur.value);
+        self.accept(ctx, t0, record, search.accepted, jumped, resolved)
     }
 
     /// Record a Newton iteration and move to its accepted (t, trial), if
     /// any (`jumped`: the step jumped to a bound): the step test there, or
-    /// where none was accepted, the curvature measured and the search run
-    /// again once a point before the line search counts as failed.
+    /// where none was accepted, a stop if V no longer resolves the step
+    /// (`resolved`), else the curvature measured and the search run again
+    /// once a point before the line search counts as failed.
     fn accept(
         &mut self,
         ctx: &Ctx<'o, '_, B>,
@@ -189,11 +191,15 @@ impl<'o, B: PcgKernels> Walk<'o, B> {
         mut record: RemlIteration,
         accepted: Option<(f64, Trial<'o, B>)>,
         jumped: bool,
+        resolved: bool,
     ) -> Result<Next> {
         let opts = ctx.outer.opts;
         let Some((t, trial)) = accepted else {
             record.seconds = t0.elapsed().as_secs_f64();
             keep(ctx.watched.observer, &mut self.iterations, record);
+            if resolved {
+                return Ok(Next::Check(Some(RemlTermination::Resolved)));
+            }
             if self.measured_at.as_ref() != Some(&self.cur.rho) {
                 // Once per point: measure the curvature and search again.
                 return Ok(Next::Iterate);
@@ -234,17 +240,20 @@ impl<'o, B: PcgKernels> Walk<'o, B> {
         Ok(self.measured_at.as_ref() == Some(&self.cur.rho))
     }
 
-    /// The outer step at cur (`tail`: with the exponential-tail test).
-    fn direction(&self, ctx: &Ctx<'o, '_, B>, measured: bool, tail: bool) -> Result<Direction> {
-        let prev = if tail { self.prev.as_ref() } else { None };
+    /// The outer step at cur, with the jumps `jumps` allows.
+    fn direction(&self, ctx: &Ctx<'o, '_, B>, measured: bool, jumps: Jumps) -> Result<Direction> {
+        let prev = if jumps == Jumps::Tail { self.prev.as_ref() } else { None };
+        let (cur, correction, radius) = (&self.cur, &self.correction, self.radius);
         ctx.outer
-            .direction(&self.cur, prev, &self.correction, ctx.penalty, self.radius, measured)
+            .direction(cur, prev, correction, ctx.penalty, radius, measured, jumps)
     }
 
     /// The line search along `step` (a tail jump is tried whole, once; if V
     /// is not lower at the bound, the step without the tail test is
-    /// searched as usual): the step searched, the search, and the
-    /// evaluations of a jump tried before it.
+    /// searched as usual; where a vanished smooth's jump finds no lower V
+    /// even halved, as where V has a shallow minimum short of the bound,
+    /// the step without jumps is searched): the step searched, the search,
+    /// and the evaluations of the searches tried before it.
     fn search(
         &mut self,
         ctx: &Ctx<'o, '_, B>,
@@ -258,18 +267,20 @@ impl<'o, B: PcgKernels> Walk<'o, B> {
         };
         let here = (&self.cur, &self.at_cur);
         let along = |d: &[f64], from, max_halvings, gain| outer_line_search(ctx, here, d, from, max_halvings, gain);
-        if !step.tail {
-            let search = along(&step.d, from, opts.max_halvings, 0.0)?;
-            return Ok((step, search, 0));
+        let at_cur = || (self.cur.beta.clone(), Some(self.at_cur.clone()));
+        let (mut step, mut spent, mut jumps) = (step, 0, Jumps::Tail);
+        let mut search = if step.tail {
+            along(&step.d, from, 0, step.tail_gain)?
+        } else {
+            along(&step.d, from, opts.max_halvings, 0.0)?
+        };
+        while search.accepted.is_none() && step.jumping && jumps != Jumps::Off {
+            jumps = if step.tail { Jumps::Vanished } else { Jumps::Off };
+            spent += search.evaluations;
+            step = self.direction(ctx, measured, jumps)?;
+            search = along(&step.d, at_cur(), opts.max_halvings, 0.0)?;
         }
-        let jump = along(&step.d, from, 0, step.tail_gain)?;
-        if jump.accepted.is_some() {
-            return Ok((step, jump, 0));
-        }
-        let plain = self.direction(ctx, measured, false)?;
-        let from = (self.cur.beta.clone(), Some(self.at_cur.clone()));
-        let search = along(&plain.d, from, opts.max_halvings, 0.0)?;
-        Ok((plain, search, jump.evaluations))
+        Ok((step, search, spent))
     }
 
     /// Move to an accepted Newton iterate: the secant correction (reset
