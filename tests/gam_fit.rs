@@ -19,7 +19,7 @@
 //! edf per coefficient relative to the largest of their kind: a
 //! coefficient near 0 has no relative digits to compare).
 
-use matfree::gam::{Column, Distribution, Family, Gam, GamFit, GamModel, GamOptions};
+use matfree::gam::{Column, Distribution, Family, Gam, GamFit, GamModel, GamOptions, PredictionType};
 use matfree::solvers::CpuBackend;
 use serde_json::Value;
 
@@ -612,4 +612,47 @@ fn gaussian_with_a_shallow_minimum_short_of_the_bound_matches_mgcv() {
 #[test]
 fn gamma_with_a_smooth_at_working_infinity_matches_mgcv() {
     matches_mgcv_at_a_flat_smooth("gamma_29");
+}
+
+/// ndarray in and out: columns borrowed from `Array1`s give the fit of the
+/// same values as slices, bit for bit; the fit's views are its vectors
+/// (Vp's row j is vp[j p..]); a prediction's views are its vectors; a
+/// strided view is refused with its name, its stride and the rule.
+#[test]
+fn ndarray_columns_and_views_give_the_same_fit() {
+    use matfree::ndarray::{s, Array1};
+    let case = case("mcycle");
+    let data = data(&case);
+    let arrays: Vec<(&str, Array1<f64>)> = data
+        .iter()
+        .map(|(n, d)| match d {
+            Data::Numeric(x) => (n.as_str(), Array1::from(x.clone())),
+            Data::Factor(_) => unreachable!("mcycle is numeric"),
+        })
+        .collect();
+    let cols: Vec<(&str, Column)> = arrays
+        .iter()
+        .map(|(n, a)| (*n, Column::from_view(n, a.view()).unwrap()))
+        .collect();
+    let from_arrays = on_cpu(&gam(&case).setup(&cols).unwrap());
+    let from_slices = fit_case(&case, &on_cpu);
+    assert_eq!(from_arrays.coefficients, from_slices.coefficients);
+    assert_eq!(from_arrays.vp, from_slices.vp);
+    let p = from_arrays.coefficients.len();
+    assert_eq!(from_arrays.coefficients_view().to_vec(), from_arrays.coefficients);
+    let vp = from_arrays.vp_view().unwrap();
+    assert_eq!(vp.dim(), (p, p));
+    assert_eq!(vp.row(3).to_vec(), from_arrays.vp[3 * p..4 * p].to_vec());
+    assert_eq!(from_arrays.ve_view().unwrap()[[1, 2]], from_arrays.ve[p + 2]);
+    assert_eq!(from_arrays.edf_view().sum(), from_arrays.edf.iter().sum::<f64>());
+    assert_eq!(from_arrays.sp_view().to_vec(), from_arrays.sp);
+    let pred = from_arrays.predict(&cols, PredictionType::Response).unwrap();
+    assert_eq!(pred.fit_view().to_vec(), pred.fit);
+    assert_eq!(pred.se_view().len(), arrays[0].1.len());
+    let strided = arrays[0].1.slice(s![..;2]);
+    let e = Column::from_view("times", strided).unwrap_err().to_string();
+    assert!(
+        e.contains("'times'") && e.contains("stride 2") && e.contains("contiguous"),
+        "{e}"
+    );
 }

@@ -21,6 +21,7 @@
 //! A term keeps what it needs to rebuild its columns at new data (knots,
 //! constraint, factor levels), as mgcv's `PredictMat` does.
 
+mod arrays;
 mod cr;
 mod data;
 mod factor;
