@@ -1,4 +1,4 @@
-//! Penalised GLMs and GAMs as mgcv fits them (issue #40, in progress):
+//! Penalised GLMs and GAMs as mgcv fits them:
 //! [`Gam`] fits a formula on named columns by REML as mgcv's
 //! `gam(method = "REML")` does ([`GamFit`]); its parts are
 //! model formulas ([`formula`]), the GLM families and their links
@@ -17,7 +17,9 @@
 //! `crspl`, `getFS`). `tests/gam_bases.rs` compares every matrix with
 //! mgcv's (`tests/mgcv/bases.R`).
 //!
-//! Matrices are row-major `Vec<f64>`: a design is n x p, a penalty p x p.
+//! Matrices are row-major `Vec<f64>`: a design is n x p, a penalty p x p
+//! (ndarray views of a fit's vectors, and columns borrowed from ndarray
+//! arrays: `arrays.rs`).
 //! A term keeps what it needs to rebuild its columns at new data (knots,
 //! constraint, factor levels), as mgcv's `PredictMat` does.
 
