@@ -185,8 +185,9 @@ fn read(path: &Path, wanted: &[String]) -> AnyResult<Table> {
     })
 }
 
-/// The REML fit on the CPU or, where asked for and found, a GPU (rows on
-/// the host, their Hessians uploaded).
+/// The REML fit on the CPU or, where asked for and found, a GPU (the rows
+/// on the device; where the model is too wide for the device's rows, on the
+/// host with their Hessians uploaded, said on stderr).
 fn fit_on(backend: &str, model: &GamModel) -> AnyResult<GamFit> {
     let opts = GamOptions::default();
     let policy = match backend {
@@ -199,8 +200,15 @@ fn fit_on(backend: &str, model: &GamModel) -> AnyResult<GamFit> {
         #[cfg(feature = "cuda")]
         Device::Gpu(gpu) => {
             use matfree::cuda::{CudaBackend, DeviceRowObjective};
-            let objective = DeviceRowObjective::from_host(gpu.clone(), model.objective()?)?;
-            Ok(model.fit_on(&CudaBackend::new(gpu)?, &objective, &opts)?)
+            let backend = CudaBackend::new(gpu.clone())?;
+            match model.device_objective(gpu.clone()) {
+                Ok(objective) => Ok(model.fit_on(&backend, &objective, &opts)?),
+                Err(e) => {
+                    eprintln!("note: the rows stay on the host ({e})");
+                    let objective = DeviceRowObjective::from_host(gpu, model.objective()?)?;
+                    Ok(model.fit_on(&backend, &objective, &opts)?)
+                }
+            }
         }
         Device::Cpu { .. } => Ok(model.fit_on(&matfree::solvers::CpuBackend::new(), &model.objective()?, &opts)?),
     }

@@ -240,7 +240,7 @@ impl<E: RowEvaluator> RowObjective<E> {
     /// row derivatives: one pass over the rows for every direction (the
     /// rows' P_i A P_i^T by tiles of matrix products), no p x p matrix a
     /// direction.
-    fn row_hessian_derivative_traces(
+    pub(crate) fn row_hessian_derivative_traces(
         &self,
         beta: &[f64],
         k: MatRef<f64>,
@@ -322,6 +322,17 @@ pub fn row_cost(layout: &Layout, n: usize) -> CostEstimate {
 /// row loop, per flop (see [`row_cost`]).
 pub const GEMM_SPEEDUP: f64 = 8.0;
 
+/// The lower Cholesky factor K (row-major p x p) of a symmetric `inverse`
+/// (row-major p x p), A = K K^T; `None` where A is not positive definite.
+pub(crate) fn lower_factor(inverse: &[f64], p: usize) -> SolverResult<Option<Vec<f64>>> {
+    expect_len("inverse", inverse.len(), p * p)?;
+    let Ok(factor) = MatRef::from_row_major_slice(inverse, p, p).llt(Side::Lower) else {
+        return Ok(None);
+    };
+    let l = factor.L();
+    Ok(Some((0..p * p).map(|t| l[(t / p, t % p)]).collect()))
+}
+
 /// A row a model rejects at beta ([`Error::RowRejected`]) means beta is
 /// outside the model's domain: the Newton driver then shrinks its step.
 /// Every other error is an error.
@@ -335,12 +346,21 @@ pub fn outside_domain<T>(result: Result<T>) -> SolverResult<Option<T>> {
 
 /// Each beta column's root mean square over the rows (1 for a direct
 /// coefficient or an all-zero column): Newton's step cap is in these units.
+/// One pass over each design, every column's squares summed in row order.
 pub fn column_scales(layout: &Layout, designs: &Designs) -> Vec<f64> {
     let n = designs.n() as f64;
+    let sums: Vec<Vec<f64>> = (0..designs.widths().len())
+        .map(|design| {
+            let p = designs.widths()[design];
+            let mut ss = vec![0.0; p];
+            for row in designs.matrix(design).chunks_exact(p.max(1)) {
+                ss.iter_mut().zip(row).for_each(|(s, x)| *s += x * x);
+            }
+            ss
+        })
+        .collect();
     let rms = |design: usize, col: usize| {
-        let p = designs.widths()[design];
-        let ss: f64 = designs.matrix(design).iter().skip(col).step_by(p).map(|x| x * x).sum();
-        Some((ss / n).sqrt())
+        Some((sums[design][col] / n).sqrt())
             .filter(|s| *s > 0.0 && s.is_finite())
             .unwrap_or(1.0)
     };
@@ -426,13 +446,14 @@ impl<E: RowEvaluator> Objective<CpuBackend> for RowObjective<E> {
         steps: &[f64],
     ) -> SolverResult<Vec<f64>> {
         let p = self.dim();
-        expect_len("inverse", inverse.len(), p * p)?;
         // The leverages need A = K K^T (A is (H + S)^{-1}, positive
         // definite); where the factor fails, or the model has no exact row
         // derivative, each dense dH_k.
-        let factor = MatRef::from_row_major_slice(inverse, p, p).llt(Side::Lower);
-        match (self.evaluator.has_hessian_derivative(), factor) {
-            (true, Ok(factor)) => self.row_hessian_derivative_traces(beta, factor.L(), directions),
+        match (self.evaluator.has_hessian_derivative(), lower_factor(inverse, p)?) {
+            (true, Some(k)) => {
+                let k = MatRef::from_row_major_slice(&k, p, p);
+                self.row_hessian_derivative_traces(beta, k, directions)
+            }
             _ => traces_through_dense(self, beta, hessian, inverse, directions, steps),
         }
     }

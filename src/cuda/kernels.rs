@@ -671,6 +671,70 @@ pub(crate) fn dense_staged_partial(
     Ok(())
 }
 
+/// Warps a block of `gram_r1_partial` and the 8 x 8 blocks each owns
+/// (GRAM_ACC in gram.cu).
+const GRAM_WARPS: usize = 8;
+const GRAM_ACC: usize = 4;
+/// Most rows `gram_r1_partial` stages at a time.
+const GRAM_STAGE: usize = 64;
+
+/// Whether `gram_r1_partial` serves the operator: one design and r = 1
+/// (every beta column a design column), on a device with FP64 mma.
+pub(crate) fn gram_serves(g: &Gpu, a: &RowArgs) -> bool {
+    a.r == 1 && a.predictors() == 1 && a.widths[0] == a.p_total && g.f64_mma()
+}
+
+/// The staged row length of `gram_r1_partial` for p columns: at least the
+/// 8-column blocks' width, and 4 mod 16 (so each half-warp's fragment loads
+/// fall on distinct banks).
+pub(crate) fn gram_stride(p: usize) -> usize {
+    let width = p.div_ceil(8) * 8;
+    width + (20 - width % 16) % 16
+}
+
+/// X^T diag(h) X's upper 8 x 8 blocks, a chunk of `rows_per_chunk` rows a
+/// partial, on the FP64 tensor cores (only where [`gram_serves`]);
+/// `partial` must arrive zeroed.
+pub(crate) fn gram_r1_partial(g: &Gpu, a: &RowArgs, rows_per_chunk: usize, partial: &mut CudaSlice<f64>) -> Result<()> {
+    let (n, p) = (a.n, a.p_total);
+    let chunks = n.div_ceil(rows_per_chunk);
+    need("partial", partial.len(), chunks * p * p)?;
+    need("hess", a.hess.len(), n)?;
+    let stride = gram_stride(p);
+    let most = (g.shared_optin / ((stride + 1) * 8)) / 4 * 4;
+    let stage = most.min(GRAM_STAGE);
+    if stage == 0 {
+        let rule = format!(
+            "four staged rows must fit the device's {} bytes of shared memory",
+            g.shared_optin
+        );
+        return Err(Error::invalid("gram_r1_partial p", p, rule));
+    }
+    let tiles = p.div_ceil(8);
+    let groups = (tiles * (tiles + 1) / 2).div_ceil(GRAM_WARPS * GRAM_ACC);
+    let cfg = LaunchConfig {
+        grid_dim: (groups as u32, chunks as u32, 1),
+        block_dim: (GRAM_WARPS as u32 * 32, 1, 1),
+        shared_mem_bytes: (stage * (stride + 1) * 8) as u32,
+    };
+    let (n64, p32, rpc, stride32, stage32) = (n as i64, p as i32, rows_per_chunk as i32, stride as i32, stage as i32);
+    let x = a.design(0);
+    let mut b = g.stream.launch_builder(&g.f.gram_r1_partial);
+    b.arg(&n64)
+        .arg(&p32)
+        .arg(&rpc)
+        .arg(&stride32)
+        .arg(&stage32)
+        .arg(&x)
+        .arg(a.hess)
+        .arg(partial);
+    // SAFETY: x is the one design (n x p), hess n values (checked), partial
+    // chunks p^2 (checked); the shared memory holds `stage` rows of
+    // `stride` and their weights, within the limit the kernel was granted.
+    unsafe { b.launch(cfg) }.map_err(|e| cuda_err("gram_r1_partial", e))?;
+    Ok(())
+}
+
 /// out[e] = sum over chunks of partial[c * len + e], in a fixed tree.
 pub(crate) fn reduce_partials(
     g: &Gpu,

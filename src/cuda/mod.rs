@@ -29,6 +29,7 @@ pub use backend::CudaBackend;
 pub use dense::{DeviceCholesky, DeviceDenseFactor, DEVICE_DENSE_MIN_P};
 #[cfg(feature = "testing")]
 pub use devices::{gpus_for_test, setup_for_test};
+pub(crate) use kernels::reduce_partials;
 pub use multi::{GpuGroup, MultiGpuBackend, Replicated};
 pub use recorded::Recorded;
 pub use row_hessian::{DeviceDesigns, DeviceRowHessian, HvpPrecision, SingleKernel};

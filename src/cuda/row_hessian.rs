@@ -33,6 +33,11 @@ const FUSED_MIN_ROWS: usize = 16;
 /// that every thread of `dense_partial` walks only a few hundred rows.
 const DENSE_CHUNKS: usize = 1024;
 
+/// Most chunks of the tensor-core dense sum: four times DENSE_CHUNKS, so
+/// that its blocks (six an SM at p = 51 on an H200) fill the device in
+/// several waves rather than one and a third (3.4 ms at 10M x 51 with 1024).
+const TENSOR_DENSE_CHUNKS: usize = 4096;
+
 /// The single-RHS scratch, allocated once so that products inside a
 /// recorded PCG block allocate nothing.
 struct Scratch {
@@ -92,6 +97,59 @@ impl SingleKernel {
 /// copies need (16 bytes) whatever n and the widths are.
 const DESIGN_ALIGN: usize = 32;
 
+/// Values a page-locked buffer of a large upload holds (64 MiB).
+const UPLOAD_CHUNK: usize = 8 << 20;
+
+/// dst[base..base + src.len()] = src. A large source goes through two
+/// page-locked buffers in turn (the host fills one, in parallel, while the
+/// other's copy runs): 1.5 s less than one copy from pageable memory for
+/// 10M x 51 f64 on the H200's host.
+fn upload_into(gpu: &Gpu, src: &[f64], dst: &mut CudaSlice<f64>, base: usize) -> Result<()> {
+    use rayon::prelude::*;
+    let err = |e| cuda_err("upload designs", e);
+    if src.len() < 2 * UPLOAD_CHUNK {
+        return gpu
+            .stream
+            .memcpy_htod(src, &mut dst.slice_mut(base..base + src.len()))
+            .map_err(err);
+    }
+    let ctx = gpu.stream.context();
+    let mut bufs = Vec::new();
+    for _ in 0..2 {
+        // SAFETY: write-combined page-locked memory, filled before each copy.
+        let buf = unsafe { ctx.alloc_pinned::<f64>(UPLOAD_CHUNK) }.map_err(err)?;
+        bufs.push((buf, ctx.new_event(None).map_err(err)?));
+    }
+    let copies = (|| {
+        for (k, part) in src.chunks(UPLOAD_CHUNK).enumerate() {
+            let at = base + k * UPLOAD_CHUNK;
+            let mut to = dst.slice_mut(at..at + part.len());
+            if part.len() < UPLOAD_CHUNK {
+                gpu.stream.memcpy_htod(part, &mut to).map_err(err)?;
+                continue;
+            }
+            let (buf, done) = &mut bufs[k % 2];
+            // The buffer's copy of two chunks ago has ended (event tracking
+            // is off, so the buffer's own event is never recorded: ours is).
+            if k >= 2 {
+                done.synchronize().map_err(err)?;
+            }
+            let ptr = buf.as_mut_ptr().map_err(err)?;
+            // SAFETY: the buffer holds UPLOAD_CHUNK values and no copy reads it now.
+            let host = unsafe { std::slice::from_raw_parts_mut(ptr, UPLOAD_CHUNK) };
+            host.par_chunks_mut(1 << 16)
+                .zip(part.par_chunks(1 << 16))
+                .for_each(|(h, s)| h.copy_from_slice(s));
+            gpu.stream.memcpy_htod(&*buf, &mut to).map_err(err)?;
+            done.record(&gpu.stream).map_err(err)?;
+        }
+        Ok(())
+    })();
+    // Every copy ends before the buffers are freed, on success or not.
+    let synced = gpu.stream.synchronize().map_err(err);
+    copies.and(synced)
+}
+
 /// The designs on the device, uploaded once into one buffer (design j at
 /// element `bases[j]`) and shared by every row Hessian built over them (one
 /// per Newton iteration).
@@ -115,10 +173,7 @@ impl DeviceDesigns {
         }
         let mut x = gpu.zeros::<f64>(end)?;
         for (j, &base) in bases.iter().enumerate() {
-            let len = n * widths[j];
-            gpu.stream
-                .memcpy_htod(designs.matrix(j), &mut x.slice_mut(base..base + len))
-                .map_err(|e| cuda_err("upload designs", e))?;
+            upload_into(&gpu, designs.matrix(j), &mut x, base)?;
         }
         Ok(Arc::new(Self {
             gpu,
@@ -177,6 +232,9 @@ pub struct DeviceRowHessian {
     /// A single-precision copy of the rows, read by the single-vector HVP
     /// when present (see [`DeviceRowHessian::with_single_precision_hvp`]).
     single: Option<Single>,
+    /// Whether the dense matrix of a one-design r = 1 operator is summed on
+    /// the FP64 tensor cores (see [`DeviceRowHessian::dense_path`]).
+    tensor_dense: bool,
 }
 
 /// The precision of the rows a single-vector HVP reads. Products and sums
@@ -330,6 +388,7 @@ impl DeviceRowHessian {
             staged: None,
             single: None,
             packed: false,
+            tensor_dense: true,
             designs,
             gpu,
             layout,
@@ -424,6 +483,27 @@ impl DeviceRowHessian {
             SingleHvp::Fused(_) => "fused",
             SingleHvp::TwoPhase => "two-phase",
         }
+    }
+
+    /// Which kernel sums [`DeviceRowHessian::dense_into`]: `"tensor"` (one
+    /// design, r = 1, on a device with FP64 mma: X^T diag(h) X by 8 x 8
+    /// blocks on the tensor cores, reading each row once), `"staged"` (an
+    /// entry a thread over rows staged through shared memory) or `"direct"`.
+    pub fn dense_path(&self) -> &'static str {
+        let args = self.args();
+        match kernels::dense_stage_rows(args.row_len(), args.design_width()) {
+            _ if self.tensor_dense && kernels::gram_serves(&self.gpu, &args) => "tensor",
+            Some(_) => "staged",
+            None => "direct",
+        }
+    }
+
+    /// The same operator with the tensor-core dense path on or off (on by
+    /// default; off, the dense matrix takes the entry-a-thread kernels: for
+    /// comparing the two).
+    pub fn with_tensor_dense(mut self, on: bool) -> Self {
+        self.tensor_dense = on;
+        self
     }
 
     /// What the single-vector HVP's kernel uses, where it is the tiled one
@@ -557,14 +637,23 @@ impl DeviceRowHessian {
     /// out = H as a dense row-major p x p matrix on the device.
     pub fn dense_into(&self, out: &mut CudaSlice<f64>) -> Result<()> {
         let p = self.layout.p_total();
-        let max_chunks = (SCRATCH_BYTES / (p * p * 8)).clamp(1, DENSE_CHUNKS);
+        let most = if self.dense_path() == "tensor" {
+            TENSOR_DENSE_CHUNKS
+        } else {
+            DENSE_CHUNKS
+        };
+        let max_chunks = (SCRATCH_BYTES / (p * p * 8)).clamp(1, most);
         let rows_per_chunk = self.n.div_ceil(max_chunks).max(ROW_CHUNK.min(self.n));
         let chunks = self.n.div_ceil(rows_per_chunk);
         let mut partial = self.gpu.zeros::<f64>(chunks * p * p)?;
-        let design_width = self.designs.widths().iter().sum();
-        match kernels::dense_stage_rows(self.args().row_len(), design_width) {
-            Some(stage) => kernels::dense_staged_partial(&self.gpu, &self.args(), rows_per_chunk, stage, &mut partial)?,
-            None => kernels::dense_partial(&self.gpu, &self.args(), rows_per_chunk, &mut partial)?,
+        let args = self.args();
+        match (
+            self.dense_path(),
+            kernels::dense_stage_rows(args.row_len(), args.design_width()),
+        ) {
+            ("tensor", _) => kernels::gram_r1_partial(&self.gpu, &args, rows_per_chunk, &mut partial)?,
+            (_, Some(stage)) => kernels::dense_staged_partial(&self.gpu, &args, rows_per_chunk, stage, &mut partial)?,
+            (_, None) => kernels::dense_partial(&self.gpu, &args, rows_per_chunk, &mut partial)?,
         }
         kernels::reduce_partials(&self.gpu, chunks, p * p, &partial, out)?;
         kernels::mirror_upper(&self.gpu, p, out)

@@ -11,14 +11,15 @@ use std::rc::Rc;
 use std::sync::Arc;
 
 use cudarc::driver::CudaSlice;
-use matfree_solvers::newton::{fd_hessian_derivative, CostEstimate, Evaluation, Objective};
+use matfree_solvers::newton::{fd_hessian_derivative, traces_through_dense, CostEstimate, Evaluation, Objective};
 use matfree_solvers::{CpuBackend, Result as SolverResult};
 
+use super::row_hessian::split_joint;
 use super::{CudaBackend, DeviceDesigns, DeviceRowHessian, Gpu};
 use crate::designs::Designs;
 use crate::layout::Layout;
 use crate::row_hessian::JointGradient;
-use crate::row_objective::{column_scales, outside_domain, row_cost, RowEvaluator, RowObjective};
+use crate::row_objective::{column_scales, lower_factor, outside_domain, row_cost, RowEvaluator, RowObjective};
 use crate::{Error, Result};
 
 /// One evaluation's per-row results on the device.
@@ -29,12 +30,27 @@ pub struct DeviceRowEvaluation {
     pub grad: CudaSlice<f64>,
     /// The joint Hessian operator over the per-row Hessians.
     pub hessian: DeviceRowHessian,
+    /// The joint gradient (p) and neglog (1), at the buffer's start, where
+    /// the model summed them as it evaluated its rows (a fixed-order
+    /// reduction of its own); `None`: summed from `neglog` and `grad`.
+    pub joint: Option<CudaSlice<f64>>,
 }
 
 impl DeviceRowEvaluation {
-    /// The joint neglog and its gradient in beta (fixed-order device reduction).
+    /// The joint neglog and its gradient in beta (fixed-order device
+    /// reduction; one counted download).
     pub fn joint_gradient(&self) -> Result<JointGradient> {
-        self.hessian.joint_gradient(&self.neglog, &self.grad)
+        let Some(joint) = &self.joint else {
+            return self.hessian.joint_gradient(&self.neglog, &self.grad);
+        };
+        let p = self.hessian.layout().p_total();
+        if joint.len() < p + 1 {
+            let rule = format!("must hold the gradient and the neglog, p + 1 = {}", p + 1);
+            return Err(Error::invalid("joint.len", joint.len(), rule));
+        }
+        let mut sums = self.hessian.gpu().download(joint)?;
+        sums.truncate(p + 1);
+        Ok(split_joint(sums))
     }
 }
 
@@ -120,6 +136,25 @@ pub trait DeviceRowEvaluator {
             "hessian_derivative",
             "not offered",
             "call it only where exact_hessian_derivative() is true",
+        ))
+    }
+
+    /// Whether [`DeviceRowEvaluator::hessian_derivative_traces`] is offered
+    /// (default false: the objective then forms each dense dH_k with
+    /// [`DeviceRowEvaluator::hessian_derivative`] or by differences).
+    fn has_hessian_derivative_traces(&self) -> bool {
+        false
+    }
+
+    /// tr(A dH_k) for each direction d_k, dH_k the Hessian's derivative at
+    /// beta along d_k and A = K K^T given by its lower Cholesky factor K
+    /// (`factor`, row-major p x p); called only where
+    /// [`DeviceRowEvaluator::has_hessian_derivative_traces`] says so.
+    fn hessian_derivative_traces(&self, _beta: &[f64], _factor: &[f64], _directions: &[&[f64]]) -> Result<Vec<f64>> {
+        Err(Error::invalid(
+            "hessian_derivative_traces",
+            "not offered",
+            "call it only where has_hessian_derivative_traces() is true",
         ))
     }
 }
@@ -239,6 +274,25 @@ impl<E: DeviceRowEvaluator> Objective<CudaBackend> for DeviceRowObjective<E> {
             false => fd_hessian_derivative(self, beta, hessian, direction, step),
         }
     }
+
+    /// The model's traces where it offers them and A = (H + S)^{-1} has a
+    /// Cholesky factor (only p x p and p x m values cross to the device);
+    /// otherwise each dense dH_k, as [`RowObjective`] does.
+    fn hessian_derivative_traces(
+        &self,
+        beta: &[f64],
+        hessian: &[f64],
+        inverse: &[f64],
+        directions: &[&[f64]],
+        steps: &[f64],
+    ) -> SolverResult<Vec<f64>> {
+        if self.rows.has_hessian_derivative_traces() {
+            if let Some(factor) = lower_factor(inverse, self.dim())? {
+                return Ok(self.rows.hessian_derivative_traces(beta, &factor, directions)?);
+            }
+        }
+        traces_through_dense(self, beta, hessian, inverse, directions, steps)
+    }
 }
 
 /// The device evaluator of a model with CPU rows ([`RowEvaluator`]): each
@@ -279,6 +333,7 @@ impl<E: RowEvaluator> DeviceRowEvaluator for HostRows<E> {
             neglog: gpu.upload(&neglog)?,
             grad: gpu.upload(&grad)?,
             hessian,
+            joint: None,
         }))
     }
 
@@ -301,6 +356,18 @@ impl<E: RowEvaluator> DeviceRowEvaluator for HostRows<E> {
 
     fn hessian_derivative(&self, beta: &[f64], direction: &[f64]) -> Result<Vec<f64>> {
         Ok(self.host.row_hessian_derivative(beta, direction)?)
+    }
+
+    fn has_hessian_derivative_traces(&self) -> bool {
+        self.host.evaluator().has_hessian_derivative()
+    }
+
+    /// On the host, from the rows' leverages (as [`RowObjective`] does).
+    fn hessian_derivative_traces(&self, beta: &[f64], factor: &[f64], directions: &[&[f64]]) -> Result<Vec<f64>> {
+        let p = self.layout().p_total();
+        matfree_solvers::operator::expect_len("factor", factor.len(), p * p)?;
+        let k = faer::MatRef::from_row_major_slice(factor, p, p);
+        Ok(self.host.row_hessian_derivative_traces(beta, k, directions)?)
     }
 }
 

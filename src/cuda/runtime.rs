@@ -56,6 +56,7 @@ pub(crate) struct Functions {
     pub invert_positive: CudaFunction,
     pub log_diag_sum: CudaFunction,
     pub add_into: CudaFunction,
+    pub gram_r1_partial: CudaFunction,
 }
 
 /// One GPU: its context, the stream every operation is queued on, cuBLAS,
@@ -107,7 +108,7 @@ pub(crate) fn cuda_err(what: &str, e: impl std::fmt::Debug) -> Error {
 pub(crate) const PINNED_SLOTS: usize = 64;
 
 /// The kernel sources, embedded at build time.
-const SOURCES: [(&str, &str); 3] = [
+const SOURCES: [(&str, &str); 4] = [
     (
         "row_hessian.cu",
         concat!(
@@ -124,6 +125,7 @@ const SOURCES: [(&str, &str); 3] = [
         ),
     ),
     ("dense.cu", include_str!("../../kernels/dense.cu")),
+    ("gram.cu", include_str!("../../kernels/gram.cu")),
 ];
 
 /// A model's kernels, registered with the runtime by the model's own code:
@@ -303,6 +305,11 @@ impl Gpu {
         self.compute_capability.0 >= 9
     }
 
+    /// Whether the FP64 tensor cores' `mma.m8n8k4` is available (sm_80+).
+    pub(crate) fn f64_mma(&self) -> bool {
+        self.compute_capability.0 >= 8
+    }
+
     pub(crate) fn count_sync(&self) {
         self.syncs.fetch_add(1, Ordering::Relaxed);
     }
@@ -394,6 +401,7 @@ fn shared_optin(ctx: &CudaContext, f: &Functions) -> Result<usize> {
     grant_shared(optin, "hvp_staged_f32", &f.hvp_staged_f32)?;
     grant_shared(optin, "hvp_staged_pair", &f.hvp_staged_pair)?;
     grant_shared(optin, "hvp_staged_f32_pair", &f.hvp_staged_f32_pair)?;
+    grant_shared(optin, "gram_r1_partial", &f.gram_r1_partial)?;
     Ok(optin.max(0) as usize)
 }
 
@@ -501,6 +509,7 @@ fn compile(ctx: &Arc<CudaContext>, compute_capability: (i32, i32)) -> Result<Fun
         invert_positive: get(1, "invert_positive")?,
         log_diag_sum: get(2, "log_diag_sum")?,
         add_into: get(2, "add_into")?,
+        gram_r1_partial: get(3, "gram_r1_partial")?,
     })
 }
 

@@ -4,6 +4,8 @@
 //! (Wood 2017, section 5.3.1; mgcv's `smooth.construct.cr.smooth.spec`
 //! and the C routines `crspl` and `getFS`).
 
+use rayon::prelude::*;
+
 use crate::{Error, Result};
 
 /// The basis: the knots and F, the k x k map from the spline's values at
@@ -27,7 +29,7 @@ impl CrBasis {
             return Err(Error::invalid(format!("{label}: k"), k, "a cr basis needs k >= 3"));
         }
         let mut xu = x.to_vec();
-        xu.sort_by(f64::total_cmp);
+        xu.par_sort_unstable_by(f64::total_cmp);
         xu.dedup();
         if xu.len() < k {
             return Err(Error::invalid(
@@ -73,9 +75,13 @@ impl CrBasis {
     pub fn design(&self, x: &[f64]) -> Vec<f64> {
         let k = self.dim();
         let mut out = vec![0.0; x.len() * k];
-        for (row, &v) in out.chunks_mut(k).zip(x) {
-            self.row(v, row);
-        }
+        out.par_chunks_mut(k * 4096)
+            .zip(x.par_chunks(4096))
+            .for_each(|(rows, xs)| {
+                for (row, &v) in rows.chunks_mut(k).zip(xs) {
+                    self.row(v, row);
+                }
+            });
         out
     }
 

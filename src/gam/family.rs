@@ -5,8 +5,8 @@
 //! log-likelihood with three derivatives in eta; [`GlmRows`] makes the
 //! rows of one data set a [`RowEvaluator`] with r = 1, so that
 //! [`crate::RowObjective`] fits it by Newton or REML on the CPU, and
-//! `cuda::DeviceRowObjective` on a GPU (rows on the host, Hessians on the
-//! device).
+//! `cuda::DeviceRowObjective` on a GPU (over `gam::DeviceGlmRows`, the same
+//! rows computed on the device).
 //!
 //! Row i's value is half its deviance, w_i d(y_i, mu_i) / 2: the negative
 //! log-likelihood at phi = 1 less the saturated one, so it is 0 at a
@@ -27,8 +27,14 @@
 
 use crate::gam::link::{Link, LogJet};
 use crate::gam::special::{digamma, lchoose, lgamma, trigamma, xlogy};
+use rayon::prelude::*;
+
+use crate::row_hessian::reduce_chunks;
 use crate::row_objective::RowEvaluator;
 use crate::{Error, Result};
+
+/// Rows a task of the rows' sums (deviance, Pearson, ls) takes.
+const SUM_CHUNK: usize = 1 << 14;
 
 /// The distribution of a GLM's response.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -551,6 +557,7 @@ impl GlmRows {
     pub fn start_theta(&self) -> Vec<f64> {
         let link = self.family.link();
         (0..self.n())
+            .into_par_iter()
             .map(|i| link.linkfun(self.family.mustart(self.y[i], self.trials[i], self.weights[i])) - self.offset[i])
             .collect()
     }
@@ -567,10 +574,14 @@ impl GlmRows {
         }
     }
 
-    /// f(row, eta) summed over the rows in order, theta one value a row.
-    fn sum(&self, theta: &[f64], f: impl Fn(usize, f64) -> f64) -> Result<f64> {
+    /// f(row, eta) summed over the rows, theta one value a row (chunks of
+    /// rows in parallel, summed in chunk order: the same bits on any
+    /// number of threads).
+    fn sum(&self, theta: &[f64], f: impl Fn(usize, f64) -> f64 + Sync) -> Result<f64> {
         self.expect_n(theta)?;
-        Ok(theta.iter().enumerate().map(|(i, t)| f(i, t + self.offset[i])).sum())
+        Ok(reduce_chunks(self.n(), 1, SUM_CHUNK, |rows, acc| {
+            acc[0] += rows.map(|i| f(i, theta[i] + self.offset[i])).sum::<f64>();
+        })[0])
     }
 
     /// The fitted means g^-1(theta + offset) (probabilities for the binomial).
@@ -620,14 +631,15 @@ impl GlmRows {
     /// derivatives in phi (phi is 1 for binomial and Poisson, whose ls
     /// does not depend on it).
     pub fn saturated_loglik(&self, phi: f64) -> [f64; 3] {
-        let mut ls = [0.0; 3];
-        for i in 0..self.n() {
-            let row = self
-                .family
-                .saturated_loglik(self.y[i], self.trials[i], self.weights[i], phi);
-            ls.iter_mut().zip(row).for_each(|(a, b)| *a += b);
-        }
-        ls
+        let sums = reduce_chunks(self.n(), 3, SUM_CHUNK, |rows, acc| {
+            for i in rows {
+                let row = self
+                    .family
+                    .saturated_loglik(self.y[i], self.trials[i], self.weights[i], phi);
+                acc.iter_mut().zip(row).for_each(|(a, b)| *a += b);
+            }
+        });
+        [sums[0], sums[1], sums[2]]
     }
 
     /// The full negative log-likelihood at theta and scale phi,

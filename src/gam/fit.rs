@@ -57,14 +57,17 @@ use crate::{Designs, Error, Layout, Result, RowHessian, RowObjective};
 pub struct ScaleCell(AtomicU64);
 
 impl ScaleCell {
-    fn new(phi: f64) -> Self {
+    /// A cell holding `phi`.
+    pub fn new(phi: f64) -> Self {
         Self(AtomicU64::new(phi.to_bits()))
     }
     /// The current phi.
     pub fn get(&self) -> f64 {
         f64::from_bits(self.0.load(Ordering::Relaxed))
     }
-    fn set(&self, phi: f64) {
+    /// Set phi: every objective sharing the cell divides its rows by it
+    /// from its next evaluation on.
+    pub fn set(&self, phi: f64) {
         self.0.store(phi.to_bits(), Ordering::Relaxed);
     }
 }
@@ -298,11 +301,18 @@ impl GamModel {
     pub fn null_space_dim(&self) -> usize {
         self.null_space_dim
     }
+    /// The scale the objectives built from the model divide their rows by
+    /// ([`GamModel::fit_on`] sets it; an objective of one's own over the
+    /// model's rows shares it to be fitted there).
+    pub fn scale_cell(&self) -> &Arc<ScaleCell> {
+        &self.scale
+    }
 
     /// The CPU objective: the rows over the model matrix, divided by the
-    /// model's scale. Wrap it (`cuda::DeviceRowObjective::from_host`) to
-    /// fit on a GPU; [`GamModel::fit_on`] needs an objective built here,
-    /// which reads the scale it sets.
+    /// model's scale. On a GPU, `GamModel::device_objective` evaluates the
+    /// rows there (or wrap this one, `cuda::DeviceRowObjective::from_host`,
+    /// to upload the host's rows each evaluation); [`GamModel::fit_on`]
+    /// needs an objective built by the model, which reads the scale it sets.
     pub fn objective(&self) -> Result<RowObjective<ScaledRows>> {
         let rows = ScaledRows {
             rows: self.rows.clone(),
@@ -312,7 +322,7 @@ impl GamModel {
     }
 
     /// The REML fit on `backend` with `objective` (from
-    /// [`GamModel::objective`], possibly on a device), the scale estimated
+    /// [`GamModel::objective`] or `GamModel::device_objective`), the scale estimated
     /// for Gaussian and Gamma (see the module docs).
     pub fn fit_on<B: PcgKernels>(
         &self,

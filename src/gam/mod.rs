@@ -26,6 +26,8 @@
 mod arrays;
 mod cr;
 mod data;
+#[cfg(feature = "cuda")]
+mod device;
 mod factor;
 pub mod family;
 mod fit;
@@ -46,6 +48,8 @@ mod term_predict;
 
 pub use cr::CrBasis;
 pub use data::TableColumns;
+#[cfg(feature = "cuda")]
+pub use device::{DeviceGlmRows, GLM_KERNELS};
 pub use factor::Factor;
 pub use family::{Distribution, Family, GlmData, GlmRows};
 pub use fit::{Gam, GamFit, GamModel, GamOptions, Prediction, PredictionType, ScaleCell, ScaledRows};

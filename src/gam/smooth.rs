@@ -7,6 +7,8 @@
 use matfree_solvers::Constraint;
 
 use super::{expect_columns, Column, CrBasis, PsBasis, ReBasis, TensorBasis};
+use rayon::prelude::*;
+
 use crate::{Error, Result};
 
 /// What to build: mgcv's `bs` and its options.
@@ -269,9 +271,9 @@ fn one_numeric<'a>(label: &str, columns: &[Column<'a>]) -> Result<&'a [f64]> {
 /// and X^T X are of one size whatever the covariate's units.
 fn scale_penalties(x: &[f64], p: usize, penalties: Vec<Vec<f64>>) -> (Vec<Vec<f64>>, Vec<f64>) {
     let row_sum = x
-        .chunks(p)
+        .par_chunks(p)
         .map(|r| r.iter().map(|v| v.abs()).sum::<f64>())
-        .fold(0.0, f64::max);
+        .reduce(|| 0.0, f64::max);
     let ma_xx = row_sum * row_sum;
     penalties
         .into_iter()
@@ -290,9 +292,12 @@ fn column_means(label: &str, x: &[f64], n: usize, p: usize) -> Result<Vec<f64>> 
     if n == 0 {
         return Err(Error::invalid(label, "0 rows", "a smooth needs data"));
     }
-    Ok((0..p)
-        .map(|j| (0..n).map(|i| x[i * p + j]).sum::<f64>() / n as f64)
-        .collect())
+    // One pass over the rows, each column's sum in row order.
+    let mut sums = vec![0.0; p];
+    for row in x.chunks_exact(p).take(n) {
+        sums.iter_mut().zip(row).for_each(|(s, v)| *s += v);
+    }
+    Ok(sums.into_iter().map(|s| s / n as f64).collect())
 }
 
 /// mgcv's identifiability constraint: the column means of the design sum

@@ -18,6 +18,7 @@
 
 using std::exp; using std::fabs; using std::fma; using std::fmax; using std::fmin; using std::isfinite;
 using std::isinf; using std::isnan; using std::log; using std::log1p; using std::sqrt; using std::trunc;
+using std::expm1; using std::nan; using std::pow;
 using std::max; using std::min;
 
 struct Dim3 { unsigned x, y, z; };

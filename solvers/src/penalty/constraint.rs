@@ -14,9 +14,13 @@
 //! dimensional).
 
 use faer::{Mat, MatRef};
+use rayon::prelude::*;
 
 use crate::operator::expect_len;
 use crate::{Result, SolverError};
+
+/// Rows of a design a task of [`Constraint::apply_to_design`] takes.
+const DESIGN_ROWS: usize = 1 << 14;
 
 /// Rows of C whose QR pivot is at most this fraction of the largest are
 /// linearly dependent on the others (or C is zero).
@@ -99,11 +103,20 @@ impl Constraint {
         MatRef::from_row_major_slice(&self.z, self.p, self.p - self.m)
     }
 
-    /// The constrained design `X Z` (n x (p - m)) of a row-major n x p design.
+    /// The constrained design `X Z` (n x (p - m)) of a row-major n x p
+    /// design, a block of rows a task.
     pub fn apply_to_design(&self, x: &[f64], n: usize) -> Result<Vec<f64>> {
         expect_len("design", x.len(), n * self.p)?;
-        let xz = MatRef::from_row_major_slice(x, n, self.p) * self.z();
-        Ok(row_major(xz.as_ref()))
+        let r = self.p - self.m;
+        let mut out = vec![0.0; n * r];
+        let blocks = out
+            .par_chunks_mut(DESIGN_ROWS * r)
+            .zip(x.par_chunks(DESIGN_ROWS * self.p));
+        blocks.for_each(|(o, xb)| {
+            let xz = MatRef::from_row_major_slice(xb, xb.len() / self.p, self.p) * self.z();
+            o.copy_from_slice(&row_major(xz.as_ref()));
+        });
+        Ok(out)
     }
 
     /// The constrained penalty `Z^T S Z` ((p - m) x (p - m)) of a row-major

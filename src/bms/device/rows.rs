@@ -200,6 +200,7 @@ impl RowOutputs {
             neglog: self.neglog,
             grad: self.grad,
             hessian,
+            joint: None,
         };
         Ok((rows, self.status))
     }
