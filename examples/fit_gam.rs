@@ -20,7 +20,7 @@
 use std::path::{Path, PathBuf};
 
 use clap::Parser;
-use matfree::device::{select_device, Device, GpuPolicy};
+use matfree::device::choose_device;
 use matfree::gam::{Family, Gam, GamFit, GamModel, GamOptions, Link, PredictionType, SavedGam, TableColumns};
 use matfree::table::Table;
 
@@ -185,23 +185,9 @@ fn read(path: &Path, wanted: &[String]) -> AnyResult<Table> {
     })
 }
 
-/// The REML fit on the CPU or, where asked for and found, a GPU (rows on
-/// the host, their Hessians uploaded).
+/// The REML fit on the CPU or, where asked for and found, a GPU
+/// ([`GamModel::fit_on_device`], which the Python package calls too).
 fn fit_on(backend: &str, model: &GamModel) -> AnyResult<GamFit> {
-    let opts = GamOptions::default();
-    let policy = match backend {
-        "auto" => GpuPolicy::from_env()?,
-        "cpu" => GpuPolicy::Off,
-        "gpu" => GpuPolicy::Required,
-        other => return Err(format!("--backend {other}: must be auto, cpu or gpu").into()),
-    };
-    match select_device(policy)? {
-        #[cfg(feature = "cuda")]
-        Device::Gpu(gpu) => {
-            use matfree::cuda::{CudaBackend, DeviceRowObjective};
-            let objective = DeviceRowObjective::from_host(gpu.clone(), model.objective()?)?;
-            Ok(model.fit_on(&CudaBackend::new(gpu)?, &objective, &opts)?)
-        }
-        Device::Cpu { .. } => Ok(model.fit_on(&matfree::solvers::CpuBackend::new(), &model.objective()?, &opts)?),
-    }
+    let device = choose_device("--backend", backend)?;
+    Ok(model.fit_on_device(&device, &(), &GamOptions::default())?)
 }
