@@ -10,8 +10,9 @@ def plot_panels(smooths, axes=None):
     panels = smooths["panels"]
     if not panels:
         raise ValueError("no smooth to draw: " + "; ".join(smooths["notes"]))
+    figure = None
     if axes is None:
-        _, axes = plt.subplots(1, len(panels), figsize=(4 * len(panels), 3.2), squeeze=False)
+        figure, axes = plt.subplots(1, len(panels), figsize=(4 * len(panels), 3.2), squeeze=False)
         axes = axes[0]
     for ax, panel in zip(axes, panels):
         ax.fill_between(panel["x"], panel["lower"], panel["upper"], alpha=0.3)
@@ -19,4 +20,6 @@ def plot_panels(smooths, axes=None):
         ax.set_title(panel["title"])
         ax.set_xlabel(panel["x_label"])
         ax.set_ylabel(panel["y_label"])
+    if figure is not None:
+        figure.tight_layout()
     return axes

@@ -168,6 +168,14 @@ fn names(saved: &SavedFit) -> DesignNames<'_> {
     }
 }
 
+/// Predictions: p, eta, se_eta (none without a covariance), notes.
+type Predicted<'py> = (
+    Bound<'py, PyArray1<f64>>,
+    Bound<'py, PyArray1<f64>>,
+    Option<Bound<'py, PyArray1<f64>>>,
+    Vec<String>,
+);
+
 /// A fitted BMS model.
 #[pyclass(module = "matfree._matfree", frozen)]
 pub struct BmsResult {
@@ -255,18 +263,7 @@ impl BmsResult {
     }
     /// Predictions at the rows of `data` (float64 arrays with the fit's
     /// score and covariates) on `device`: (p, eta, se_eta or None, notes).
-    #[allow(clippy::type_complexity)]
-    fn predict<'py>(
-        &self,
-        py: Python<'py>,
-        data: &Bound<'py, PyDict>,
-        device: &str,
-    ) -> PyResult<(
-        Bound<'py, PyArray1<f64>>,
-        Bound<'py, PyArray1<f64>>,
-        Option<Bound<'py, PyArray1<f64>>>,
-        Vec<String>,
-    )> {
+    fn predict<'py>(&self, py: Python<'py>, data: &Bound<'py, PyDict>, device: &str) -> PyResult<Predicted<'py>> {
         let held = Columns::from_dict(data)?;
         let columns = held.numeric()?;
         let s = &self.saved;

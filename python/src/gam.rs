@@ -78,6 +78,9 @@ pub fn gam_from_json(text: &str) -> PyResult<GamResult> {
     })
 }
 
+/// A prediction and its standard errors.
+type FitAndSe<'py> = (Bound<'py, PyArray1<f64>>, Bound<'py, PyArray1<f64>>);
+
 /// A fitted GAM.
 #[pyclass(module = "matfree._matfree", frozen)]
 pub struct GamResult {
@@ -191,12 +194,7 @@ impl GamResult {
     }
     /// `predict.gam` at the rows of `data` on the `kind` scale (link or
     /// response): (fit, se.fit).
-    fn predict<'py>(
-        &self,
-        py: Python<'py>,
-        data: &Bound<'py, PyDict>,
-        kind: &str,
-    ) -> PyResult<(Bound<'py, PyArray1<f64>>, Bound<'py, PyArray1<f64>>)> {
+    fn predict<'py>(&self, py: Python<'py>, data: &Bound<'py, PyDict>, kind: &str) -> PyResult<FitAndSe<'py>> {
         let kind = match kind {
             "link" => PredictionType::Link,
             "response" => PredictionType::Response,

@@ -15,6 +15,9 @@ use matfree::solvers::reml::RemlIteration;
 use pyo3::prelude::*;
 use pyo3::types::PyDict;
 
+/// What an event adds to the dict the callback is given.
+type Fill<'a> = dyn Fn(&Bound<'_, PyDict>) -> PyResult<()> + 'a;
+
 /// Progress for a Python callback, and Ctrl-C for the fit.
 pub(crate) struct Watcher {
     callback: Option<Py<PyAny>>,
@@ -48,7 +51,7 @@ impl Watcher {
 
     /// With the interpreter: run pending signal handlers, then tell the
     /// callback `event` (if any); an exception from either stops the fit.
-    fn poll(&self, event: Option<&dyn Fn(&Bound<'_, PyDict>) -> PyResult<()>>) {
+    fn poll(&self, event: Option<&Fill<'_>>) {
         if self.stopped.load(Ordering::Relaxed) {
             return;
         }
