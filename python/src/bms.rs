@@ -25,18 +25,16 @@ use crate::panels::{panels_to_py, Panels};
 use crate::watch::Watcher;
 use crate::{job_err, py_err};
 
-/// The job's lines and report, kept for Python; its observer is the
-/// watcher (progress and Ctrl-C).
+/// The job's report, kept for Python; its observer is the watcher
+/// (progress and Ctrl-C).
 struct Collected<'w> {
-    lines: Vec<String>,
     report: String,
     watcher: &'w Watcher,
 }
 
 impl Console for Collected<'_> {
-    fn say(&mut self, line: &str) {
-        self.lines.push(line.to_string());
-    }
+    /// A quiet job says nothing but a prediction's lines (not run here).
+    fn say(&mut self, _: &str) {}
     fn print(&mut self, text: &str) -> Result<(), String> {
         self.report.push_str(text);
         Ok(())
@@ -123,7 +121,6 @@ pub fn fit_bms(
     let columns = held.numeric()?;
     let watcher = Watcher::new(progress);
     let mut console = Collected {
-        lines: Vec::new(),
         report: String::new(),
         watcher: &watcher,
     };
