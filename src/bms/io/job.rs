@@ -340,14 +340,14 @@ impl Job {
 /// The device `--backend` names: `auto` follows `MATFREE_GPU`, `cpu` is
 /// the CPU, `gpu` the GPU or an error.
 pub fn choose_device(backend: &str) -> Result<Device, JobError> {
-    crate::device::choose_device("--backend", backend).map_err(|e| match e {
-        crate::Error::InvalidInput { field, value, rule } if field == "--backend" => JobError::Option {
-            flag: field,
-            value: Some(value),
-            rule,
-        },
-        other => other.into(),
-    })
+    if !matches!(backend, "auto" | "cpu" | "gpu") {
+        return Err(JobError::option(
+            "--backend",
+            format!("{backend:?}"),
+            "must be auto, cpu or gpu",
+        ));
+    }
+    Ok(crate::device::choose_device("--backend", backend)?)
 }
 
 /// GPUs to fit on: `gpus`, or every visible one; 0 on the CPU, where
