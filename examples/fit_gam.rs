@@ -20,7 +20,7 @@
 use std::path::{Path, PathBuf};
 
 use clap::Parser;
-use matfree::device::{select_device, Device, GpuPolicy};
+use matfree::device::choose_device;
 use matfree::gam::{Family, Gam, GamFit, GamModel, GamOptions, Link, PredictionType, SavedGam, TableColumns};
 use matfree::table::Table;
 
@@ -134,6 +134,9 @@ fn fit(args: &Args) -> AnyResult<SavedGam> {
     let model = gam.setup(&TableColumns::new(&table).columns())?;
     let setup = clock.elapsed().as_secs_f64();
     let fit = fit_on(args.backend.as_deref().unwrap_or("auto"), &model)?;
+    for note in &fit.notes {
+        eprintln!("note: {note}");
+    }
     let fitted = clock.elapsed().as_secs_f64();
     let (iterations, evaluations) = (fit.report.iterations.len(), fit.report.evaluations);
     let saved = SavedGam::new(&model, fit, formula)?;
@@ -185,31 +188,9 @@ fn read(path: &Path, wanted: &[String]) -> AnyResult<Table> {
     })
 }
 
-/// The REML fit on the CPU or, where asked for and found, a GPU (the rows
-/// on the device; where the model is too wide for the device's rows, on the
-/// host with their Hessians uploaded, said on stderr).
+/// The REML fit on the CPU or, where asked for and found, a GPU
+/// ([`GamModel::fit_on_device`], which the Python package calls too).
 fn fit_on(backend: &str, model: &GamModel) -> AnyResult<GamFit> {
-    let opts = GamOptions::default();
-    let policy = match backend {
-        "auto" => GpuPolicy::from_env()?,
-        "cpu" => GpuPolicy::Off,
-        "gpu" => GpuPolicy::Required,
-        other => return Err(format!("--backend {other}: must be auto, cpu or gpu").into()),
-    };
-    match select_device(policy)? {
-        #[cfg(feature = "cuda")]
-        Device::Gpu(gpu) => {
-            use matfree::cuda::{CudaBackend, DeviceRowObjective};
-            let backend = CudaBackend::new(gpu.clone())?;
-            match model.device_objective(gpu.clone()) {
-                Ok(objective) => Ok(model.fit_on(&backend, &objective, &opts)?),
-                Err(e) => {
-                    eprintln!("note: the rows stay on the host ({e})");
-                    let objective = DeviceRowObjective::from_host(gpu, model.objective()?)?;
-                    Ok(model.fit_on(&backend, &objective, &opts)?)
-                }
-            }
-        }
-        Device::Cpu { .. } => Ok(model.fit_on(&matfree::solvers::CpuBackend::new(), &model.objective()?, &opts)?),
-    }
+    let device = choose_device("--backend", backend)?;
+    Ok(model.fit_on_device(&device, &(), &GamOptions::default())?)
 }

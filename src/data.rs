@@ -7,7 +7,6 @@
 //! [`Error::InvalidInput`] whose field names the file, the line and data row,
 //! and the column.
 
-use std::borrow::Cow;
 use std::path::Path;
 
 use crate::table::records::{no_such_column, Location, Records};
@@ -98,11 +97,53 @@ pub fn parse_csv_bytes(name_for_messages: &str, bytes: &[u8], spec: &ColumnSpec,
     let cols = Columns::resolve(file, &names, spec)?;
     let mut acc = Accumulator::new(spec);
     while let Some(at) = records.next_row()? {
-        acc.push_row(&at, &names, &|j| records.text(j), &cols)?;
+        let get = |j: usize| number(&at, &names[j], &records.text(j));
+        acc.push_row(&|c| at.cell(c), &get, &names, &cols)?;
     }
     let mut ds = acc.finish(file, min_rows)?;
     ds.empty_rows = records.empty_lines();
     Ok(ds)
+}
+
+/// A data set from named numeric columns in memory (a front end's
+/// arrays), by [`parse_csv`]'s rules: every requested column present and
+/// of one length, labels 0 or 1, used values finite, weights > 0, at least
+/// `max(min_rows, 1)` rows. Errors name `name`, the row (0-based, as the
+/// arrays index it) and the column.
+pub fn from_columns(name: &str, columns: &[(&str, &[f64])], spec: &ColumnSpec, min_rows: usize) -> Result<Dataset> {
+    let names: Vec<String> = columns.iter().map(|(c, _)| c.to_string()).collect();
+    if let Some(j) = (1..names.len()).find(|&j| names[..j].contains(&names[j])) {
+        return Err(Error::invalid(
+            format!("{name}: column '{}'", names[j]),
+            &names[j],
+            "listed twice",
+        ));
+    }
+    let cols = Columns::resolve(name, &names, spec)?;
+    let n = columns.first().map_or(0, |(_, v)| v.len());
+    if let Some((c, v)) = columns.iter().find(|(_, v)| v.len() != n) {
+        let rule = format!("every column must have the rows of '{}' ({n})", columns[0].0);
+        return Err(Error::invalid(
+            format!("{name}: column '{c}'"),
+            format!("{} rows", v.len()),
+            rule,
+        ));
+    }
+    let mut acc = Accumulator::new(spec);
+    for i in 0..n {
+        let cell = |c: &str| format!("{name}: row {i}, column '{c}'");
+        let get = |j: usize| finite(cell(&names[j]), columns[j].1[i]);
+        acc.push_row(&cell, &get, &names, &cols)?;
+    }
+    acc.finish(name, min_rows)
+}
+
+/// A value that must be finite (`field` names its cell).
+fn finite(field: String, v: f64) -> Result<f64> {
+    match v.is_finite() {
+        true => Ok(v),
+        false => Err(Error::invalid(field, v, "must be finite")),
+    }
 }
 
 /// The note that says which lines of only separators (`,,,`) the reader
@@ -207,21 +248,20 @@ fn number(at: &Location, column: &str, raw: &str) -> Result<f64> {
     Ok(v)
 }
 
-/// A label must be 0 or 1.
-fn label(at: &Location, column: &str, raw: &str) -> Result<f64> {
-    let y = number(at, column, raw)?;
+/// A label must be 0 or 1 (`field` names its cell).
+fn label(field: String, y: f64) -> Result<f64> {
     if y != 0.0 && y != 1.0 {
-        return Err(Error::invalid(at.cell(column), y, "label must be 0 or 1"));
+        return Err(Error::invalid(field, y, "label must be 0 or 1"));
     }
     Ok(y)
 }
 
 /// A weight must be > 0: a zero weight drops the row silently, a negative one breaks convexity.
-fn positive(at: &Location, column: &str, w: f64) -> Result<f64> {
+fn positive(field: String, w: f64) -> Result<f64> {
     if w > 0.0 {
         Ok(w)
     } else {
-        Err(Error::invalid(at.cell(column), w, "weight must be > 0"))
+        Err(Error::invalid(field, w, "weight must be > 0"))
     }
 }
 
@@ -254,19 +294,19 @@ impl Accumulator {
         Self { ds }
     }
 
-    /// One row; `field(j)` is the text of field j (only the used ones are asked for).
-    fn push_row<'f>(
+    /// One row; `get(j)` is the number in field j (only the used ones are
+    /// asked for), `cell(c)` names this row's cell of column c in errors.
+    fn push_row(
         &mut self,
-        at: &Location,
+        cell: &dyn Fn(&str) -> String,
+        get: &dyn Fn(usize) -> Result<f64>,
         names: &[String],
-        field: &dyn Fn(usize) -> Cow<'f, str>,
         cols: &Columns,
     ) -> Result<()> {
-        let get = |j: usize| number(at, &names[j], &field(j));
-        let y = cols.label.map(|j| label(at, &names[j], &field(j))).transpose()?;
+        let y = cols.label.map(|j| label(cell(&names[j]), get(j)?)).transpose()?;
         let z = get(cols.score)?;
         let w = match cols.weights {
-            Some(j) => positive(at, &names[j], get(j)?)?,
+            Some(j) => positive(cell(&names[j]), get(j)?)?,
             None => 1.0,
         };
         let ds = &mut self.ds;

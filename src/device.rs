@@ -70,6 +70,23 @@ impl Device {
     }
 }
 
+/// The device a front end's backend option asks for: `auto` follows
+/// `MATFREE_GPU`, `cpu` is the CPU, `gpu` the GPU or an error naming what
+/// failed (in a build without the `cuda` feature, [`check_cuda_support`]'s);
+/// `field` names the option in errors (`--backend`, `device`).
+pub fn choose_device(field: &str, backend: &str) -> Result<Device> {
+    let policy = match backend {
+        "auto" => GpuPolicy::from_env()?,
+        "cpu" => GpuPolicy::Off,
+        "gpu" => {
+            check_cuda_support(field, backend)?;
+            GpuPolicy::Required
+        }
+        other => return Err(Error::invalid(field, format!("{other:?}"), "must be auto, cpu or gpu")),
+    };
+    select_device(policy)
+}
+
 /// Whether this build can use a GPU (the `cuda` feature).
 pub const CUDA_SUPPORT: bool = cfg!(feature = "cuda");
 

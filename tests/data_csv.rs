@@ -1,7 +1,7 @@
 //! CSV loading: a good file round-trips, every kind of bad file is rejected
 //! with an error naming the file, the row and the column.
 
-use matfree::data::{parse_csv, read_csv, ColumnSpec, Dataset, INTERCEPT};
+use matfree::data::{from_columns, parse_csv, read_csv, ColumnSpec, Dataset, INTERCEPT};
 use matfree::Error;
 
 const GOOD: &str = "\
@@ -462,4 +462,61 @@ fn random_tables_read_back_exactly_and_faults_name_their_line() {
             names[column]
         );
     }
+}
+
+/// Named columns in memory (a front end's arrays) give the data set the
+/// CSV of the same values gives, and break its rules with errors naming
+/// the row (0-based, as the arrays index it) and the column.
+#[test]
+fn columns_in_memory_read_as_the_csv_reads_them() {
+    let csv = parse(GOOD).unwrap();
+    let col = |k: usize| -> Vec<f64> {
+        let lines = GOOD.lines().skip(1);
+        lines
+            .map(|l| l.split(',').nth(k).unwrap().trim().parse().unwrap())
+            .collect()
+    };
+    let names = ["y", "z", "w", "x1", "x2", "x3"];
+    let values: Vec<Vec<f64>> = (1..=6).map(col).collect();
+    let columns =
+        |values: &[Vec<f64>]| -> Vec<(&str, Vec<f64>)> { names.iter().copied().zip(values.iter().cloned()).collect() };
+    let read = |values: &[Vec<f64>]| {
+        let owned = columns(values);
+        let borrowed: Vec<(&str, &[f64])> = owned.iter().map(|(n, v)| (*n, v.as_slice())).collect();
+        from_columns("data", &borrowed, &spec(Some("w")), 1)
+    };
+    let mem = read(&values).unwrap();
+    assert_eq!(
+        (mem.n, &mem.y, &mem.z, &mem.weights),
+        (csv.n, &csv.y, &csv.z, &csv.weights)
+    );
+    assert_eq!((&mem.x_m, &mem.x_g), (&csv.x_m, &csv.x_g));
+    assert_eq!(mem.marginal_names, csv.marginal_names);
+    let broken = |j: usize, i: usize, v: f64| {
+        let mut values = values.clone();
+        values[j][i] = v;
+        invalid(read(&values))
+    };
+    let (field, rule) = broken(0, 2, 0.5);
+    assert_eq!(
+        (field.as_str(), rule.as_str()),
+        ("data: row 2, column 'y'", "label must be 0 or 1")
+    );
+    let (field, rule) = broken(4, 1, f64::NAN);
+    assert_eq!(
+        (field.as_str(), rule.as_str()),
+        ("data: row 1, column 'x2'", "must be finite")
+    );
+    let (field, rule) = broken(2, 0, 0.0);
+    assert_eq!(
+        (field.as_str(), rule.as_str()),
+        ("data: row 0, column 'w'", "weight must be > 0")
+    );
+    let mut short = values.clone();
+    short[5].pop();
+    let (field, rule) = invalid(read(&short));
+    assert_eq!(field, "data: column 'x3'");
+    assert!(rule.contains("rows of 'y' (3)"), "{rule}");
+    let (field, _) = invalid(from_columns("data", &[("z", &[1.0][..])], &spec(None), 1));
+    assert!(field.contains("column 'y'"), "{field}");
 }

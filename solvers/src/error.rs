@@ -53,6 +53,10 @@ pub enum SolverError {
     /// A backend (e.g. the GPU) failed to run an operation.
     #[error("backend: {0}")]
     Backend(String),
+    /// The solve's observer asked it to stop ([`crate::observer::Observer::interrupted`]:
+    /// a user's Ctrl-C, say) before an evaluation of the objective.
+    #[error("interrupted: the solve's observer asked it to stop")]
+    Interrupted,
 }
 
 impl SolverError {

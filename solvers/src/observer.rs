@@ -7,7 +7,10 @@
 //!
 //! The driver calls the objective through [`Watched`], which times each
 //! call and tells the observer; the counts it tells are the counts it
-//! reports.
+//! reports. Before each call it asks [`Observer::interrupted`]: an
+//! observer that answers yes (a user pressed Ctrl-C, a deadline passed)
+//! ends the solve with [`SolverError::Interrupted`], the one way an
+//! observer changes a solve.
 //!
 //! [`newton_observed`]: crate::newton::newton_observed
 //! [`reml_observed`]: crate::reml::reml_observed
@@ -17,7 +20,7 @@ use std::time::Instant;
 use crate::backend::Backend;
 use crate::newton::{Evaluation, NewtonIteration, NewtonReport, Objective};
 use crate::reml::{RemlIteration, RemlReport};
-use crate::Result;
+use crate::{Result, SolverError};
 
 /// What an evaluation of the objective computed.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -58,6 +61,39 @@ pub trait Observer {
     fn reml_stop(&self, _report: &RemlReport) {}
     /// The driver has evaluated the objective.
     fn evaluation(&self, _evaluation: &EvaluationRecord) {}
+    /// Whether the solve should stop now: asked before every evaluation of
+    /// the objective; `true` ends the solve with
+    /// [`SolverError::Interrupted`] (its evaluations so far are lost).
+    fn interrupted(&self) -> bool {
+        false
+    }
+}
+
+/// Two observers told of everything in turn; interrupted when either is.
+impl Observer for (&dyn Observer, &dyn Observer) {
+    fn newton_iteration(&self, iteration: &NewtonIteration) {
+        self.0.newton_iteration(iteration);
+        self.1.newton_iteration(iteration);
+    }
+    fn newton_stop(&self, report: &NewtonReport) {
+        self.0.newton_stop(report);
+        self.1.newton_stop(report);
+    }
+    fn reml_iteration(&self, iteration: &RemlIteration) {
+        self.0.reml_iteration(iteration);
+        self.1.reml_iteration(iteration);
+    }
+    fn reml_stop(&self, report: &RemlReport) {
+        self.0.reml_stop(report);
+        self.1.reml_stop(report);
+    }
+    fn evaluation(&self, evaluation: &EvaluationRecord) {
+        self.0.evaluation(evaluation);
+        self.1.evaluation(evaluation);
+    }
+    fn interrupted(&self) -> bool {
+        self.0.interrupted() || self.1.interrupted()
+    }
 }
 
 /// The observer that ignores everything: what [`newton`] and [`reml`] use.
@@ -83,6 +119,14 @@ impl<B: Backend> Clone for Watched<'_, '_, B> {
 impl<B: Backend> Copy for Watched<'_, '_, B> {}
 
 impl<'o, B: Backend> Watched<'_, 'o, B> {
+    /// [`SolverError::Interrupted`] where the observer asks to stop.
+    fn proceed(&self) -> Result<()> {
+        match self.observer.interrupted() {
+            true => Err(SolverError::Interrupted),
+            false => Ok(()),
+        }
+    }
+
     /// Tell the observer of a call of `kind` that began at `t`.
     fn tell(&self, kind: EvaluationKind, value: Option<f64>, t: Instant) {
         let seconds = t.elapsed().as_secs_f64();
@@ -91,6 +135,7 @@ impl<'o, B: Backend> Watched<'_, 'o, B> {
 
     /// [`Objective::evaluate`].
     pub fn evaluate(&self, beta: &[f64]) -> Result<Option<Evaluation<'o, B>>> {
+        self.proceed()?;
         let t = Instant::now();
         let e = self.objective.evaluate(beta)?;
         self.tell(EvaluationKind::Full, e.as_ref().map(|e| e.value), t);
@@ -99,6 +144,7 @@ impl<'o, B: Backend> Watched<'_, 'o, B> {
 
     /// [`Objective::value`].
     pub fn value(&self, beta: &[f64]) -> Result<Option<f64>> {
+        self.proceed()?;
         let t = Instant::now();
         let v = self.objective.value(beta)?;
         self.tell(EvaluationKind::Value, v, t);
@@ -115,6 +161,7 @@ impl<'o, B: Backend> Watched<'_, 'o, B> {
         directions: &[&[f64]],
         steps: &[f64],
     ) -> Result<Vec<f64>> {
+        self.proceed()?;
         let t = Instant::now();
         let traces = self
             .objective

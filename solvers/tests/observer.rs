@@ -10,7 +10,7 @@ use std::cell::RefCell;
 use common::*;
 use matfree_solvers::{
     newton, newton_observed, reml, reml_observed, CpuBackend, EvaluationKind, EvaluationRecord, NewtonIteration,
-    NewtonOptions, NewtonReport, Observer, RemlFit, RemlIteration, RemlOptions, RemlReport, StepSolver,
+    NewtonOptions, NewtonReport, Observer, RemlFit, RemlIteration, RemlOptions, RemlReport, SolverError, StepSolver,
 };
 
 fn f1(x: f64) -> f64 {
@@ -218,4 +218,53 @@ fn reml_observer_sees_every_iteration_and_counted_evaluation() {
         assert_eq!(rec.count(EvaluationKind::Value), values, "exact_dh {exact_dh}");
         assert!(values > 0, "the cheap value reaches the line search");
     }
+}
+
+/// Asks to stop once it has been told of `after` evaluations.
+struct StopAfter {
+    after: usize,
+    told: std::cell::Cell<usize>,
+}
+
+impl Observer for StopAfter {
+    fn evaluation(&self, _: &EvaluationRecord) {
+        self.told.set(self.told.get() + 1);
+    }
+    fn interrupted(&self) -> bool {
+        self.told.get() >= self.after
+    }
+}
+
+/// An observer that asks to stop ends REML (and its inner Newton solves)
+/// with `Interrupted` before the next evaluation, at any point of the fit;
+/// a pair of observers stops when either asks, and tells both.
+#[test]
+fn an_interrupting_observer_stops_the_solve_before_its_next_evaluation() {
+    let d = simulate(2000, 0.2, &[f1, zero], 2024);
+    let (pen, be) = (penalty(&d), CpuBackend::new());
+    let beta0 = vec![0.0; d.p];
+    let opts = RemlOptions::default();
+    for after in [0, 1, 5, 20] {
+        let obj = Logistic::new(&d);
+        let stop = StopAfter {
+            after,
+            told: Default::default(),
+        };
+        let rec = Recorder::default();
+        let both: (&dyn Observer, &dyn Observer) = (&rec, &stop);
+        let e = reml_observed(&be, &obj, &pen, None, &beta0, &opts, &both)
+            .map(|_| ())
+            .unwrap_err();
+        assert!(matches!(e, SolverError::Interrupted), "after {after}: {e}");
+        assert_eq!(stop.told.get(), after, "no evaluation after the stop");
+        assert_eq!(rec.evaluations(), after, "both observers are told");
+        let (full, values) = counts(&obj);
+        assert!(full + values <= after, "after {after}: the objective ran past the stop");
+    }
+    let obj = Logistic::new(&d);
+    let never = StopAfter {
+        after: usize::MAX,
+        told: Default::default(),
+    };
+    assert!(reml_observed(&be, &obj, &pen, None, &beta0, &opts, &never).is_ok());
 }

@@ -39,7 +39,8 @@
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
-use matfree_solvers::reml::{reml, RemlFit, RemlOptions, RemlReport};
+use matfree_solvers::observer::Observer;
+use matfree_solvers::reml::{reml_observed, RemlFit, RemlOptions, RemlReport};
 use matfree_solvers::stats::FitStatistics;
 use matfree_solvers::{CpuBackend, Objective, PcgKernels, Penalty};
 
@@ -330,6 +331,18 @@ impl GamModel {
         objective: &dyn Objective<B>,
         opts: &GamOptions,
     ) -> Result<GamFit> {
+        self.fit_observed(backend, objective, &(), opts)
+    }
+
+    /// [`GamModel::fit_on`], telling `observer` of every REML solve's
+    /// progress (and stopping where it asks: `Interrupted`).
+    pub fn fit_observed<B: PcgKernels>(
+        &self,
+        backend: &B,
+        objective: &dyn Objective<B>,
+        observer: &dyn Observer,
+        opts: &GamOptions,
+    ) -> Result<GamFit> {
         if !(opts.scale_tol.is_finite() && opts.scale_tol > 0.0) {
             return Err(Error::invalid("scale_tol", opts.scale_tol, "must be finite and > 0"));
         }
@@ -337,7 +350,7 @@ impl GamModel {
         let profile = match self.family.has_scale() {
             false => {
                 self.scale.set(1.0);
-                let fit = reml(backend, objective, &self.penalty, None, &beta0, &opts.reml)?;
+                let fit = reml_observed(backend, objective, &self.penalty, None, &beta0, &opts.reml, observer)?;
                 Profile {
                     fit,
                     phi: 1.0,
@@ -345,7 +358,7 @@ impl GamModel {
                     gradient: 0.0,
                 }
             }
-            true => self.profile(backend, objective, &beta0, opts)?,
+            true => self.profile(backend, objective, observer, &beta0, opts)?,
         };
         self.report(profile)
     }
@@ -371,6 +384,7 @@ impl GamModel {
         &self,
         backend: &B,
         objective: &dyn Objective<B>,
+        observer: &dyn Observer,
         beta0: &[f64],
         opts: &GamOptions,
     ) -> Result<Profile> {
@@ -381,7 +395,15 @@ impl GamModel {
         for steps in 1..=opts.max_scale_iter {
             let phi = u.exp();
             self.scale.set(phi);
-            let fit = reml(backend, objective, &self.penalty, rho0.as_deref(), &beta, &opts.reml)?;
+            let fit = reml_observed(
+                backend,
+                objective,
+                &self.penalty,
+                rho0.as_deref(),
+                &beta,
+                &opts.reml,
+                observer,
+            )?;
             let dp = 2.0 * phi * fit.laml.objective;
             let h = self.scale_gradient(dp, u);
             if h.abs() <= opts.scale_tol {
@@ -503,6 +525,7 @@ impl GamModel {
             scale_steps: steps,
             scale_gradient: gradient,
             report: fit.report,
+            notes: Vec::new(),
         })
     }
 
@@ -682,6 +705,9 @@ pub struct GamFit {
     pub scale_gradient: f64,
     /// The last REML solve's report.
     pub report: RemlReport,
+    /// What the fit did that its user should know and no other field says
+    /// (a GPU fit whose rows stayed on the host, say); not saved.
+    pub notes: Vec<String>,
 }
 
 impl GamFit {

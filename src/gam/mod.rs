@@ -33,6 +33,7 @@ pub mod family;
 mod fit;
 pub mod formula;
 pub mod link;
+mod on_device;
 mod parametric;
 mod ps;
 mod re;

@@ -321,6 +321,7 @@ impl GamFile {
             scale_steps: self.scale_steps,
             scale_gradient: self.scale_gradient,
             report: self.report,
+            notes: Vec::new(),
         };
         Ok(SavedGam {
             formula: self.formula,

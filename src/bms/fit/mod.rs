@@ -447,16 +447,38 @@ pub fn fit_on_device(
     opts: &FitOptions,
     display: Display,
 ) -> Result<DeviceFit> {
+    fit_on_device_observed(device, gpus, model, data, opts, display, &())
+}
+
+/// [`fit_on_device`], telling `observer` too of the solves' progress (and
+/// stopping where it asks, [`Observer::interrupted`]).
+pub fn fit_on_device_observed(
+    device: &Device,
+    gpus: usize,
+    model: &BmsModel,
+    data: &BmsData,
+    opts: &FitOptions,
+    display: Display,
+    observer: &dyn Observer,
+) -> Result<DeviceFit> {
     let t = Instant::now();
+    let shown = Shown { display, observer };
     match (device, gpus) {
         #[cfg(feature = "cuda")]
-        (Device::Gpu(gpu), gpus) => fit_on_gpus(gpu, gpus, model, data, opts, display, t),
+        (Device::Gpu(gpu), gpus) => fit_on_gpus(gpu, gpus, model, data, opts, shown, t),
         (Device::Cpu { .. }, _) => {
             let objective = model.objective(data)?;
             let backend = CpuBackend::new();
-            timed(&backend, &objective, model, data, opts, display, device.describe(), t)
+            timed(&backend, &objective, model, data, opts, shown, device.describe(), t)
         }
     }
+}
+
+/// What a fit on a device shows and who else watches it.
+#[derive(Clone, Copy)]
+struct Shown<'a> {
+    display: Display,
+    observer: &'a dyn Observer,
 }
 
 /// [`fit_on_device`] on `gpu`, or on the first `gpus` GPUs where that is
@@ -468,7 +490,7 @@ fn fit_on_gpus(
     model: &BmsModel,
     data: &BmsData,
     opts: &FitOptions,
-    display: Display,
+    display: Shown<'_>,
     t: Instant,
 ) -> Result<DeviceFit> {
     use crate::cuda::{CudaBackend, GpuGroup, MultiGpuBackend};
@@ -492,14 +514,15 @@ fn timed<B: PcgKernels>(
     model: &BmsModel,
     data: &BmsData,
     opts: &FitOptions,
-    display: Display,
+    shown: Shown<'_>,
     describe: String,
     upload: Instant,
 ) -> Result<DeviceFit> {
     let upload_seconds = upload.elapsed().as_secs_f64();
-    let progress = Progress::new(display);
+    let progress = Progress::new(shown.display);
     let t = Instant::now();
-    let result = fit_observed(backend, objective, &progress, model, data, opts);
+    let both: (&dyn Observer, &dyn Observer) = (&progress, shown.observer);
+    let result = fit_observed(backend, objective, &both, model, data, opts);
     progress.finish();
     Ok(DeviceFit {
         fit: result?,

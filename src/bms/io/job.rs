@@ -11,10 +11,13 @@
 
 use std::fmt;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 use std::time::Instant;
 
+use matfree_solvers::observer::Observer;
+
 use crate::bms::fit::progress::Display;
-use crate::bms::fit::{fit_on_device, BmsFit, FitOptions};
+use crate::bms::fit::{fit_on_device_observed, BmsFit, FitOptions};
 use crate::bms::io::problem::{ModelShape, Problem};
 use crate::bms::results::report::{DesignNames, FitSummary};
 use crate::bms::results::saved::SavedFit;
@@ -22,7 +25,7 @@ use crate::bms::results::summary::smooth_panels;
 #[cfg(feature = "cuda")]
 use crate::cuda::Gpu;
 use crate::data::{empty_rows_note, ColumnSpec};
-use crate::device::{check_cuda_support, select_device, Device, GpuPolicy};
+use crate::device::Device;
 use crate::files;
 use crate::plot::smooths_svg;
 
@@ -66,6 +69,12 @@ pub trait Console {
     /// The fit's report (a table); an error message where it could not be
     /// shown, which makes it a failed output.
     fn print(&mut self, text: &str) -> Result<(), String>;
+    /// Told of the fit's progress beside its [`Display`], and asked whether
+    /// to stop it (a user's Ctrl-C: the job then ends with the solvers'
+    /// `Interrupted`); by default no one.
+    fn observer(&self) -> &dyn Observer {
+        &()
+    }
 }
 
 /// Why a job did not run to its end: nothing was fitted or written.
@@ -172,6 +181,9 @@ pub enum Source {
         /// Fit the score as given, standardised or not.
         keep_score: bool,
     },
+    /// A problem built by the caller, of the job's shape (a front end's
+    /// arrays in memory: [`Problem::from_columns`]).
+    Built(Arc<Problem>),
 }
 
 /// The files a fit writes, each optional.
@@ -226,6 +238,9 @@ pub struct Outcome {
     pub failed_outputs: Vec<String>,
     /// The fit's report (`None` for a prediction).
     pub summary: Option<FitSummary>,
+    /// The fit with what it needs to be saved, predicted from and
+    /// summarised (what `--save` writes; `None` for a prediction).
+    pub saved: Option<SavedFit>,
 }
 
 impl Outcome {
@@ -289,7 +304,8 @@ impl Job {
             None => say(console, "REML over the smoothing parameters".into()),
         }
         let (model, data) = (&problem.model, &problem.data);
-        let run = fit_on_device(&device, gpus, model, data, &task.fit_options(), self.display)?;
+        let opts = task.fit_options();
+        let run = fit_on_device_observed(&device, gpus, model, data, &opts, self.display, console.observer())?;
         phases.push(("upload".into(), run.upload_seconds));
         phases.push(("fit".into(), run.fit_seconds));
         phases.push(("fit: row evaluations".into(), run.evaluation_seconds));
@@ -306,14 +322,17 @@ impl Job {
         report.phases = phases;
         notes.append(&mut report.notes);
         report.notes = notes;
+        let names = (problem.marginal_names.clone(), problem.slope_names.clone());
+        let saved = SavedFit::new(model, run.fit.clone(), names, problem.score.clone());
         // Files first: a closed or full stdout never costs them.
-        let mut failed_outputs = task.outputs.write(&problem, &run.fit, &report);
+        let mut failed_outputs = task.outputs.write(&problem, &run.fit, &saved, &report);
         failed_outputs.extend(console.print(&report.to_string()).err());
         say(console, format!("output written in {:.2} s", t.elapsed().as_secs_f64()));
         Ok(Outcome {
             converged: run.fit.converged,
             failed_outputs,
             summary: Some(report),
+            saved: saved.ok(),
         })
     }
 }
@@ -321,22 +340,14 @@ impl Job {
 /// The device `--backend` names: `auto` follows `MATFREE_GPU`, `cpu` is
 /// the CPU, `gpu` the GPU or an error.
 pub fn choose_device(backend: &str) -> Result<Device, JobError> {
-    let policy = match backend {
-        "auto" => GpuPolicy::from_env()?,
-        "cpu" => GpuPolicy::Off,
-        "gpu" => {
-            check_cuda_support("--backend", backend)?;
-            GpuPolicy::Required
-        }
-        other => {
-            return Err(JobError::option(
-                "--backend",
-                format!("{other:?}"),
-                "must be auto, cpu or gpu",
-            ))
-        }
-    };
-    Ok(select_device(policy)?)
+    if !matches!(backend, "auto" | "cpu" | "gpu") {
+        return Err(JobError::option(
+            "--backend",
+            format!("{backend:?}"),
+            "must be auto, cpu or gpu",
+        ));
+    }
+    Ok(crate::device::choose_device("--backend", backend)?)
 }
 
 /// GPUs to fit on: `gpus`, or every visible one; 0 on the CPU, where
@@ -374,7 +385,7 @@ impl Source {
     pub fn phase(&self) -> &'static str {
         match self {
             Self::Simulate { .. } => "simulate",
-            Self::Csv { .. } => "load",
+            Self::Csv { .. } | Self::Built(_) => "load",
         }
     }
 
@@ -385,18 +396,25 @@ impl Source {
         shape: ModelShape,
         gpu: bool,
         say: &mut dyn FnMut(String),
-    ) -> Result<(Problem, Vec<String>), JobError> {
+    ) -> Result<(Arc<Problem>, Vec<String>), JobError> {
         let (problem, mut notes) = match self {
             Self::Csv {
                 path,
                 columns,
                 keep_score,
-            } => (Problem::from_csv(path, columns, shape, *keep_score)?, Vec::new()),
+            } => (
+                Arc::new(Problem::from_csv(path, columns, shape, *keep_score)?),
+                Vec::new(),
+            ),
             Self::Simulate { rows, seed } => {
                 let (n, note) = Self::simulated_rows(*rows, gpu);
                 say(format!("simulating {n} rows (seed {seed})"));
-                (Problem::simulated(n, *seed, shape)?, note.into_iter().collect())
+                (
+                    Arc::new(Problem::simulated(n, *seed, shape)?),
+                    note.into_iter().collect(),
+                )
             }
+            Self::Built(problem) => (problem.clone(), Vec::new()),
         };
         notes.extend(problem.notes.iter().cloned());
         Ok((problem, notes))
@@ -405,7 +423,7 @@ impl Source {
     fn input(&self) -> Option<&Path> {
         match self {
             Self::Csv { path, .. } => Some(path),
-            Self::Simulate { .. } => None,
+            Self::Simulate { .. } | Self::Built(_) => None,
         }
     }
 }
@@ -468,18 +486,26 @@ impl Outputs {
             .collect()
     }
 
-    /// Write the JSON, the saved fit, then the plot; a failure of one does
-    /// not drop the others. Returns a message for each output that failed.
-    pub fn write(&self, problem: &Problem, fit: &BmsFit, report: &FitSummary) -> Vec<String> {
+    /// Write the JSON, the saved fit (`saved`, `fit` with its names), then
+    /// the plot; a failure of one does not drop the others. Returns a
+    /// message for each output that failed.
+    pub fn write(
+        &self,
+        problem: &Problem,
+        fit: &BmsFit,
+        saved: &crate::Result<SavedFit>,
+        report: &FitSummary,
+    ) -> Vec<String> {
         let json = self.json.as_ref().map(|path| {
             let text = serde_json::to_string_pretty(report).map_err(|e| e.to_string())?;
             write_output("--json", path, text.as_bytes())
         });
         let saved = self.save.as_ref().map(|path| {
-            let names = (problem.marginal_names.clone(), problem.slope_names.clone());
-            let text = SavedFit::new(&problem.model, fit.clone(), names, problem.score.clone())
-                .and_then(|s| s.to_json())
-                .map_err(|e| format!("--save {}: {e}", path.display()))?;
+            let text = match saved {
+                Ok(s) => s.to_json(),
+                Err(e) => Err(crate::Error::invalid("fit", "not saved", e.to_string())),
+            }
+            .map_err(|e| format!("--save {}: {e}", path.display()))?;
             write_output("--save", path, text.as_bytes())
         });
         let svg = self.plot.as_ref().map(|path| {
@@ -542,6 +568,7 @@ impl PredictTask {
             converged: true,
             failed_outputs,
             summary: None,
+            saved: None,
         })
     }
 }
@@ -551,6 +578,7 @@ mod tests {
     use std::fs;
 
     use super::*;
+    use crate::bms::fit::fit_on_device;
     use crate::bms::results::predict::Predictions;
     use crate::bms::MarginalSlope;
 
@@ -622,6 +650,7 @@ mod tests {
             converged,
             failed_outputs: failed.iter().map(|s| s.to_string()).collect(),
             summary: None,
+            saved: None,
         }
     }
 
@@ -790,6 +819,65 @@ mod tests {
             ["simulating 400 rows (seed 2)", "Newton at fixed lambda = [1.0, 2.0]"]
         );
         assert!(lines[3].starts_with("output written in "), "{lines:?}");
+    }
+
+    /// Asks to stop at once.
+    struct Stop;
+
+    impl Observer for Stop {
+        fn interrupted(&self) -> bool {
+            true
+        }
+    }
+
+    /// A console whose observer stops every fit.
+    struct Interrupting(Captured);
+
+    impl Console for Interrupting {
+        fn say(&mut self, line: &str) {
+            self.0.say(line)
+        }
+        fn print(&mut self, text: &str) -> Result<(), String> {
+            self.0.print(text)
+        }
+        fn observer(&self) -> &dyn Observer {
+            &Stop
+        }
+    }
+
+    /// A problem the caller built fits as the job's own does, the outcome
+    /// carries the fit as `--save` writes it, and a console's observer
+    /// that asks to stop ends the job with `Interrupted`, writing nothing.
+    #[test]
+    fn a_built_problem_fits_as_the_jobs_own_and_its_console_can_stop_it() {
+        let d = dir("built");
+        let save = d.join("saved.json");
+        let outputs = Outputs {
+            save: Some(save.clone()),
+            ..Outputs::default()
+        };
+        let own = small_fit(outputs, Display::Quiet)
+            .run(&mut Captured::default())
+            .unwrap();
+        let mut job = small_fit(Outputs::default(), Display::Quiet);
+        let problem = Arc::new(Problem::simulated(400, 2, SHAPE).unwrap());
+        let Task::Fit(task) = &mut job.task else { unreachable!() };
+        task.source = Source::Built(problem);
+        let built = job.run(&mut Captured::default()).unwrap();
+        let (saved, _) = SavedFit::load(&save).unwrap();
+        assert_eq!(built.saved.as_ref(), Some(&saved));
+        assert_eq!(own.saved, built.saved);
+
+        let mut console = Interrupting(Captured::default());
+        let e = job.run(&mut console).unwrap_err();
+        assert!(
+            matches!(
+                e,
+                JobError::Matfree(crate::Error::Solver(matfree_solvers::SolverError::Interrupted))
+            ),
+            "{e}"
+        );
+        assert!(console.0.printed.is_empty());
     }
 
     /// A report that cannot be printed is a failed output (status 4) that

@@ -11,7 +11,7 @@ use crate::bms::fit::checks::{check_data, standardise_score, ColumnNames};
 use crate::bms::io::generator::{generate, GeneratorConfig};
 use crate::bms::results::saved::ScoreColumn;
 use crate::bms::{Bases, BmsData, BmsModel, CubicBasis};
-use crate::data::{empty_rows_note, read_csv, ColumnSpec, INTERCEPT};
+use crate::data::{empty_rows_note, from_columns, read_csv, ColumnSpec, Dataset, INTERCEPT};
 use crate::{Error, Result};
 
 /// How the model is shaped: the smooths' basis dimensions (0: none) and a
@@ -63,7 +63,13 @@ impl ModelShape {
     }
 }
 
+/// The rows a model of this shape needs at least: one per coefficient.
+fn min_rows(columns: &ColumnSpec, shape: ModelShape) -> usize {
+    2 + columns.marginal.len() + columns.slope.len() + shape.score_basis + shape.link_basis
+}
+
 /// A problem ready to fit.
+#[derive(Debug)]
 pub struct Problem {
     /// The model.
     pub model: BmsModel,
@@ -89,15 +95,43 @@ impl Problem {
     /// unless `keep_score` (with a note), and check the data for the model
     /// ([`check_data`], errors naming the columns).
     pub fn from_csv(path: &Path, columns: &ColumnSpec, shape: ModelShape, keep_score: bool) -> Result<Self> {
-        let p = 2 + columns.marginal.len() + columns.slope.len() + shape.score_basis + shape.link_basis;
-        let mut ds = read_csv(path, columns, p)?;
-        let mut notes: Vec<String> = empty_rows_note(&path.display().to_string(), &ds.empty_rows)
-            .into_iter()
-            .collect();
+        let ds = read_csv(path, columns, min_rows(columns, shape))?;
+        let file = path.display().to_string();
+        let notes = empty_rows_note(&file, &ds.empty_rows).into_iter().collect();
+        let source = format!("{file} ({} rows)", ds.n);
+        Self::from_dataset(ds, &columns.score, shape, keep_score, source, notes)
+    }
+
+    /// [`Problem::from_csv`] on named columns in memory (a front end's
+    /// arrays, see [`crate::data::from_columns`]); `name` names them in
+    /// errors and in the summary.
+    pub fn from_columns(
+        name: &str,
+        data: &[(&str, &[f64])],
+        columns: &ColumnSpec,
+        shape: ModelShape,
+        keep_score: bool,
+    ) -> Result<Self> {
+        let ds = from_columns(name, data, columns, min_rows(columns, shape))?;
+        let source = format!("{name} ({} rows)", ds.n);
+        Self::from_dataset(ds, &columns.score, shape, keep_score, source, Vec::new())
+    }
+
+    /// The problem of a data set read by the rules of [`ColumnSpec`]:
+    /// the score (column `score`) standardised unless `keep_score`, the
+    /// model built and the data checked for it.
+    fn from_dataset(
+        mut ds: Dataset,
+        score_column: &str,
+        shape: ModelShape,
+        keep_score: bool,
+        source: String,
+        mut notes: Vec<String>,
+    ) -> Result<Self> {
         let model = BmsModel::new(shape.bases()?, ds.p_m, ds.p_g)?;
-        let mut score = ScoreColumn::plain(&columns.score);
+        let mut score = ScoreColumn::plain(score_column);
         if !keep_score {
-            if let Some((note, moments)) = standardise_score(&mut ds.z, &columns.score) {
+            if let Some((note, moments)) = standardise_score(&mut ds.z, score_column) {
                 notes.push(note);
                 score.standardised = Some(moments);
             }
@@ -120,7 +154,7 @@ impl Problem {
             marginal_names: ds.marginal_names,
             slope_names: ds.slope_names,
             score,
-            source: format!("{} ({} rows)", path.display(), ds.n),
+            source,
             notes,
         })
     }

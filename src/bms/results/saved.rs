@@ -16,7 +16,7 @@ use crate::bms::fit::BmsFit;
 use crate::bms::model::cubic_basis::CubicBasis;
 use crate::bms::results::predict::{extrapolation_notes, Predictions};
 use crate::bms::{Bases, BmsModel};
-use crate::data::{read_csv, ColumnSpec, INTERCEPT};
+use crate::data::{read_csv, ColumnSpec, Dataset, INTERCEPT};
 use crate::{Designs, Error, Result};
 
 /// The version [`SavedFit::save`] writes and [`SavedFit::load`] reads
@@ -204,7 +204,13 @@ impl SavedFit {
     /// a label among them, are ignored), the score transformed as the
     /// fit's was: the designs and the scores to predict.
     pub fn read_predictors(&self, path: &Path) -> Result<Predictors> {
-        let mut ds = read_csv(path, &self.column_spec(), 1)?;
+        self.predictors(read_csv(path, &self.column_spec(), 1)?)
+    }
+
+    /// New rows read by [`SavedFit::column_spec`] (from a file or from
+    /// columns in memory, [`crate::data::from_columns`]), the score
+    /// transformed as the fit's was.
+    pub fn predictors(&self, mut ds: Dataset) -> Result<Predictors> {
         self.score.apply(&mut ds.z);
         let designs = crate::bms::marginal_slope_designs(ds.n, ds.p_m, ds.p_g, ds.x_m, ds.x_g)?;
         Ok(Predictors {
