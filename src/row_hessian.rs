@@ -6,7 +6,7 @@
 //! number of threads.
 
 use std::ops::Range;
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 
 use faer::linalg::matmul::matmul;
 use faer::linalg::matmul::triangular::{self, BlockStructure};
@@ -17,7 +17,7 @@ use matfree_solvers::{CpuBackend, LinearOperator};
 use rayon::prelude::*;
 
 use crate::designs::{check_matrix, Designs};
-use crate::layout::{Layout, Via};
+use crate::layout::Layout;
 use crate::pool::PooledVec;
 use crate::{Error, Result};
 
@@ -31,6 +31,10 @@ pub struct RowHessian {
     layout: Layout,
     designs: Arc<Designs>,
     hess: PooledVec,
+    /// The dense matrix once `to_dense` made it: a Newton solve's last
+    /// check and REML's log-determinant at the same beta ask for it twice
+    /// (at 1M rows and p = 51, 70 ms each).
+    dense_cache: OnceLock<Vec<f64>>,
 }
 
 /// The joint negative log-likelihood and its gradient in beta.
@@ -222,7 +226,12 @@ impl RowHessian {
                 return Err(Error::invalid(format!("hess[{i}][{u},{v}]"), h[u * r + v], rule));
             }
         }
-        Ok(Self { layout, designs, hess })
+        Ok(Self {
+            layout,
+            designs,
+            hess,
+            dense_cache: OnceLock::new(),
+        })
     }
 
     /// The layout.
@@ -275,24 +284,26 @@ impl RowHessian {
 
     /// diag(H).
     pub fn diagonal_host(&self) -> Vec<f64> {
-        let (r, map) = (self.layout.r(), self.layout.column_map());
-        reduce_chunks(self.n(), map.len(), ROW_CHUNK, |rows, acc| {
+        let r = self.layout.r();
+        let (predictors, direct) = (self.layout.predictors(), self.layout.direct());
+        // Each predictor's design row as a slice (coordinate j is predictor
+        // j): the same sums, in the same order, as one entry at a time.
+        reduce_chunks(self.n(), self.layout.p_total(), ROW_CHUNK, |rows, acc| {
             for i in rows {
                 let h = self.row_hess(i);
-                for (a, &(u, via)) in map.iter().enumerate() {
-                    let c = self.coef(i, via);
-                    acc[a] += c * c * h[u * r + u];
+                for (j, range) in predictors.iter().enumerate() {
+                    let hjj = h[j * r + j];
+                    for (a, &c) in acc[range.clone()].iter_mut().zip(self.designs.row(j, i)) {
+                        *a += c * c * hjj;
+                    }
+                }
+                for (range, u0) in direct {
+                    for (k, a) in range.clone().enumerate() {
+                        acc[a] += h[(u0 + k) * r + u0 + k];
+                    }
                 }
             }
         })
-    }
-
-    /// The value P_i[u(a), a] for a beta column reached `via`.
-    fn coef(&self, i: usize, via: Via) -> f64 {
-        match via {
-            Via::Design { design, col } => self.designs.row(design, i)[col],
-            Via::Direct => 1.0,
-        }
     }
 
     /// The dense joint Hessian, row-major p_total x p_total: for each pair
@@ -495,6 +506,6 @@ impl LinearOperator<CpuBackend> for RowHessian {
         Ok(())
     }
     fn to_dense(&self) -> matfree_solvers::Result<Vec<f64>> {
-        Ok(self.dense_host())
+        Ok(self.dense_cache.get_or_init(|| self.dense_host()).clone())
     }
 }
