@@ -459,6 +459,11 @@ pub struct GlmRows {
     offset: Vec<f64>,
     trials: Vec<f64>,
     notes: Vec<String>,
+    /// [`GlmRows::mean_start_theta`], summed once with the checks.
+    start_mean: f64,
+    /// ls and its derivatives where they do not depend on phi (binomial,
+    /// Poisson), summed once with the checks: the report asks for them.
+    fixed_saturated: Option<[f64; 3]>,
 }
 
 impl GlmRows {
@@ -491,8 +496,15 @@ impl GlmRows {
             trials: column("trials", data.trials, 1.0)?,
             y: data.y,
             notes: Vec::new(),
+            start_mean: 0.0,
+            fixed_saturated: None,
         };
-        rows.checked()
+        let mut rows = rows.checked()?;
+        rows.start_mean = rows.start_mean_sum();
+        if !rows.family.has_scale() {
+            rows.fixed_saturated = Some(rows.saturated_sum(1.0));
+        }
+        Ok(rows)
     }
 
     /// Every row against the rules; the notes for non-integer counts.
@@ -594,6 +606,45 @@ impl GlmRows {
             .collect()
     }
 
+    /// The mean of [`GlmRows::start_theta`]: the intercept's start.
+    pub fn mean_start_theta(&self) -> f64 {
+        self.start_mean
+    }
+
+    /// [`GlmRows::mean_start_theta`] summed without the vector (chunks in
+    /// parallel, summed in chunk order).
+    fn start_mean_sum(&self) -> f64 {
+        let link = self.family.link();
+        let sum = reduce_chunks(self.n(), 1, SUM_CHUNK, |rows, acc| {
+            acc[0] += rows
+                .map(|i| link.linkfun(self.family.mustart(self.y[i], self.trials[i], self.weights[i])) - self.offset[i])
+                .sum::<f64>();
+        })[0];
+        sum / self.n() as f64
+    }
+
+    /// The deviance at theta = c on every row (eta = c + offset): the same
+    /// bits as [`GlmRows::deviance`] of a constant vector, without it.
+    pub fn constant_deviance(&self, c: f64) -> f64 {
+        2.0 * reduce_chunks(self.n(), 1, SUM_CHUNK, |rows, acc| {
+            acc[0] += rows.map(|i| self.row_at(i, c + self.offset[i])).sum::<f64>();
+        })[0]
+    }
+
+    /// The score and Fisher information of the intercept-only model at
+    /// theta = c: sum of dl/deta and of the Fisher weights.
+    pub fn constant_score(&self, c: f64) -> [f64; 2] {
+        let sums = reduce_chunks(self.n(), 2, SUM_CHUNK, |rows, acc| {
+            for i in rows {
+                acc[0] += self.jet(i, c)[1];
+                acc[1] += self
+                    .family
+                    .fisher_weight(self.trials[i], self.weights[i], c + self.offset[i]);
+            }
+        });
+        [sums[0], sums[1]]
+    }
+
     /// The deviance, twice the rows' sum.
     pub fn deviance(&self, theta: &[f64]) -> Result<f64> {
         Ok(2.0 * self.sum(theta, |i, eta| self.row_at(i, eta))?)
@@ -631,6 +682,11 @@ impl GlmRows {
     /// derivatives in phi (phi is 1 for binomial and Poisson, whose ls
     /// does not depend on it).
     pub fn saturated_loglik(&self, phi: f64) -> [f64; 3] {
+        self.fixed_saturated.unwrap_or_else(|| self.saturated_sum(phi))
+    }
+
+    /// [`GlmRows::saturated_loglik`] summed over the rows.
+    fn saturated_sum(&self, phi: f64) -> [f64; 3] {
         let sums = reduce_chunks(self.n(), 3, SUM_CHUNK, |rows, acc| {
             for i in rows {
                 let row = self

@@ -360,7 +360,7 @@ impl GamModel {
             }
             true => self.profile(backend, objective, observer, &beta0, opts)?,
         };
-        self.report(profile)
+        self.report(objective, profile)
     }
 
     /// beta0: the intercept at the link of R's starting mean, the rest 0
@@ -372,8 +372,7 @@ impl GamModel {
             .iter()
             .find(|t| t.term == Term::Parametric(Parametric::Intercept))
         {
-            let theta = self.rows.start_theta();
-            beta[t.range.start] = theta.iter().sum::<f64>() / theta.len() as f64;
+            beta[t.range.start] = self.rows.mean_start_theta();
         }
         beta
     }
@@ -474,7 +473,11 @@ impl GamModel {
     }
 
     /// What mgcv reports of the profile's last fit.
-    fn report(&self, profile: Profile) -> Result<GamFit> {
+    /// The deviances come from `objective` (on the device where the rows
+    /// are: two value passes instead of passes over X on the host); X beta
+    /// is formed on the host only where the expected information or the
+    /// scale needs it.
+    fn report<B: PcgKernels>(&self, objective: &dyn Objective<B>, profile: Profile) -> Result<GamFit> {
         let Profile {
             fit,
             phi,
@@ -483,10 +486,16 @@ impl GamModel {
         } = profile;
         let beta = fit.laml.beta.clone();
         let p = beta.len();
-        let theta = self.linear_predictor(&beta);
-        let deviance = self.rows.deviance(&theta)?;
-        let null_deviance = self.null_deviance()?;
-        let expected = self.expected_statistics(&theta, phi, &fit.lambda)?;
+        let deviance = self.deviance_at(objective, &beta, phi)?;
+        let null_deviance = self.null_deviance(objective, phi)?;
+        let theta = match self.family.is_canonical() && !self.family.has_scale() {
+            true => None,
+            false => Some(self.linear_predictor(&beta)),
+        };
+        let expected = match &theta {
+            Some(theta) => self.expected_statistics(theta, phi, &fit.lambda)?,
+            None => None,
+        };
         let (stats, h) = match &expected {
             Some((stats, h)) => (stats, h),
             None => (&fit.statistics, &fit.laml.hessian),
@@ -496,9 +505,9 @@ impl GamModel {
             .map(|j| (0..p).map(|k| v[j * p + k] * h[k * p + j]).sum())
             .collect();
         let edf_total: f64 = edf.iter().sum();
-        let scale = match self.family.has_scale() {
-            true => self.fletcher_scale(&theta, edf_total)?,
-            false => 1.0,
+        let scale = match &theta {
+            Some(theta) if self.family.has_scale() => self.fletcher_scale(theta, edf_total)?,
+            _ => 1.0,
         };
         // Vp and Ve are phi (X'WX + S)^-1 (...): mgcv's at its scale.
         let rescale = |m: &[f64]| m.iter().map(|v| v * scale / phi).collect();
@@ -581,20 +590,36 @@ impl GamModel {
     /// (`gam.fit3`'s `wtdmu`); with offsets, that of the intercept-only
     /// model refitted with them (mgcv's `glm(y ~ offset(o))`); without an
     /// intercept, at eta = the offsets.
-    fn null_deviance(&self) -> Result<f64> {
+    fn null_deviance<B: PcgKernels>(&self, objective: &dyn Objective<B>, phi: f64) -> Result<f64> {
         let intercept = self
             .terms
             .iter()
-            .any(|t| t.term == Term::Parametric(Parametric::Intercept));
-        if !intercept {
-            return self.rows.deviance(&vec![0.0; self.rows.n()]);
-        }
+            .find(|t| t.term == Term::Parametric(Parametric::Intercept));
+        let mut beta = vec![0.0; objective.dim()];
+        let Some(intercept) = intercept else {
+            return self.deviance_at(objective, &beta, phi);
+        };
         let r = &self.rows;
         let sum = |v: &[f64]| v.iter().zip(r.weights()).map(|(a, w)| a * w).sum::<f64>();
         let c = self.family.link().linkfun(sum(r.y()) / sum(r.trials()));
-        match self.offsets.is_empty() {
-            true => r.deviance(&vec![c; r.n()]),
-            false => self.intercept_only_deviance(c - sum(r.offset()) / sum(&vec![1.0; r.n()])),
+        if !self.offsets.is_empty() {
+            return self.intercept_only_deviance(c - sum(r.offset()) / sum(&vec![1.0; r.n()]));
+        }
+        // The intercept's column is ones: theta = c on every row.
+        beta[intercept.range.start] = c;
+        self.deviance_at(objective, &beta, phi)
+    }
+
+    /// The deviance at beta, from the objective's value (the rows' sum of
+    /// half deviances over phi).
+    fn deviance_at<B: PcgKernels>(&self, objective: &dyn Objective<B>, beta: &[f64], phi: f64) -> Result<f64> {
+        match objective.value(beta)? {
+            Some(v) if v.is_finite() => Ok(2.0 * phi * v),
+            v => Err(Error::invalid(
+                "deviance",
+                v.unwrap_or(f64::NAN),
+                "the rows' value at the fitted or null beta must be finite",
+            )),
         }
     }
 
@@ -603,21 +628,13 @@ impl GamModel {
     /// a step of 1e-12 (the deviance is flat to ~1e-24 there).
     fn intercept_only_deviance(&self, mut c: f64) -> Result<f64> {
         let r = &self.rows;
-        let deviance = |c: f64| r.deviance(&vec![c; r.n()]);
-        let mut d = deviance(c)?;
+        let deviance = |c: f64| r.constant_deviance(c);
+        let mut d = deviance(c);
         for _ in 0..200 {
-            let (mut g, mut h) = (0.0, 0.0);
-            for i in 0..r.n() {
-                let (mut gi, mut hi) = ([0.0], [0.0]);
-                r.row(i, &[c], &mut gi, &mut hi);
-                g += gi[0];
-                h += self
-                    .family
-                    .fisher_weight(r.trials()[i], r.weights()[i], c + r.offset()[i]);
-            }
+            let [g, h] = r.constant_score(c);
             let mut step = -g / h;
             // A NaN deviance (outside the family's domain) counts as a rise.
-            while deviance(c + step)?.partial_cmp(&d).is_none_or(|o| o.is_gt()) && step.abs() > 1e-14 * c.abs().max(1.0)
+            while deviance(c + step).partial_cmp(&d).is_none_or(|o| o.is_gt()) && step.abs() > 1e-14 * c.abs().max(1.0)
             {
                 step /= 2.0;
             }
@@ -625,7 +642,7 @@ impl GamModel {
                 return Ok(d);
             }
             c += step;
-            d = deviance(c)?;
+            d = deviance(c);
         }
         Err(Error::invalid(
             "null deviance",
