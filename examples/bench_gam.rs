@@ -10,7 +10,7 @@
 //! in `benches/RESULTS.md`.
 //!
 //!     cargo run --release --example bench_gam -- --n 1000000 [--seed 40] \
-//!         [--backend gpu|cpu|both] [--options tight|loose|both] [--phases 5]
+//!         [--backend gpu|gpus|cpu|both] [--options tight|loose|both] [--phases 5]
 //!
 //! `--options tight` is `GamOptions::default()` (mgcv's fit to 1e-5: REML to
 //! a projected gradient of 1e-9 edf, inner Newton to a decrement of 1e-20);
@@ -51,7 +51,8 @@ struct Args {
     /// The simulation's seed.
     #[arg(long, default_value_t = 40)]
     seed: u64,
-    /// gpu, cpu, both or none (simulate and set up only).
+    /// gpu, gpus (the rows sharded over every visible GPU), cpu, both (gpu
+    /// and cpu) or none (simulate and set up only).
     #[arg(long, default_value = "gpu")]
     backend: String,
     /// tight (GamOptions::default()), loose or both.
@@ -90,7 +91,8 @@ fn main() -> AnyResult<()> {
         "gpu" => (false, true),
         "both" => (true, true),
         "none" => (false, false),
-        other => return Err(format!("--backend {other}: must be gpu, cpu, both or none").into()),
+        "gpus" => return on_gpus(&model, &options),
+        other => return Err(format!("--backend {other}: must be gpu, gpus, cpu, both or none").into()),
     };
     if gpu {
         on_gpu(&model, &options, args.phases)?;
@@ -257,6 +259,28 @@ fn on_gpu(model: &GamModel, options: &[(&str, GamOptions)], phases: usize) -> An
 #[cfg(not(feature = "cuda"))]
 fn on_gpu(_: &GamModel, _: &[(&str, GamOptions)], _: usize) -> AnyResult<()> {
     Err("--backend gpu needs the cuda feature".into())
+}
+
+/// The fits with the rows sharded over every visible GPU
+/// (`GamModel::sharded_objective`).
+#[cfg(feature = "cuda")]
+fn on_gpus(model: &GamModel, options: &[(&str, GamOptions)]) -> AnyResult<()> {
+    use matfree::cuda::{GpuGroup, MultiGpuBackend};
+    let group = GpuGroup::open_all()?;
+    let clock = Instant::now();
+    let objective = model.sharded_objective(group.clone())?;
+    let label = format!("{} gpus", group.len());
+    println!("{label}: uploaded in {:.3} s", clock.elapsed().as_secs_f64());
+    let backend = MultiGpuBackend::new(group)?;
+    for (name, opts) in options {
+        timed_fit(&label, name, model, &backend, &objective, opts)?;
+    }
+    Ok(())
+}
+
+#[cfg(not(feature = "cuda"))]
+fn on_gpus(_: &GamModel, _: &[(&str, GamOptions)]) -> AnyResult<()> {
+    Err("--backend gpus needs the cuda feature".into())
 }
 
 /// The best of `repeat` runs of `f`, in seconds.

@@ -514,3 +514,44 @@ fn objective_of(rows: GlmRows, x: Vec<f64>) -> RowObjective<GlmRows> {
     )
     .unwrap()
 }
+
+/// A shard of the rows (`GlmRows::rows`, what each device of a sharded
+/// GAM objective holds) is those rows alone: the shards' deviances,
+/// Pearson statistics and starts add up to the whole's, and a range
+/// outside the rows is an error naming it.
+#[test]
+fn shards_of_the_rows_add_up_to_the_whole() {
+    let reference = reference();
+    for (name, case) in reference.as_object().unwrap().iter().filter(|(_, v)| v.is_object()) {
+        let (rows, _) = problem(case);
+        let n = rows.n();
+        // Inside every family's domain: theta at R's starting means.
+        let t = rows.start_theta();
+        let cuts = [0, 1, n / 3, n - 1, n];
+        let (mut dev, mut pearson, mut start) = (0.0, 0.0, 0.0);
+        for w in cuts.windows(2) {
+            let part = rows.rows(w[0]..w[1]).unwrap();
+            assert_eq!(part.n(), w[1] - w[0]);
+            assert_eq!(part.y(), &rows.y()[w[0]..w[1]]);
+            dev += part.deviance(&t[w[0]..w[1]]).unwrap();
+            pearson += part.pearson(&t[w[0]..w[1]]).unwrap();
+            start += part.mean_start_theta() * part.n() as f64;
+        }
+        let close = |what: &str, a: f64, b: f64| {
+            assert!(
+                (a - b).abs() <= 1e-12 * b.abs().max(1.0),
+                "{name} {what}: shards {a}, whole {b}"
+            )
+        };
+        close("deviance", dev, rows.deviance(&t).unwrap());
+        close("pearson", pearson, rows.pearson(&t).unwrap());
+        close("start", start / n as f64, rows.mean_start_theta());
+        let whole = rows.start_theta().iter().sum::<f64>() / n as f64;
+        close("start against start_theta", rows.mean_start_theta(), whole);
+        #[allow(clippy::reversed_empty_ranges)]
+        for bad in [0..n + 1, 3..2] {
+            let e = rows.rows(bad.clone()).unwrap_err().to_string();
+            assert!(e.contains("rows") && e.contains(&format!("0..{n}")), "{e}");
+        }
+    }
+}

@@ -297,6 +297,39 @@ fn gpu_gam_fits_match_mgcv() {
     }
 }
 
+/// The rows split over a group of GPUs (`GamModel::sharded_objective`:
+/// one contiguous shard a device, each uploaded once; products and sums
+/// joined over NCCL): mgcv's values for every case, on a group of one
+/// device and, where two or more are visible, of all of them.
+#[cfg(feature = "cuda")]
+#[test]
+#[ignore = "needs a GPU: runs on the device with --include-ignored (tools/gpu-tests.sh)"]
+fn gpu_sharded_gam_fits_match_mgcv() {
+    use matfree::cuda::{setup_for_test, Gpu, GpuGroup, MultiGpuBackend};
+    let Some(groups) = setup_for_test("gpu_sharded_gam_fits_match_mgcv", || {
+        let count = Gpu::count()?;
+        let mut groups = vec![GpuGroup::open(1)?];
+        if count >= 2 {
+            groups.push(GpuGroup::open(count)?);
+        }
+        Ok(groups)
+    }) else {
+        return;
+    };
+    for group in groups {
+        eprintln!("a group of {} GPU(s)", group.len());
+        let on_group = |model: &GamModel| {
+            let sharded = model.sharded_objective(group.clone()).unwrap();
+            let backend = MultiGpuBackend::new(group.clone()).unwrap();
+            model.fit_on(&backend, &sharded, &GamOptions::default()).unwrap()
+        };
+        for name in ["gaussian", "binomial", "poisson", "gamma", "trials", "mcycle"] {
+            matches_mgcv_on(&case(name), &on_group);
+        }
+        matches_mgcv_on(&case_in("gam_offsets", "gamma"), &on_group);
+    }
+}
+
 /// The host rows on a GPU (`DeviceRowObjective::from_host`: rows on the
 /// host, their Hessians uploaded), which other models with CPU rows use:
 /// mgcv's values still.

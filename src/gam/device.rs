@@ -17,6 +17,7 @@
 //! The model registers its kernels ([`GLM_KERNELS`]); `src/cuda/` names no
 //! model.
 
+use std::rc::Rc;
 use std::sync::Arc;
 
 use cudarc::driver::{CudaSlice, CudaView, DevicePtr, DevicePtrMut, LaunchConfig, PushKernelArg};
@@ -24,8 +25,8 @@ use matfree_solvers::operator::expect_len;
 
 use super::{Distribution, GamModel, GlmRows, Link, ScaleCell};
 use crate::cuda::{
-    cuda_err, reduce_partials, DeviceDesigns, DeviceRowEvaluation, DeviceRowEvaluator, DeviceRowHessian,
-    DeviceRowObjective, Gpu, KernelModule, PendingRows,
+    cuda_err, reduce_partials, shard_rows, DeviceDesigns, DeviceRowEvaluation, DeviceRowEvaluator, DeviceRowHessian,
+    DeviceRowObjective, Gpu, GpuGroup, KernelModule, PendingRows, ShardedRowObjective,
 };
 use crate::{Designs, Error, Layout, Result};
 
@@ -620,6 +621,24 @@ impl GamModel {
     pub fn device_objective(&self, gpu: Arc<Gpu>) -> Result<DeviceRowObjective<DeviceGlmRows>> {
         let rows = DeviceGlmRows::new(gpu, self.rows(), self.designs())?.with_scale(self.scale_cell().clone());
         DeviceRowObjective::new(rows, self.designs())
+    }
+
+    /// The objective with its rows split over the group's devices in
+    /// contiguous shards ([`shard_rows`]), each shard's data and model
+    /// matrix uploaded once to its device and divided by the model's
+    /// scale: give it to [`GamModel::fit_on`] with a `MultiGpuBackend` on
+    /// the same group.
+    pub fn sharded_objective(&self, group: Rc<GpuGroup>) -> Result<ShardedRowObjective<DeviceGlmRows>> {
+        let shards = shard_rows(self.rows().n(), group.len())?
+            .into_iter()
+            .zip(group.gpus())
+            .map(|(range, gpu)| {
+                let designs = self.designs().rows(range.clone())?;
+                let rows = DeviceGlmRows::new(gpu.clone(), &self.rows().rows(range)?, &designs)?;
+                Ok(rows.with_scale(self.scale_cell().clone()))
+            })
+            .collect::<Result<Vec<_>>>()?;
+        ShardedRowObjective::new(group, shards, self.designs())
     }
 }
 

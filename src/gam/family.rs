@@ -499,12 +499,38 @@ impl GlmRows {
             start_mean: 0.0,
             fixed_saturated: None,
         };
-        let mut rows = rows.checked()?;
-        rows.start_mean = rows.start_mean_sum();
-        if !rows.family.has_scale() {
-            rows.fixed_saturated = Some(rows.saturated_sum(1.0));
+        Ok(rows.checked()?.with_sums())
+    }
+
+    /// Rows `range` alone (a shard of checked rows: not checked again;
+    /// the notes stay with the whole set).
+    pub fn rows(&self, range: std::ops::Range<usize>) -> Result<Self> {
+        if range.start > range.end || range.end > self.n() {
+            let rule = format!("must be a range within 0..{}", self.n());
+            return Err(Error::invalid("rows", format!("{range:?}"), rule));
         }
-        Ok(rows)
+        let part = |v: &[f64]| v[range.clone()].to_vec();
+        let rows = Self {
+            family: self.family,
+            y: part(&self.y),
+            weights: part(&self.weights),
+            offset: part(&self.offset),
+            trials: part(&self.trials),
+            notes: Vec::new(),
+            start_mean: 0.0,
+            fixed_saturated: None,
+        };
+        Ok(rows.with_sums())
+    }
+
+    /// With the sums kept from the rows ([`GlmRows::mean_start_theta`],
+    /// and ls where it does not depend on phi).
+    fn with_sums(mut self) -> Self {
+        self.start_mean = self.start_mean_sum();
+        if !self.family.has_scale() {
+            self.fixed_saturated = Some(self.saturated_sum(1.0));
+        }
+        self
     }
 
     /// Every row against the rules; the notes for non-integer counts.
