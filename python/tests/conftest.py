@@ -15,8 +15,10 @@ DATA = ROOT / "tests" / "data"
 
 def cli_path(name):
     """The release build of example ``name`` (built here if missing; its
-    folder may be given as MATFREE_CLI_DIR)."""
-    folder = pathlib.Path(os.environ.get("MATFREE_CLI_DIR", ROOT / "target" / "release" / "examples"))
+    folder may be given as MATFREE_CLI_DIR, else it is under cargo's target
+    folder, CARGO_TARGET_DIR where that is set, as cargo itself puts it)."""
+    target = pathlib.Path(os.environ.get("CARGO_TARGET_DIR", ROOT / "target"))
+    folder = pathlib.Path(os.environ.get("MATFREE_CLI_DIR", target / "release" / "examples"))
     path = folder / name
     if not path.exists():
         subprocess.run(["cargo", "build", "--release", "--example", name], cwd=ROOT, check=True)
