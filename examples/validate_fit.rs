@@ -18,7 +18,7 @@ use std::time::Instant;
 use clap::Parser;
 use matfree::bms::fit::progress::Display;
 use matfree::bms::fit::{fit_on_device, FitOptions};
-use matfree::bms::io::generator::{generate, GeneratorConfig};
+use matfree::bms::io::generator::{generate_on, GeneratorConfig};
 use matfree::device::{check_cuda_support, select_device, GpuPolicy};
 use serde::Serialize;
 
@@ -130,15 +130,18 @@ fn run(args: Args) -> Result<bool, Box<dyn Error>> {
     let mut backend = device.describe();
     let mut results = Vec::new();
     for seed in args.first_seed..args.first_seed + args.seeds {
-        let g = generate(GeneratorConfig {
-            n: args.n,
-            p_m: P_M,
-            p_g: P_G,
-            p_h: args.score_basis,
-            p_w: args.link_basis,
-            s_f: 1.0,
-            seed,
-        })?;
+        let g = generate_on(
+            GeneratorConfig {
+                n: args.n,
+                p_m: P_M,
+                p_g: P_G,
+                p_h: args.score_basis,
+                p_w: args.link_basis,
+                s_f: 1.0,
+                seed,
+            },
+            &device,
+        )?;
         let t = Instant::now();
         let run = fit_on_device(&device, 1, &g.model, &g.data, &FitOptions::default(), Display::Quiet)?;
         backend = run.backend;

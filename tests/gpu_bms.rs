@@ -378,3 +378,47 @@ fn device_stage1_rejects_designs_of_another_shape() {
         other => panic!("expected a shape error, got {:?}", other.err()),
     }
 }
+
+/// The generator's device path (each row's intercept and eta(z_i) from the
+/// fit's Stage-1 kernel, a chunk of rows at a time) against its CPU path:
+/// the same draws, intercepts to rounding, the same labels; a chunk that is
+/// not a divisor of n, and one larger than n.
+#[test]
+#[ignore = "needs a GPU: runs on the device with --include-ignored (tools/gpu-tests.sh)"]
+fn gpu_generated_rows_equal_the_cpu_rows() {
+    use matfree::bms::io::generator::generate_on_gpu;
+    let Some(gpu) = gpu_for_test("gpu_generated_rows_equal_the_cpu_rows") else {
+        return;
+    };
+    for (cfg, chunk) in [
+        (GeneratorConfig::fit_shape(30_011, 5), 7_000),
+        (
+            GeneratorConfig {
+                s_f: 0.8,
+                ..GeneratorConfig::seed_shape(3_000)
+            },
+            1 << 22,
+        ),
+    ] {
+        let cpu = generate(cfg).unwrap();
+        let dev = generate_on_gpu(cfg, &gpu, chunk).unwrap();
+        assert_eq!(dev.beta, cpu.beta);
+        assert_eq!(dev.data.z, cpu.data.z);
+        for j in 0..cpu.data.designs.count() {
+            assert_eq!(dev.data.designs.matrix(j), cpu.data.designs.matrix(j));
+        }
+        let worst = dev
+            .intercept
+            .iter()
+            .zip(&cpu.intercept)
+            .map(|(d, c)| (d - c).abs() / (1.0 + c.abs()))
+            .fold(0.0, f64::max);
+        assert!(worst < 1e-12, "n {}: intercepts differ by {worst:e}", cfg.n);
+        let flipped = (0..cfg.n).filter(|&i| dev.data.y[i] != cpu.data.y[i]).count();
+        assert_eq!(flipped, 0, "n {}: labels differ", cfg.n);
+        let ones = cpu.data.y.iter().sum::<f64>() / cfg.n as f64;
+        assert!(ones > 0.05 && ones < 0.95, "a share of ones of {ones}");
+    }
+    // A zero chunk is an error, not a hang.
+    assert!(generate_on_gpu(GeneratorConfig::fit_shape(10, 1), &gpu, 0).is_err());
+}

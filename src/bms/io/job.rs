@@ -295,9 +295,7 @@ impl Job {
         say(console, format!("backend: {}", device.describe()));
         let gpus = gpu_count(&device, task.gpus)?;
         let t = Instant::now();
-        let (problem, mut notes) = task
-            .source
-            .problem(self.shape, device.is_gpu(), &mut |l| say(console, l))?;
+        let (problem, mut notes) = task.source.problem(self.shape, &device, &mut |l| say(console, l))?;
         let mut phases = vec![(task.source.phase().to_string(), t.elapsed().as_secs_f64())];
         match &task.lambda {
             Some(lambda) => say(console, format!("Newton at fixed lambda = {lambda:?}")),
@@ -394,7 +392,7 @@ impl Source {
     fn problem(
         &self,
         shape: ModelShape,
-        gpu: bool,
+        device: &Device,
         say: &mut dyn FnMut(String),
     ) -> Result<(Arc<Problem>, Vec<String>), JobError> {
         let (problem, mut notes) = match self {
@@ -407,10 +405,10 @@ impl Source {
                 Vec::new(),
             ),
             Self::Simulate { rows, seed } => {
-                let (n, note) = Self::simulated_rows(*rows, gpu);
+                let (n, note) = Self::simulated_rows(*rows, device.is_gpu());
                 say(format!("simulating {n} rows (seed {seed})"));
                 (
-                    Arc::new(Problem::simulated(n, *seed, shape)?),
+                    Arc::new(Problem::simulated_on(n, *seed, shape, device)?),
                     note.into_iter().collect(),
                 )
             }

@@ -8,10 +8,11 @@ use std::path::Path;
 use std::sync::Arc;
 
 use crate::bms::fit::checks::{check_data, standardise_score, ColumnNames};
-use crate::bms::io::generator::{generate, GeneratorConfig};
+use crate::bms::io::generator::{generate_on, GeneratorConfig};
 use crate::bms::results::saved::ScoreColumn;
 use crate::bms::{Bases, BmsData, BmsModel, CubicBasis};
 use crate::data::{empty_rows_note, from_columns, read_csv, ColumnSpec, Dataset, INTERCEPT};
+use crate::device::Device;
 use crate::{Error, Result};
 
 /// How the model is shaped: the smooths' basis dimensions (0: none) and a
@@ -162,8 +163,14 @@ impl Problem {
     /// `n` rows simulated from the model with two marginal covariates and
     /// one slope covariate (`GeneratorConfig`), the truth kept. Covariates
     /// are named as a CSV of the same data would have them: `m1, m2` and
-    /// `g1`, different columns.
+    /// `g1`, different columns. Each row's intercept is solved on the CPU.
     pub fn simulated(n: usize, seed: u64, shape: ModelShape) -> Result<Self> {
+        Self::simulated_on(n, seed, shape, &Device::Cpu { reason: "asked".into() })
+    }
+
+    /// As [`Problem::simulated`], each row's intercept solved on `device`
+    /// ([`generate_on`]).
+    pub fn simulated_on(n: usize, seed: u64, shape: ModelShape, device: &Device) -> Result<Self> {
         let cfg = GeneratorConfig {
             n,
             p_m: 3,
@@ -173,7 +180,7 @@ impl Problem {
             s_f: shape.s_f()?,
             seed,
         };
-        let g = generate(cfg)?;
+        let g = generate_on(cfg, device)?;
         let names = |prefix: &str, p: usize| -> Vec<String> {
             std::iter::once(INTERCEPT.to_string())
                 .chain((1..p).map(|j| format!("{prefix}{j}")))
