@@ -549,6 +549,12 @@ fn several_inner_minima_are_named_and_not_chased() {
         report["evaluations"]
     );
     let trace = &report["reml_trace"];
+    // The evaluations by purpose add up, and the check that found the
+    // lower minimum spent some.
+    let by = trace["evaluations_by_purpose"].as_object().unwrap();
+    let total: u64 = by.values().map(|v| v.as_u64().unwrap()).sum();
+    assert_eq!(total, trace["evaluations"].as_u64().unwrap(), "{by:?}");
+    assert!(by["mode_checks"].as_u64().unwrap() > 0, "{by:?}");
     let last = trace["iterations"].as_array().unwrap().last().unwrap().clone();
     assert_eq!(last["kind"], "ColdStart");
     let lambda = column(&report, "smooths", "lambda");

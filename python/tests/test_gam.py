@@ -197,20 +197,25 @@ def test_numpy_columns_go_in_without_a_copy():
 
 def test_ctrl_c_stops_a_fit_with_keyboard_interrupt(monkeypatch):
     """SIGINT sent from another thread while the fit runs (in Rust, the GIL
-    released): the fit stops at its next evaluation with KeyboardInterrupt,
-    and the next fit runs as usual."""
+    released): the fit stops with KeyboardInterrupt, and the next fit runs
+    as usual. The fit's first progress event waits until the signal has
+    been sent, so that a fit quicker than the other thread cannot end
+    first (the handler then raises in the callback or at the next
+    evaluation's signal check: either stops the fit)."""
     c = case("gaussian")
     data = read_csv(DATA / "gam_fit_gaussian.csv")
     big = {k: (np.tile(v, 20) if isinstance(v, np.ndarray) else v * 20) for k, v in data.items()}
-    started, events = threading.Event(), []
+    started, sent, events = threading.Event(), threading.Event(), []
 
     def first_event(self, event):
         events.append(event)
         started.set()
+        sent.wait(30)
 
     def press_ctrl_c():
         started.wait(30)
         os.kill(os.getpid(), signal.SIGINT)
+        sent.set()
 
     monkeypatch.setattr(_progress.Progress, "__call__", first_event)
     thread = threading.Thread(target=press_ctrl_c)

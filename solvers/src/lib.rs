@@ -40,7 +40,7 @@ pub use pcg_kernels::{PcgKernels, PcgVectors};
 pub use penalty::{Constraint, LogPseudoDet, Penalised, Penalty, PenaltyBlock, PenaltyMatrix};
 pub use precond::{precondition, Identity, Jacobi, Preconditioner};
 pub use reml::{
-    evaluate_laml, fellner_schall_step, reference_rho, reml, reml_observed, LamlEvaluation, OuterStep, RemlFit,
-    RemlIteration, RemlOptions, RemlReport, RemlTermination, STALL_STEPS,
+    evaluate_laml, fellner_schall_step, reference_rho, reml, reml_observed, EvaluationCounts, LamlEvaluation,
+    OuterStep, RemlFit, RemlIteration, RemlOptions, RemlReport, RemlTermination, STALL_STEPS,
 };
 pub use stats::{effective_df, Edf, FitStatistics};

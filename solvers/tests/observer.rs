@@ -10,7 +10,8 @@ use std::cell::RefCell;
 use common::*;
 use matfree_solvers::{
     newton, newton_observed, reml, reml_observed, CpuBackend, EvaluationKind, EvaluationRecord, NewtonIteration,
-    NewtonOptions, NewtonReport, Observer, RemlFit, RemlIteration, RemlOptions, RemlReport, SolverError, StepSolver,
+    NewtonOptions, NewtonReport, Observer, OuterStep, RemlFit, RemlIteration, RemlOptions, RemlReport, SolverError,
+    StepSolver,
 };
 
 fn f1(x: f64) -> f64 {
@@ -217,6 +218,26 @@ fn reml_observer_sees_every_iteration_and_counted_evaluation() {
         assert_eq!(rec.count(EvaluationKind::Full) + fd, full, "exact_dh {exact_dh}");
         assert_eq!(rec.count(EvaluationKind::Value), values, "exact_dh {exact_dh}");
         assert!(values > 0, "the cheap value reaches the line search");
+        evaluations_add_up(r, derivatives, penalty(&d).n_blocks());
+    }
+}
+
+/// The report's evaluations by purpose against what the observer saw: they
+/// add up to the total; dH/drho is one per block at the start and at each
+/// accepted Newton iterate; the line searches' are the Newton iterations'.
+fn evaluations_add_up(r: &RemlReport, derivatives_seen: usize, blocks: usize) {
+    let by = r.evaluations_by_purpose;
+    assert_eq!(by.total(), r.evaluations, "{by:?}");
+    assert!(by.start >= 2, "the first evaluation and a Newton step: {by:?}");
+    let newton = r.iterations.iter().filter(|it| it.kind == OuterStep::Newton);
+    let accepted = newton.clone().filter(|it| it.step_length > 0.0).count();
+    assert_eq!(by.hessian_derivatives, blocks * (1 + accepted), "{by:?}");
+    let searched: usize = newton.map(|it| it.newton_evaluations).sum();
+    assert_eq!(by.line_searches, searched, "{by:?}");
+    if by.probes + by.mode_checks + by.measured_hessian == 0 {
+        assert_eq!(derivatives_seen, by.hessian_derivatives, "{by:?}");
+    } else {
+        assert!(derivatives_seen >= by.hessian_derivatives, "{by:?}");
     }
 }
 

@@ -84,7 +84,7 @@ pub use fellner_schall::fellner_schall_step;
 pub use laml::{evaluate_laml, LamlEvaluation};
 use laml::{laml_value, with_gradient, Point, Trial};
 pub use options::RemlOptions;
-pub use report::{OuterStep, RemlFit, RemlIteration, RemlReport, RemlTermination};
+pub use report::{EvaluationCounts, OuterStep, RemlFit, RemlIteration, RemlReport, RemlTermination};
 pub use start::reference_rho;
 use start::start_trial;
 pub use stop::STALL_STEPS;
@@ -142,12 +142,14 @@ pub fn reml_observed<B: PcgKernels>(
     let (mut walk, termination) = if trial.laml.newton.converged {
         let fs = fellner_schall_phase(&ctx, trial)?;
         let mut walk = Walk::new(ctx.gradient(fs.trial)?, fs.iterations, opts.max_step);
-        walk.evaluations += 1 + tries + fs.evaluations + penalty.n_blocks();
+        walk.evaluations.start += 1 + tries;
+        walk.evaluations.fellner_schall += fs.evaluations;
+        walk.evaluations.hessian_derivatives += penalty.n_blocks();
         let termination = walk.run(&ctx)?;
         (walk, termination)
     } else {
         let mut walk = Walk::new(trial.into_point(), Vec::new(), opts.max_step);
-        walk.evaluations += 1 + tries;
+        walk.evaluations.start += 1 + tries;
         (walk, RemlTermination::InnerNotConverged)
     };
     // The factor of H + S at the point returned: the walk keeps it with
@@ -163,7 +165,8 @@ pub fn reml_observed<B: PcgKernels>(
         rho_ref: ctx.outer.rho_ref,
         rho_lower: ctx.outer.lower,
         rho_upper: ctx.outer.upper,
-        evaluations: walk.evaluations,
+        evaluations: walk.evaluations.total(),
+        evaluations_by_purpose: walk.evaluations,
         start_newton_steps,
         mode_checks: walk.mode_checks,
         seconds: clock.elapsed().as_secs_f64(),

@@ -114,6 +114,44 @@ pub struct RemlIteration {
     pub seconds: f64,
 }
 
+/// What a REML solve's objective evaluations were for: they add up to
+/// [`RemlReport::evaluations`]. An inner solve's evaluations are its Newton
+/// steps' and line-search trials'; a gradient point adds one per penalty
+/// block for dH/drho.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct EvaluationCounts {
+    /// The first evaluation at `beta0` and the first inner solve from it
+    /// (with its retries more heavily penalised).
+    pub start: usize,
+    /// The Fellner-Schall steps' inner solves.
+    pub fellner_schall: usize,
+    /// dH/drho at the start's and each accepted Newton iterate's gradient.
+    pub hessian_derivatives: usize,
+    /// The outer line searches' inner solves (each trial rho's).
+    pub line_searches: usize,
+    /// The outer Hessian measured by differences of the gradient.
+    pub measured_hessian: usize,
+    /// The probes of vanished smooths' other sides, with a taken probe's
+    /// gradient.
+    pub probes: usize,
+    /// The checks of the inner minimum from `beta0`, with a taken
+    /// minimum's gradient.
+    pub mode_checks: usize,
+}
+
+impl EvaluationCounts {
+    /// Every evaluation counted.
+    pub fn total(&self) -> usize {
+        self.start
+            + self.fellner_schall
+            + self.hessian_derivatives
+            + self.line_searches
+            + self.measured_hessian
+            + self.probes
+            + self.mode_checks
+    }
+}
+
 /// What an outer REML solve did.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct RemlReport {
@@ -139,6 +177,9 @@ pub struct RemlReport {
     /// Objective evaluations: the start, every inner solve's and one per
     /// block for each gradient's dH/drho.
     pub evaluations: usize,
+    /// The same evaluations by what they were for.
+    #[serde(default)]
+    pub evaluations_by_purpose: EvaluationCounts,
     /// Newton steps of the first inner solve (from `beta0`).
     pub start_newton_steps: usize,
     /// Inner solves from `beta0` run to check that the warm-started ones
@@ -277,6 +318,7 @@ mod tests {
             rho_lower: vec![-1.0],
             rho_upper: vec![1.0],
             evaluations: 0,
+            evaluations_by_purpose: EvaluationCounts::default(),
             start_newton_steps: 0,
             mode_checks: 0,
             seconds: 0.0,

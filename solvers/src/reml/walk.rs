@@ -17,7 +17,7 @@ use super::laml::{Point, Trial};
 use super::line_search::{outer_line_search, Search, Start};
 use super::report::{keep, still};
 use super::stop::{before_search, gradient_met, max_move, resolved, step_met};
-use super::{Ctx, LamlEvaluation, OuterStep, RemlIteration, RemlTermination};
+use super::{Ctx, EvaluationCounts, LamlEvaluation, OuterStep, RemlIteration, RemlTermination};
 
 /// The outer loop's state from one iteration to the next.
 pub(super) struct Walk<'o, B: PcgKernels> {
@@ -54,7 +54,7 @@ pub(super) struct Walk<'o, B: PcgKernels> {
     /// Where the minimum of cur was last checked from beta0, and how often.
     checked_at: Option<Vec<f64>>,
     pub(super) mode_checks: usize,
-    pub(super) evaluations: usize,
+    pub(super) evaluations: EvaluationCounts,
     pub(super) iterations: Vec<RemlIteration>,
 }
 
@@ -90,7 +90,7 @@ impl<'o, B: PcgKernels> Walk<'o, B> {
             values: Vec::new(),
             checked_at: None,
             mode_checks: 0,
-            evaluations: 0,
+            evaluations: EvaluationCounts::default(),
             iterations,
         }
     }
@@ -121,7 +121,7 @@ impl<'o, B: PcgKernels> Walk<'o, B> {
         let Some(probe) = probe_other_side(ctx, &self.cur, &mut self.probed, &mut self.start)? else {
             return Ok(false);
         };
-        self.evaluations += probe.evaluations;
+        self.evaluations.probes += probe.evaluations;
         let Some(next) = probe.better else {
             return Ok(false);
         };
@@ -159,7 +159,7 @@ impl<'o, B: PcgKernels> Walk<'o, B> {
         let (step, search, tried) = self.search(ctx, step, measured)?;
         let (cur, upper) = (&self.cur, &ctx.outer.upper);
         let jumped = (0..cur.rho.len()).any(|k| cur.rho[k] + step.d[k] >= upper[k] && step.d[k] > self.radius);
-        self.evaluations += tried + search.evaluations;
+        self.evaluations.line_searches += tried + search.evaluations;
         let record = RemlIteration {
             kind: OuterStep::Newton,
             rho: cur.rho.clone(),
@@ -206,7 +206,7 @@ impl<'o, B: PcgKernels> Walk<'o, B> {
             }
             return Ok(Next::Check(Some(RemlTermination::LineSearchFailed)));
         };
-        self.evaluations += ctx.penalty.n_blocks();
+        self.evaluations.hessian_derivatives += ctx.penalty.n_blocks();
         let next = ctx.gradient(trial)?;
         let moved = max_move(&next.laml.rho, &self.cur.rho);
         let small = step_met(t, moved, opts);
@@ -231,7 +231,7 @@ impl<'o, B: PcgKernels> Walk<'o, B> {
     fn measure(&mut self, ctx: &Ctx<'o, '_, B>) -> Result<bool> {
         if self.model_poor && self.measured_at.as_ref() != Some(&self.cur.rho) {
             let (hessian, spent) = measured_hessian(ctx, &self.cur, &self.at_cur)?;
-            self.evaluations += spent;
+            self.evaluations.measured_hessian += spent;
             if let Some(h) = hessian {
                 self.correction = h.iter().zip(&self.cur.outer_hessian).map(|(a, b)| a - b).collect();
             }
@@ -321,7 +321,7 @@ impl<'o, B: PcgKernels> Walk<'o, B> {
         }
         self.mode_checks += 1;
         let (lower, newton_iterations, spent) = lower_mode(ctx, &self.cur)?;
-        self.evaluations += spent;
+        self.evaluations.mode_checks += spent;
         let Some(lower) = lower else {
             return Ok(false);
         };
