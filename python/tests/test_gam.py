@@ -218,6 +218,10 @@ def test_ctrl_c_stops_a_fit_with_keyboard_interrupt(monkeypatch):
         sent.set()
 
     monkeypatch.setattr(_progress.Progress, "__call__", first_event)
+    # Python's own handler, as in an interactive session: a runner started
+    # in the background of a shell inherits SIGINT ignored, which Python
+    # then leaves ignored.
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
     thread = threading.Thread(target=press_ctrl_c)
     thread.start()
     try:
@@ -226,6 +230,7 @@ def test_ctrl_c_stops_a_fit_with_keyboard_interrupt(monkeypatch):
     finally:
         started.set()
         thread.join()
+        signal.signal(signal.SIGINT, previous)
     stopped_at = events[-1]["evaluations"]
     events.clear()
     assert model(c, device="cpu", verbose=2).fit(big).converged_

@@ -289,3 +289,35 @@ fn an_interrupting_observer_stops_the_solve_before_its_next_evaluation() {
     };
     assert!(reml_observed(&be, &obj, &pen, None, &beta0, &opts, &never).is_ok());
 }
+
+/// The check of the inner minimum from beta0 where REML stops runs once an
+/// inner solve has met H + S not positive definite, and not otherwise:
+/// the logistic likelihood (convex, but not claimed so) never damps a
+/// Newton step and is not checked; with a double well whose -gamma I
+/// curvature near beta0 makes H + S indefinite there, an inner solve is
+/// damped and the stop is checked from beta0.
+#[test]
+fn the_mode_is_checked_where_an_inner_solve_met_an_indefinite_hessian() {
+    let d = simulate(2000, 0.2, &[f1, zero], 2024);
+    let (pen, be) = (penalty(&d), CpuBackend::new());
+    let beta0: Vec<f64> = (0..d.p).map(|j| 0.01 * (j as f64 - 9.0)).collect();
+    for well in [0.0, 200.0] {
+        let obj = Logistic {
+            double_well: well,
+            ..Logistic::new(&d)
+        };
+        let rec = Recorder::default();
+        let fit = reml_observed(&be, &obj, &pen, None, &beta0, &RemlOptions::default(), &rec).unwrap();
+        let (r, solves) = (&fit.report, rec.newton_solves());
+        assert!(r.converged, "well {well}: {:?}", r.termination);
+        let damped = |s: &NewtonReport| s.iterations.iter().any(|it| it.damping > 0.0);
+        if well == 0.0 {
+            assert!(!solves.iter().any(damped), "a logistic likelihood damped a step");
+            assert_eq!(r.mode_checks, 0, "{:?}", r.evaluations_by_purpose);
+        } else {
+            assert!(solves.iter().any(damped), "an inner solve met an indefinite H + S");
+            assert!(r.mode_checks >= 1, "{:?}", r.evaluations_by_purpose);
+            assert!(r.evaluations_by_purpose.mode_checks > 0);
+        }
+    }
+}

@@ -69,9 +69,10 @@ mod stop;
 mod vanished;
 mod walk;
 
+use std::cell::Cell;
 use std::time::Instant;
 
-use crate::newton::{Evaluation, Objective};
+use crate::newton::{Evaluation, NewtonReport, Objective};
 use crate::observer::{Observer, Watched};
 use crate::operator::expect_len;
 use crate::pcg_kernels::PcgKernels;
@@ -135,6 +136,7 @@ pub fn reml_observed<B: PcgKernels>(
         penalty,
         outer: Outer::around(rho_ref, opts),
         beta0,
+        indefinite: Cell::new(false),
     };
     let start = ctx.outer.clamp(rho0.unwrap_or(&ctx.outer.rho_ref));
     let (trial, tries) = start_trial(&ctx, &start, first)?;
@@ -206,6 +208,12 @@ struct Ctx<'o, 'a, B: PcgKernels> {
     penalty: &'a Penalty,
     outer: Outer<'a>,
     beta0: &'a [f64],
+    /// Whether an inner solve met H + S not positive definite (a damped
+    /// Newton step, or a trial that ended without a minimum): the
+    /// penalised objective is not convex where it went, so it may have
+    /// several minima and the one found is checked from beta0
+    /// ([`walk::Walk`]'s mode check).
+    indefinite: Cell<bool>,
 }
 
 impl<'o, B: PcgKernels> Ctx<'o, '_, B> {
@@ -221,9 +229,22 @@ impl<'o, B: PcgKernels> Ctx<'o, '_, B> {
         opts: &RemlOptions,
     ) -> Result<Option<Trial<'o, B>>> {
         match laml_value(self.backend, self.watched, self.penalty, rho, beta0, start, opts) {
-            Ok(trial) => Ok(Some(trial)),
-            Err(SolverError::NotPositiveDefinite { .. }) => Ok(None),
+            Ok(trial) => {
+                self.saw(&trial.laml.newton);
+                Ok(Some(trial))
+            }
+            Err(SolverError::NotPositiveDefinite { .. }) => {
+                self.indefinite.set(true);
+                Ok(None)
+            }
             Err(e) => Err(e),
+        }
+    }
+
+    /// Note an inner solve that met an indefinite H + S (a damped step).
+    fn saw(&self, newton: &NewtonReport) {
+        if newton.iterations.iter().any(|it| it.damping > 0.0) {
+            self.indefinite.set(true);
         }
     }
 

@@ -183,8 +183,9 @@ pub struct RemlReport {
     /// Newton steps of the first inner solve (from `beta0`).
     pub start_newton_steps: usize,
     /// Inner solves from `beta0` run to check that the warm-started ones
-    /// found the lowest minimum: where the loop would stop, and after an
-    /// accepted line search of [`POOR_MODEL_HALVINGS`] halvings.
+    /// found the lowest minimum: where the loop would stop (once an inner
+    /// solve has met H + S not positive definite), and after an accepted
+    /// line search of [`POOR_MODEL_HALVINGS`] halvings.
     ///
     /// [`POOR_MODEL_HALVINGS`]: super::curvature::POOR_MODEL_HALVINGS
     #[serde(default)]
