@@ -5,7 +5,9 @@
 use matfree::bms::io::generator::{generate, GeneratorConfig};
 use matfree::bms::numerics::probit::{log_ndtr, norm_cdf};
 use matfree::bms::MarginalSlope;
-use matfree::bms::{evaluate_rows, row_neglog, Bases, BmsModel, CubicBasis, RowKernelInputs, RowStage1};
+use matfree::bms::{
+    evaluate_rows, row_neglog, solve_intercept, Bases, BmsModel, CubicBasis, RowKernelInputs, RowStage1,
+};
 use matfree::solvers::{LinearOperator, Objective};
 use matfree::Error;
 
@@ -135,6 +137,28 @@ fn generator_is_calibrated_in_bins_of_q() {
     assert!(worst < 4.0, "a bin of q is off by {worst:.2} standard errors");
     // The warp and link deviation are really active.
     assert!(g.beta[5..].iter().all(|v| *v != 0.0));
+}
+
+/// The generator's intercepts are the calibration's (solve_intercept's a,
+/// bit for bit, with F_a > 0 there), also with frailty and at a shape above
+/// the warp width, and its labels are drawn from eta at them.
+#[test]
+fn generated_intercepts_are_the_calibrated_ones() {
+    for cfg in [
+        GeneratorConfig::fit_shape(3000, 5),
+        GeneratorConfig {
+            s_f: 0.7,
+            ..GeneratorConfig::seed_shape(500)
+        },
+    ] {
+        let g = generate(cfg).unwrap();
+        for i in 0..g.data.n() {
+            let theta = g.model.theta(&g.data, &g.beta, i);
+            let c = solve_intercept(g.model.bases(), &theta, i).unwrap();
+            assert_eq!(c.a.to_bits(), g.intercept[i].to_bits(), "row {i}");
+            assert!(c.f_a > 0.0, "row {i}");
+        }
+    }
 }
 
 /// A valid two-row bundle to corrupt.

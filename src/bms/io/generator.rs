@@ -8,12 +8,13 @@ use std::sync::Arc;
 
 use rayon::prelude::*;
 
+use crate::bms::model::calibration::solve_root;
 use crate::bms::model::cells::Bases;
 use crate::bms::model::cubic_basis::CubicBasis;
 use crate::bms::numerics::probit::norm_cdf;
 #[cfg(feature = "cuda")]
 use crate::bms::results::predict::{in_chunk, GPU_CHUNK_ROWS};
-use crate::bms::{solve_intercept, BmsData, BmsModel};
+use crate::bms::{BmsData, BmsModel};
 use crate::device::Device;
 use crate::rng::Rng;
 use crate::{Error, Result};
@@ -189,14 +190,18 @@ impl Draws {
         })
     }
 
-    /// The intercepts and labels of `rows`, in parallel on the CPU.
+    /// The intercepts and labels of `rows`, in parallel on the CPU: the
+    /// calibration's root alone (the intercept [`crate::bms::solve_intercept`]
+    /// gives, without the cells and moments at it, which were two thirds
+    /// of the time; a row whose F_a there is not positive is named by the
+    /// fit instead).
     fn rows_on_cpu(&self, rows: Range<usize>) -> Result<(Vec<f64>, Vec<f64>)> {
         let (model, data, beta) = (&self.model, &self.placeholder, &self.beta);
         let rows: Vec<Result<(f64, f64)>> = rows
             .into_par_iter()
             .map(|i| {
                 let theta = model.theta(data, beta, i);
-                let a = solve_intercept(model.bases(), &theta, i)?.a;
+                let a = solve_root(model.bases(), &theta, i)?;
                 Ok((a, self.label(i, model.bases().observed(&theta, a, data.z[i]).e)))
             })
             .collect();
