@@ -285,11 +285,14 @@ fn rows_match_the_quadrature_free_reference() {
 }
 
 /// Steep slopes (b = -1.4 and 2.5) with |q| >= 3.5: a in the far tails
-/// (up to 22), the link's cells mapped to z of 6 to 11, where today's cell
-/// moments lose digits: the Hessian is off by up to 9.5e-7 of the row's
-/// largest entry (steep warps, q = -8, b = 2.5, z = 0.3: H[11][11] 1.68609
-/// against 1.68637, which central differences of the reference's gradient
-/// confirm to 1e-7). The rule asks 1e-10 (#42).
+/// (up to 22), the link's cells mapped to z of 6 to 11, where Stage 2's
+/// sums of polynomial coefficients times moments in global monomials of z
+/// cancel (the moments themselves are exact to 1e-13): the Hessian is off
+/// by up to 9.5e-7 of the row's largest entry (steep warps, q = -8,
+/// b = 2.5, z = 0.3: H[11][11] 1.68609 against 1.68637, which central
+/// differences of the reference's gradient confirm to 1e-7). The rule asks
+/// 1e-10 (#42); moments and cubics about each cell's centre gave 1.9e-12
+/// in an experiment (benches/RESULTS.md, session 25).
 #[test]
 #[ignore = "fails today (#42's accuracy rule): steep slopes with |q| >= 3.5 miss 1e-10, by up to 9.5e-7"]
 fn steep_rows_in_the_far_tails_match_the_reference() {
