@@ -18,13 +18,13 @@ use std::time::Instant;
 use clap::Parser;
 use matfree::bms::fit::progress::Display;
 use matfree::bms::fit::{fit_on_device, FitOptions};
-use matfree::bms::io::generator::{generate_on, GeneratorConfig};
+use matfree::bms::io::generator::{generate_on, Generated, GeneratorConfig};
 use matfree::device::{check_cuda_support, select_device, GpuPolicy};
 use serde::Serialize;
 
 #[path = "shared/coverage.rs"]
 mod coverage;
-use coverage::{covered_share, CoefficientSummary};
+use coverage::{covered_share, CoefficientSummary, Z975};
 
 #[derive(Parser, Debug)]
 #[command(about = "Coverage of the BMS fit's intervals over simulated seeds")]
@@ -65,6 +65,8 @@ struct SeedResult {
     lambda: Vec<f64>,
     rho_moved: Vec<f64>,
     edf: Vec<f64>,
+    /// Across-the-function coverage of each smooth (H, then L).
+    atf: Vec<f64>,
     reml_iterations: usize,
     first_newton_iterations: usize,
     evaluations: usize,
@@ -85,6 +87,10 @@ struct Summary {
     /// seeds where REML shrank it to edf < 1.1 (a "lost" smooth; both
     /// truths are not zero).
     lost_share: Vec<(String, f64)>,
+    /// Per smooth: the across-the-function coverage of its 95% band
+    /// (Marra & Wood 2012) on a grid over its knots, mean and smallest
+    /// over the seeds.
+    atf_coverage: Vec<(String, f64, f64)>,
     bars: Vec<(String, bool)>,
     results: Vec<SeedResult>,
 }
@@ -162,6 +168,7 @@ fn run(args: Args) -> Result<bool, Box<dyn Error>> {
             rho_moved: f.lambda.iter().zip(&f.rho_ref).map(|(l, r)| l.ln() - r).collect(),
             lambda: f.lambda.clone(),
             edf: f.edf.blocks.clone(),
+            atf: smooths_atf(&g, &f.beta, f.covariance.as_deref()),
             reml_iterations: f.reml_iterations,
             first_newton_iterations: f.first_newton_iterations,
             evaluations: f.evaluations,
@@ -187,6 +194,49 @@ fn run(args: Args) -> Result<bool, Box<dyn Error>> {
     Ok(summary.bars.iter().all(|(_, ok)| *ok))
 }
 
+/// Grid points a smooth's band is checked at.
+const ATF_GRID: usize = 200;
+
+/// The across-the-function coverage of the score warp H(z) and the link
+/// deviation L(t): the share of ATF_GRID points evenly over the basis's
+/// knots where |f_hat - f| <= 1.96 se, f = B beta over the smooth's block,
+/// se^2 = B V B^T; NaN for an absent smooth or without a covariance.
+fn smooths_atf(g: &Generated, beta: &[f64], covariance: Option<&[f64]>) -> Vec<f64> {
+    let (bases, p) = (g.model.bases(), beta.len());
+    let h = P_M + P_G;
+    let blocks = [(bases.score.as_ref(), h), (bases.link.as_ref(), h + bases.p_h())];
+    blocks
+        .into_iter()
+        .map(|(basis, start)| {
+            let (Some(basis), Some(v)) = (basis, covariance) else {
+                return f64::NAN;
+            };
+            let k = basis.dim();
+            let knots = basis.knots();
+            let (lo, hi) = (knots[0], knots[knots.len() - 1]);
+            let (mut x, mut d1, mut d2) = (vec![0.0; k], vec![0.0; k], vec![0.0; k]);
+            let covered = (0..ATF_GRID)
+                .filter(|&i| {
+                    basis.eval(
+                        lo + (hi - lo) * i as f64 / (ATF_GRID - 1) as f64,
+                        &mut x,
+                        &mut d1,
+                        &mut d2,
+                    );
+                    let (mut fit, mut truth, mut var) = (0.0, 0.0, 0.0);
+                    for a in 0..k {
+                        fit += x[a] * beta[start + a];
+                        truth += x[a] * g.beta[start + a];
+                        var += x[a] * (0..k).map(|b| v[(start + a) * p + start + b] * x[b]).sum::<f64>();
+                    }
+                    (fit - truth).abs() <= Z975 * var.max(0.0).sqrt()
+                })
+                .count();
+            covered as f64 / ATF_GRID as f64
+        })
+        .collect()
+}
+
 fn summarise(args: &Args, backend: String, results: Vec<SeedResult>) -> Summary {
     let names = names(args.score_basis, args.link_basis);
     let coefficients: Vec<CoefficientSummary> = names
@@ -207,6 +257,16 @@ fn summarise(args: &Args, backend: String, results: Vec<SeedResult>) -> Summary 
                 .filter(|r| r.edf.get(k).is_some_and(|e| *e < 1.1))
                 .count();
             (name.to_string(), lost as f64 / results.len().max(1) as f64)
+        })
+        .collect();
+    let atf_coverage = ["H (score warp)", "L (link deviation)"]
+        .iter()
+        .enumerate()
+        .filter(|(k, _)| results.iter().any(|r| !r.atf[*k].is_nan()))
+        .map(|(k, name)| {
+            let c: Vec<f64> = results.iter().map(|r| r.atf[k]).collect();
+            let mean = c.iter().sum::<f64>() / c.len().max(1) as f64;
+            (name.to_string(), mean, c.iter().copied().fold(f64::INFINITY, f64::min))
         })
         .collect();
     let mut bars = vec![
@@ -240,6 +300,7 @@ fn summarise(args: &Args, backend: String, results: Vec<SeedResult>) -> Summary 
         intervals: all.len(),
         converged,
         lost_share,
+        atf_coverage,
         bars,
         results,
     }
@@ -286,6 +347,13 @@ fn table(s: &Summary) -> String {
     );
     for (smooth, share) in &s.lost_share {
         out += &format!("lost (edf < 1.1): {smooth} {:.1}% of seeds\n", 100.0 * share);
+    }
+    for (smooth, mean, min) in &s.atf_coverage {
+        out += &format!(
+            "across-the-function coverage (Marra & Wood 2012): {smooth} mean {:.1}%, smallest {:.1}%\n",
+            100.0 * mean,
+            100.0 * min
+        );
     }
     for (bar, ok) in &s.bars {
         out += &format!("bar: {bar}: {}\n", if *ok { "met" } else { "MISSED" });
