@@ -3,7 +3,6 @@
 //! deviation, a solved intercept per row, and y ~ Bernoulli(Phi(eta(z))).
 //! Averaged over z, P(y = 1 | x) = Phi(q) by the calibration.
 
-use std::ops::Range;
 use std::sync::Arc;
 
 use rayon::prelude::*;
@@ -13,7 +12,7 @@ use crate::bms::model::cells::Bases;
 use crate::bms::model::cubic_basis::CubicBasis;
 use crate::bms::numerics::probit::norm_cdf;
 #[cfg(feature = "cuda")]
-use crate::bms::results::predict::{in_chunk, GPU_CHUNK_ROWS};
+use crate::bms::results::predict::{predict_gpu, Estimates};
 use crate::bms::{BmsData, BmsModel};
 use crate::device::Device;
 use crate::rng::Rng;
@@ -107,33 +106,19 @@ pub fn generate(cfg: GeneratorConfig) -> Result<Generated> {
 }
 
 /// Generate a data set, each row's intercept solved on `device`: on a GPU
-/// by the fit's own Stage-1 kernel (calibration and the observed eta), in
-/// chunks as the GPU's predictions are
-/// ([`crate::bms::results::predict::GPU_CHUNK_ROWS`]). The random draws
-/// come from one stream in row order whatever the device or thread count,
-/// so a seed gives the same covariates, scores and uniforms everywhere, and
-/// the same labels but where a uniform falls within rounding of its row's
-/// probability.
+/// by the GPU's predictions at the truth ([`predict_gpu`]: the fit's own
+/// Stage-1 kernel, in chunks, the intercepts and eta(z_i) of the rows), on
+/// the CPU by the calibration's root. The random draws come from one stream
+/// in row order whatever the device or thread count, so a seed gives the
+/// same covariates, scores and uniforms everywhere, and the same labels but
+/// where a uniform falls within rounding of its row's probability.
 pub fn generate_on(cfg: GeneratorConfig, device: &Device) -> Result<Generated> {
-    match device {
-        Device::Cpu { .. } => {
-            let draws = Draws::new(&cfg)?;
-            let rows = draws.rows_on_cpu(0..cfg.n)?;
-            draws.finish(rows)
-        }
-        #[cfg(feature = "cuda")]
-        Device::Gpu(gpu) => generate_on_gpu(cfg, gpu, GPU_CHUNK_ROWS),
-    }
-}
-
-/// As [`generate_on`] on `gpu`, `chunk` rows at a time.
-#[cfg(feature = "cuda")]
-pub fn generate_on_gpu(cfg: GeneratorConfig, gpu: &Arc<crate::cuda::Gpu>, chunk: usize) -> Result<Generated> {
-    if chunk == 0 {
-        return Err(Error::invalid("chunk", 0, "must be at least one row"));
-    }
     let draws = Draws::new(&cfg)?;
-    let rows = draws.rows_on_gpu(gpu, chunk)?;
+    let rows = match device {
+        Device::Cpu { .. } => draws.rows_on_cpu()?,
+        #[cfg(feature = "cuda")]
+        Device::Gpu(gpu) => draws.rows_on_gpu(gpu)?,
+    };
     draws.finish(rows)
 }
 
@@ -190,14 +175,14 @@ impl Draws {
         })
     }
 
-    /// The intercepts and labels of `rows`, in parallel on the CPU: the
+    /// Every row's intercept and label, in parallel on the CPU: the
     /// calibration's root alone (the intercept [`crate::bms::solve_intercept`]
     /// gives, without the cells and moments at it, which were two thirds
     /// of the time; a row whose F_a there is not positive is named by the
     /// fit instead).
-    fn rows_on_cpu(&self, rows: Range<usize>) -> Result<(Vec<f64>, Vec<f64>)> {
+    fn rows_on_cpu(&self) -> Result<(Vec<f64>, Vec<f64>)> {
         let (model, data, beta) = (&self.model, &self.placeholder, &self.beta);
-        let rows: Vec<Result<(f64, f64)>> = rows
+        let rows: Vec<Result<(f64, f64)>> = (0..data.n())
             .into_par_iter()
             .map(|i| {
                 let theta = model.theta(data, beta, i);
@@ -208,34 +193,21 @@ impl Draws {
         Ok(rows.into_iter().collect::<Result<Vec<_>>>()?.into_iter().unzip())
     }
 
-    /// Every row's intercept and label, the intercepts and eta(z_i) from the
-    /// device's Stage 1 at the truth, `chunk` rows at a time (as the GPU's
-    /// predictions run; a chunk with a row the device rejects is solved on
-    /// the CPU, which names the row).
+    /// Every row's intercept and label from the GPU's predictions at the
+    /// truth (no covariance); a row they reject is the error.
     #[cfg(feature = "cuda")]
-    fn rows_on_gpu(&self, gpu: &Arc<crate::cuda::Gpu>, chunk: usize) -> Result<(Vec<f64>, Vec<f64>)> {
-        let n = self.placeholder.n();
-        let (mut intercept, mut y) = (Vec::with_capacity(n), Vec::with_capacity(n));
-        for lo in (0..n).step_by(chunk) {
-            let rows = lo..(lo + chunk).min(n);
-            let part = self.placeholder.rows(rows.clone())?;
-            let stage =
-                crate::bms::device::DeviceStage1::new(gpu.clone(), &self.model, &part).map_err(|e| in_chunk(e, lo))?;
-            match stage.evaluate(&self.beta) {
-                Ok(_) => {
-                    intercept.extend(stage.intercepts()?);
-                    let eta = stage.observed_eta()?;
-                    y.extend(rows.zip(eta).map(|(i, e)| self.label(i, e)));
-                }
-                Err(Error::RowRejected { .. }) => {
-                    let (a, labels) = self.rows_on_cpu(rows)?;
-                    intercept.extend(a);
-                    y.extend(labels);
-                }
-                Err(e) => return Err(in_chunk(e, lo)),
-            }
+    fn rows_on_gpu(&self, gpu: &Arc<crate::cuda::Gpu>) -> Result<(Vec<f64>, Vec<f64>)> {
+        let est = Estimates {
+            beta: &self.beta,
+            covariance: None,
+        };
+        let data = &self.placeholder;
+        let p = predict_gpu(gpu, &self.model, est, data.designs.clone(), &data.z)?;
+        if let Some((row, reason)) = p.rejected.into_iter().next() {
+            return Err(Error::RowRejected { row, reason });
         }
-        Ok((intercept, y))
+        let y = p.eta.iter().enumerate().map(|(i, &e)| self.label(i, e)).collect();
+        Ok((p.intercept, y))
     }
 
     /// Row i's label: 1 where its uniform falls below Phi(eta(z_i)).

@@ -173,7 +173,7 @@ fn chunks(n: usize, chunk: usize) -> impl Iterator<Item = Range<usize>> {
 }
 
 /// An error from a chunk of rows, with its row numbers made global.
-pub(crate) fn in_chunk(e: Error, start: usize) -> Error {
+fn in_chunk(e: Error, start: usize) -> Error {
     match e {
         Error::RowRejected { row, reason } => Error::RowRejected {
             row: row + start,
