@@ -72,7 +72,7 @@ mod walk;
 use std::cell::Cell;
 use std::time::Instant;
 
-use crate::newton::{Evaluation, NewtonReport, Objective};
+use crate::newton::{Evaluation, Objective};
 use crate::observer::{Observer, Watched};
 use crate::operator::expect_len;
 use crate::pcg_kernels::PcgKernels;
@@ -228,22 +228,23 @@ impl<'o, B: PcgKernels> Ctx<'o, '_, B> {
         start: Option<Evaluation<'o, B>>,
         opts: &RemlOptions,
     ) -> Result<Option<Trial<'o, B>>> {
-        match laml_value(self.backend, self.watched, self.penalty, rho, beta0, start, opts) {
-            Ok(trial) => {
-                self.saw(&trial.laml.newton);
-                Ok(Some(trial))
-            }
-            Err(SolverError::NotPositiveDefinite { .. }) => {
-                self.indefinite.set(true);
-                Ok(None)
-            }
+        let trial = laml_value(self.backend, self.watched, self.penalty, rho, beta0, start, opts);
+        self.saw(&trial);
+        match trial {
+            Ok(trial) => Ok(Some(trial)),
+            Err(SolverError::NotPositiveDefinite { .. }) => Ok(None),
             Err(e) => Err(e),
         }
     }
 
-    /// Note an inner solve that met an indefinite H + S (a damped step).
-    fn saw(&self, newton: &NewtonReport) {
-        if newton.iterations.iter().any(|it| it.damping > 0.0) {
+    /// Note an inner solve that met an indefinite H + S: a damped step, or
+    /// no positive definite H + S at its end.
+    fn saw(&self, trial: &Result<Trial<'o, B>>) {
+        let indefinite = match trial {
+            Ok(t) => t.laml.newton.iterations.iter().any(|it| it.damping > 0.0),
+            Err(e) => matches!(e, SolverError::NotPositiveDefinite { .. }),
+        };
+        if indefinite {
             self.indefinite.set(true);
         }
     }

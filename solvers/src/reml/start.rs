@@ -73,19 +73,17 @@ pub(super) fn start_trial<'o, B: PcgKernels>(
         let rho: Vec<f64> = start.iter().map(|r| r + PROBE_DISTANCE * retry as f64).collect();
         let rho = outer.clamp(&rho);
         // Not `Ctx::trial`: the last start's pivot goes into the error.
-        match laml_value(b, o, p, &rho, ctx.beta0, first.take(), outer.opts) {
+        let trial = laml_value(b, o, p, &rho, ctx.beta0, first.take(), outer.opts);
+        ctx.saw(&trial);
+        match trial {
             Ok(trial) => {
-                ctx.saw(&trial.laml.newton);
                 evaluations += trial.laml.newton.evaluations;
                 if trial.laml.newton.converged {
                     return Ok((trial, evaluations));
                 }
                 last = Some(Ok(trial));
             }
-            Err(e @ SolverError::NotPositiveDefinite { .. }) => {
-                ctx.indefinite.set(true);
-                last = Some(Err(e));
-            }
+            Err(e @ SolverError::NotPositiveDefinite { .. }) => last = Some(Err(e)),
             Err(e) => return Err(e),
         }
     }
