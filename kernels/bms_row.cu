@@ -337,9 +337,11 @@ __device__ void bms_row_body(
             tile_item(e, nc, p_h, p_w, &j, &part);
             const double* cell = t.cell + j * CELL_READ;
             CellPart o;
-            if (BASES)
+            if (BASES) {
+                // About the cell's centre, as device Stage 1 took its moments.
                 cell_part(src.m, a_row, b_row, cell[0], (int)cell[2], (int)cell[3], p_h, part, o);
-            else
+                shift_part(o, moment_center(cell[0], cell[1]), part);
+            } else
                 bundle_part(k, t0 + j, r, p_h, p_w, part, o);
             stage_part(o, cell + CELL_MOMENTS, j, r, part, t, T_sh[j]);
         }

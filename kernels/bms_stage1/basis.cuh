@@ -23,6 +23,8 @@
 
 #define Z_CLIP 40.0
 #define QUAD_TOL 1e-14
+// The moments' (cells.rs: MOMENT_TOL).
+#define MOMENT_TOL 1e-12
 // The calibration's F_a and F_aa only steer its iteration (a relative error
 // e in them moves the next iterate by about e times the step, and the
 // iteration stops once a step is below STEP_STOP), so their integrals need
@@ -39,6 +41,9 @@
 // Cells whose eta has monomial terms beyond this at the far edge evaluate
 // their cubics about the cell's midpoint (cells.rs: SHIFT_ABOVE).
 #define SHIFT_ABOVE 1e5
+// How far past a finite cell's point nearest 0 its moment_center looks
+// (cells.rs: CENTER_REACH).
+#define CENTER_REACH 2.0
 // Calibration steps far out in a tail, the mass beyond this factor of its
 // target, are Newton's on log(mass / target) (calibration.rs: LOG_FAR).
 #define LOG_FAR 4.0

@@ -25,7 +25,7 @@ __device__ void gauss5_panels(double a, double b, const double* eta, bool upper,
         const double mid = 0.5 * (lo[p] + hi[p]), half = 0.5 * (hi[p] - lo[p]);
         for (int i = 0; i < 5; ++i) {
             double v[N];
-            integrand<N, KIND>(mid + half * G5_X[i], eta, 0.0, upper, v);
+            integrand<N, KIND>(mid + half * G5_X[i], eta, 0.0, 0.0, 1.0, upper, v);
             for (int k = 0; k < N; ++k) out[k] += G5_W[i] * half * v[k];
         }
     }
@@ -59,13 +59,13 @@ __device__ double residual(const Model& m, double q, double b, double a, double*
             if (QUICK)
                 gauss5_panels<3, 2>(fmax(left, -QUICK_CLIP), fmin(right, QUICK_CLIP), jet, upper, v);
             else
-                adaptive<3, 2>(l, r, jet, center, upper, v);
+                adaptive<3, 2>(l, r, jet, center, 0.0, 0.0, upper, v);
             mass += v[0];
             fa += v[1] / TWO_PI;
             faa += v[2] / TWO_PI;
         } else {
             double v[1];
-            adaptive<1, 1>(l, r, jet, center, upper, v);
+            adaptive<1, 1>(l, r, jet, center, 0.0, 0.0, upper, v);
             mass += v[0];
         }
         if (!more) break;

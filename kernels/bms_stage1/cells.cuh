@@ -75,6 +75,19 @@ __device__ void cell_part(const Model& m, double a, double b, double lo, int seg
     scale4(o.s, t, s_f);
 }
 
+// A part's cubics about the cell's moment_center c, as its moments are
+// taken (cells.rs: CellParts::shift, the same operations).
+__device__ void shift_part(CellPart& o, double c, int part)
+{
+    shift_cubic(o.x, c);
+    shift_cubic(o.ar, c);
+    shift_cubic(o.s, c);
+    if (part != 0) return;
+    shift_cubic(o.eta, c);
+    shift_cubic(o.A, c);
+    shift_cubic(o.AA, c);
+}
+
 // Per cell slot (one thread each): the cell's edges, the score and link
 // segments that hold on it (bounds: lo, hi, seg_h, seg_w a slot; Stage 2
 // reads them instead of searching the knots again) and its moments. An

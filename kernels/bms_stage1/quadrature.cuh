@@ -1,21 +1,24 @@
 // ---------------------------------------------------------------------------
 // Adaptive Gauss-Kronrod: bisect until the Kronrod value's estimated error
-// (kronrod_error) is within QUAD_TOL times the largest panel |f| integral
-// seen.
+// (kronrod_error) is within its tolerance (component_tol) times the largest
+// panel |f| integral seen.
 // As in the CPU rule, a wide interval away from z = 0 starts as panels that
 // double in width away from its end nearest 0: every integrand here decays
 // at least like exp(-z^2 / 2), so its mass sits near that end, and plain
 // bisection of a tail such as [4, 40] would spend four levels reaching it.
-// Integrands (KIND): 0 the moments z^k exp(-(z^2 + eta^2)/2), k < N;
+// Integrands (KIND): 0 the moments x^k exp(-(z^2 + eta^2)/2), k < N, with
+// x = (z - pc) / rho for a finite cell (rho > 0), z - pc for a tail;
 // 1 Phi(+-eta) phi(z); 2 the calibration's three: Phi(+-eta) phi(z), then
 // with E = exp(-(z^2 + eta^2)/2), A E and (AA - A^2 eta) E, whose integrals
 // over 2 pi are F_a and F_aa (D(A) and D(AA) - Q(A, A) of the model). For
 // KIND 2, eta points at the cubics eta, A = d eta/da, AA = d2 eta/da2.
-// The cubics are in z - center (local_center below: 0, so z itself, but
-// for cells whose monomial form cancels); phi(z), E and z^k take z itself.
+// The cubics are in z - center (a finite cell's midpoint, or local_center
+// below: 0, so z itself, but for cells whose monomial form cancels);
+// phi(z) and E take z itself, the moments' powers z - pc (moment_center).
 
 template <int N, int KIND>
-__device__ __forceinline__ void integrand(double z, const double* eta, double center, bool upper, double* out)
+__device__ __forceinline__ void integrand(double z, const double* eta, double center, double pc, double ps,
+                                          bool upper, double* out)
 {
     const double x = z - center;
     const double e = horner(eta, x);
@@ -31,8 +34,9 @@ __device__ __forceinline__ void integrand(double z, const double* eta, double ce
             out[2] = (AA - A * A * e) * ez;
         }
     } else {
-        double zk = exp(-0.5 * (z * z + e * e));
-        for (int k = 0; k < N; ++k) { out[k] = zk; zk *= z; }
+        double xk = exp(-0.5 * (z * z + e * e));
+        const double xp = (z - pc) * ps;
+        for (int k = 0; k < N; ++k) { out[k] = xk; xk *= xp; }
     }
 }
 
@@ -63,15 +67,15 @@ __device__ __constant__ double GK21[63] = {
 // (Kronrod of |f|) and g (the embedded 10-point Gauss rule), by GK21: the
 // nodes, Kronrod weights and Gauss weights (zero off the Gauss nodes).
 template <int N, int KIND>
-__device__ void apply_kronrod(double lo, double hi, const double* eta, double center, bool upper, double* s,
-                              double* abs_s, double* g)
+__device__ void apply_kronrod(double lo, double hi, const double* eta, double center, double pc, double ps,
+                              bool upper, double* s, double* abs_s, double* g)
 {
     const double* gk = GK21;
     const double mid = 0.5 * (lo + hi), half = 0.5 * (hi - lo);
     for (int k = 0; k < N; ++k) { s[k] = 0.0; abs_s[k] = 0.0; g[k] = 0.0; }
     for (int i = 0; i < 21; ++i) {
         double v[N];
-        integrand<N, KIND>(mid + half * gk[i], eta, center, upper, v);
+        integrand<N, KIND>(mid + half * gk[i], eta, center, pc, ps, upper, v);
         const double wk = gk[21 + i] * half, wg = gk[42 + i] * half;
         for (int k = 0; k < N; ++k) { s[k] += wk * v[k]; abs_s[k] += wk * fabs(v[k]); g[k] += wg * v[k]; }
     }
@@ -106,11 +110,11 @@ __device__ int initial_panels(double a, double b, double* lo, double* hi, int* d
 }
 
 // The tolerance of component k of an integrand: the calibration's slopes
-// (KIND 2, k > 0) need far less than F and the moments.
+// (KIND 2, k > 0) need far less than F, and the moments (KIND 0) less.
 template <int KIND>
 __device__ __forceinline__ double component_tol(int k)
 {
-    return (KIND == 2 && k > 0) ? SLOPE_TOL : QUAD_TOL;
+    return KIND == 0 ? MOMENT_TOL : ((KIND == 2 && k > 0) ? SLOPE_TOL : QUAD_TOL);
 }
 
 // sum_k |p_k| z^k: a bound on |p| over |z| <= z.
@@ -148,16 +152,18 @@ __device__ __forceinline__ double local_center(const double* eta, double l, doub
 // panel's largest |z - center|. The CPU rule skips the same panels
 // (quadrature::adaptive_bounded).
 template <int N, int KIND>
-__device__ bool negligible(double lo, double hi, const double* eta, double center, const double* scale)
+__device__ bool negligible(double lo, double hi, const double* eta, double center, double pc, double ps,
+                           const double* scale)
 {
     if (lo < 0.0 && hi > 0.0) return false;
-    const double z_near = fmin(fabs(lo), fabs(hi)), z_far = fmax(fabs(lo), fabs(hi));
+    const double z_near = fmin(fabs(lo), fabs(hi));
     const double z_poly = fmax(fabs(lo - center), fabs(hi - center));
     const double gauss = (hi - lo) * exp(-0.5 * z_near * z_near);
     double bound[N];
     if (KIND == 0) {
-        double zk = 1.0;
-        for (int k = 0; k < N; ++k) { bound[k] = gauss * zk; zk *= z_far; }
+        const double x_far = fmax(fabs(lo - pc), fabs(hi - pc)) * ps;
+        double xk = 1.0;
+        for (int k = 0; k < N; ++k) { bound[k] = gauss * xk; xk *= x_far; }
     } else {
         bound[0] = gauss / SQRT_2PI;
         if (KIND == 2) {
@@ -192,10 +198,16 @@ __device__ __forceinline__ double kronrod_error(double d, double abs_integral)
     return abs_integral * r * sqrt(r);
 }
 
-// eta: the cubics in z - center (see integrand).
+// eta: the cubics in z - center; pc and rho the moments' centre and scale
+// (see integrand; rho 0 where there is none). With rho > 0 every
+// component's tolerance is relative to the largest |f| integral of any
+// (cells.rs: quadrature_moments, adaptive_bounded_nodes' `shared`).
 template <int N, int KIND>
-__device__ void adaptive(double a, double b, const double* eta, double center, bool upper, double* out)
+__device__ void adaptive(double a, double b, const double* eta, double center, double pc, double rho, bool upper,
+                         double* out)
 {
+    const bool shared = rho > 0.0;
+    const double ps = shared ? 1.0 / rho : 1.0;
     for (int k = 0; k < N; ++k) out[k] = 0.0;
     if (b <= a) return;
     double st_lo[STACK_CAP], st_hi[STACK_CAP];
@@ -208,13 +220,18 @@ __device__ void adaptive(double a, double b, const double* eta, double center, b
         --top;
         const double lo = st_lo[top], hi = st_hi[top];
         const int depth = st_depth[top];
-        if (negligible<N, KIND>(lo, hi, eta, center, scale)) continue;
+        if (negligible<N, KIND>(lo, hi, eta, center, pc, ps, scale)) continue;
         ++panels;
         double value[N], abs_v[N], check[N];
-        apply_kronrod<N, KIND>(lo, hi, eta, center, upper, value, abs_v, check);
+        apply_kronrod<N, KIND>(lo, hi, eta, center, pc, ps, upper, value, abs_v, check);
         bool converged = true;
+        for (int k = 0; k < N; ++k) scale[k] = fmax(scale[k], abs_v[k]);
+        if (shared) {
+            double largest = 0.0;
+            for (int k = 0; k < N; ++k) largest = fmax(largest, scale[k]);
+            for (int k = 0; k < N; ++k) scale[k] = largest;
+        }
         for (int k = 0; k < N; ++k) {
-            scale[k] = fmax(scale[k], abs_v[k]);
             const double tol = component_tol<KIND>(k);
             converged = converged && kronrod_error(fabs(value[k] - check[k]), abs_v[k]) <= tol * scale[k] + DBL_TINY;
         }

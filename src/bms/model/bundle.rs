@@ -16,6 +16,12 @@
 //! | cell_moments | 10 C | `[c * 10 + k]`, m_0..m_9 |
 //! | rho_u, tau_u | n r | `[i * r + u]` |
 //! | r_uv | n r r | `[(i * r + u) * r + v]` |
+//!
+//! A cell's cubics and moments may be taken about any point x = z - c of
+//! the cell's choosing, as long as all are taken about the same one: Stage 2
+//! only sums products of coefficients and moments, integrals that do not
+//! depend on c. Stage 1 takes them about `cells::moment_center` (a finite
+//! cell's midpoint, 0 for the tails), where those sums do not cancel.
 
 use crate::bms::model::calibration::Calibrated;
 use crate::bms::model::cells::{Cell, Observed, MOMENTS};

@@ -255,7 +255,7 @@ fn adaptive_slopes(c: &CellJet, upper: bool) -> [f64; 3] {
         center,
         upper,
     };
-    adaptive_bounded_nodes(l, r, tol, &f, &bound)
+    adaptive_bounded_nodes(l, r, tol, false, &f, &bound)
 }
 
 /// The quick rule's range: |z| <= 8 (phi(8) = 5e-15; the seed it feeds needs

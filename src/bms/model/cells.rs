@@ -1,10 +1,12 @@
 //! Stage 1: a row's cell partition of the z line, the cubic coefficient
 //! arrays of eta and its derivatives on every cell, and the cell moments
-//! `m_k = integral_L^R z^k exp(-(z^2 + eta(z)^2) / 2) dz`, k = 0..9.
+//! `m_k = integral_L^R (z - c)^k exp(-(z^2 + eta(z)^2) / 2) dz`, k = 0..9,
+//! about the cell's [`moment_center`] c.
 //!
 //! A row's primary coordinates are `theta = (q, b, beta_h, beta_w)`; the
 //! intercept a is given (see `calibration`). Every coefficient array holds
-//! 4 monomial coefficients in the global z and already includes s_f.
+//! 4 monomial coefficients and already includes s_f: in the global z as
+//! built, in z - c once the cell's moments are filled ([`Cell::center`]).
 
 pub use crate::bms::model::bases::Bases;
 use crate::bms::model::cubic_basis::{
@@ -12,6 +14,7 @@ use crate::bms::model::cubic_basis::{
 };
 use crate::bms::numerics::probit::{norm_cdf, norm_sf};
 use crate::bms::numerics::quadrature::{abs_poly, adaptive_bounded_nodes, radius};
+use crate::bms::numerics::series::series_moments;
 
 /// Number of moments per cell, m_0..m_9.
 pub const MOMENTS: usize = 10;
@@ -35,9 +38,17 @@ pub const Z_CLIP: f64 = 40.0;
 /// evaluated exactly as before.
 const SHIFT_ABOVE: f64 = 1e5;
 
-/// Relative tolerance of the adaptive quadrature (its results are far more
-/// accurate; see `quadrature::adaptive`).
-const QUAD_TOL: f64 = 1e-14;
+/// How far past a finite cell's point nearest 0 its [`moment_center`]
+/// looks: the weight exp(-z^2/2) has fallen by e^-2 or more 2 past it.
+const CENTER_REACH: f64 = 2.0;
+
+/// The moments' tolerance. Each is needed to a fraction of rho^k times the
+/// cell's mass (`quadrature_moments`), and the Kronrod value is far more
+/// accurate than the error estimate this bounds (QUADPACK's, from the
+/// embedded Gauss rule's error: about 1e-11 of the mass on a centred
+/// x^9 E where the Kronrod sum is exact to rounding): the rows meet #42's
+/// rule with 1e-11 as with 1e-14 (tests/bms_accuracy.rs).
+const MOMENT_TOL: f64 = 1e-12;
 
 /// Accepted running error bound of the affine recurrence, relative to each
 /// moment; above it the cell falls back to quadrature. The upward recurrence
@@ -154,6 +165,7 @@ impl Bases {
             parts: r - 1,
             p_h,
             moments: [0.0; MOMENTS],
+            center: 0.0,
         }
     }
 }
@@ -216,6 +228,20 @@ impl Bases {
             *v = sf(poly_compose_affine(q, a, b));
             *ar = sf(poly_compose_affine(&poly_deriv(q), a, b));
             *s1 = poly_times_z(ar);
+        }
+    }
+}
+
+impl CellParts {
+    /// Every cubic taken about `center` ([`shift_cubic`]; nothing at 0).
+    #[inline(always)]
+    pub fn shift(&mut self, center: f64) {
+        if center == 0.0 {
+            return;
+        }
+        self.eta = shift_cubic(&self.eta, center);
+        for p in self.v.iter_mut().chain(&mut self.ar).chain(&mut self.s1) {
+            *p = shift_cubic(p, center);
         }
     }
 }
@@ -469,8 +495,13 @@ pub struct Cell {
     parts: usize,
     /// p_h, the length of `sbh`.
     p_h: usize,
-    /// m_0..m_9.
+    /// m_0..m_9, about `center`.
     pub moments: [f64; MOMENTS],
+    /// The point the cubics are taken about: 0 (global z) as built,
+    /// [`moment_center`] once [`Cell::fill_moments`] has run, which gives
+    /// the moments of (z - center)^k, so that Stage 2's sums are the same
+    /// integrals without the cancellation of global monomials.
+    pub center: f64,
 }
 
 impl Cell {
@@ -494,43 +525,127 @@ impl Cell {
         &self.coef[2 * self.parts + self.p_h..]
     }
 
-    /// Compute the cell's moments from its eta.
+    /// Compute the cell's moments about its [`moment_center`] and take
+    /// every cubic about the same centre (see [`Cell::center`]).
     pub fn fill_moments(&mut self) {
+        let c = moment_center(self.lo, self.hi);
         self.moments = moments(&self.eta, self.lo, self.hi);
+        for p in [&mut self.eta, &mut self.a, &mut self.aa, &mut self.sbb]
+            .into_iter()
+            .chain(self.coef.iter_mut())
+        {
+            *p = shift_cubic(p, c);
+        }
+        self.center = c;
     }
 }
 
-/// m_k = integral_lo^hi z^k exp(-(z^2 + eta^2)/2) dz, k = 0..9: the closed
-/// form and recurrence on affine cells where its running error bound allows,
-/// adaptive Gauss-Legendre otherwise.
+/// The point a cell's moments and Stage 2's cubics are taken about
+/// ([`moment_frame`]'s centre).
+pub fn moment_center(lo: f64, hi: f64) -> f64 {
+    moment_frame(lo, hi).0
+}
+
+/// Where a cell's moments are taken and on what scale: for a finite cell,
+/// the midpoint c and half-width rho of its part within [near - 2, near +
+/// 2], near its point nearest 0 (so the midpoint of an ordinary cell, and a
+/// point near the weight's mass on a long one: mapped link knots of small
+/// slopes make cells such as [3.5, 120]); (0, 0) for the tails.
+///
+/// Stage 2 sums products of the cells' polynomial coefficients and
+/// moments, integrals of polynomials times the weight; in global monomials
+/// of z those sums cancel on cells far from 0 (the link's cells at steep
+/// slopes and extreme intercepts lie at z of 6-11: terms of z^9 against a
+/// Hessian entry of order one, which lost up to 1e-6 of it, #42). About a
+/// point inside the weight's mass every term is of the size of the result.
+/// The tails keep 0: their mass sits at the finite edge, where the affine
+/// closed form (the tails are affine) is stable in global z and not about
+/// the edge, and they meet the accuracy rule as they are.
+pub fn moment_frame(lo: f64, hi: f64) -> (f64, f64) {
+    match reach(lo, hi) {
+        Some((l, r)) => (0.5 * (l + r), 0.5 * (r - l)),
+        None => (0.0, 0.0),
+    }
+}
+
+/// A finite cell's part within CENTER_REACH of its point nearest 0 (None
+/// for a tail).
+fn reach(lo: f64, hi: f64) -> Option<(f64, f64)> {
+    if !(lo.is_finite() && hi.is_finite()) {
+        return None;
+    }
+    let near = if lo > 0.0 {
+        lo
+    } else if hi < 0.0 {
+        hi
+    } else {
+        0.0
+    };
+    Some((lo.max(near - CENTER_REACH), hi.min(near + CENTER_REACH)))
+}
+
+/// m_k = integral_lo^hi (z - c)^k exp(-(z^2 + eta^2)/2) dz, k = 0..9, about
+/// the cell's [`moment_center`] c: by the Taylor series of the weight on
+/// the ordinary finite cells ([`series_moments`]), else the closed form and
+/// recurrence on affine cells where its running error bound allows, else
+/// adaptive Gauss-Kronrod.
 pub fn moments(eta: &Cubic, lo: f64, hi: f64) -> [f64; MOMENTS] {
-    if eta[2] == 0.0 && eta[3] == 0.0 {
-        if let Some(m) = affine_moments(eta[0], eta[1], lo, hi) {
+    let (center, rho) = moment_frame(lo, hi);
+    // A finite cell that is its whole frame (not a long one) inside the
+    // clip: by the series where it is accurate.
+    let whole = reach(lo, hi) == Some((lo, hi));
+    if whole && rho > 0.0 && lo.abs().max(hi.abs()) <= Z_CLIP {
+        if let Some(m) = series_moments(&shift_cubic(eta, center), center, rho, MOMENT_TOL) {
             return m;
         }
     }
-    quadrature_moments(eta, lo, hi)
+    if eta[2] == 0.0 && eta[3] == 0.0 {
+        if let Some(m) = affine_moments(eta[0], eta[1], lo, hi, center) {
+            return m;
+        }
+    }
+    quadrature_moments(eta, lo, hi, center, rho)
 }
 
-/// Moments by adaptive Gauss-Legendre over the cell clipped to |z| <= Z_CLIP,
-/// eta evaluated about the cell's [`local_center`].
-pub fn quadrature_moments(eta: &Cubic, lo: f64, hi: f64) -> [f64; MOMENTS] {
+/// The moments about `center` by adaptive Gauss-Legendre over the cell
+/// clipped to |z| <= Z_CLIP. With rho > 0 (a finite cell), the rule
+/// integrates ((z - center) / rho)^k E, with one tolerance relative to the
+/// largest of them (see [`adaptive_bounded_nodes`]), and scales back by
+/// rho^k; with rho = 0 (a tail), (z - center)^k E, each to its own
+/// tolerance. eta is evaluated about `center`, or, for a tail, about its
+/// [`local_center`].
+pub fn quadrature_moments(eta: &Cubic, lo: f64, hi: f64, center: f64, rho: f64) -> [f64; MOMENTS] {
     let (l, r) = (lo.max(-Z_CLIP), hi.min(Z_CLIP));
-    let center = local_center(eta, l, r);
-    let local = shift_cubic(eta, center);
-    let f = crate::bms::numerics::nodes::Moments { eta: &local, center };
-    // |z^k exp(-(z^2 + eta^2)/2)| <= z_far^k exp(-z_near^2/2).
+    let shared = rho > 0.0;
+    let at = if shared { center } else { local_center(eta, l, r) };
+    let inv_rho = if shared { 1.0 / rho } else { 1.0 };
+    let local = shift_cubic(eta, at);
+    let f = crate::bms::numerics::nodes::Moments {
+        eta: &local,
+        center: at,
+        power_center: center,
+        inv_scale: inv_rho,
+    };
+    // |x^k exp(-(z^2 + eta^2)/2)| <= |x|_far^k exp(-z_near^2/2), x = (z - center) / rho.
     let bound = |g: f64, lo: f64, hi: f64| {
-        let z = radius(lo, hi, 0.0);
+        let x = radius(lo, hi, center) * inv_rho;
         let mut out = [0.0; MOMENTS];
-        let mut zk = g;
+        let mut xk = g;
         for m in out.iter_mut() {
-            *m = zk;
-            zk *= z;
+            *m = xk;
+            xk *= x;
         }
         out
     };
-    adaptive_bounded_nodes(l, r, [QUAD_TOL; MOMENTS], &f, &bound)
+    let mut m = adaptive_bounded_nodes(l, r, [MOMENT_TOL; MOMENTS], shared, &f, &bound);
+    if shared {
+        let mut rk = 1.0;
+        for v in m.iter_mut() {
+            *v *= rk;
+            rk *= rho;
+        }
+    }
+    m
 }
 
 /// Phi(v) - Phi(u) for u <= v without cancellation in either tail.
@@ -542,12 +657,14 @@ fn normal_mass(u: f64, v: f64) -> f64 {
     }
 }
 
-/// The affine closed form (eta = alpha + beta z): m_0 from the normal
-/// distribution function, then `m_{n+1} = (n m_{n-1} - alpha beta m_n -
-/// B_n) / d`. Returns None when the recurrence's running error bound exceeds
-/// RECURRENCE_TOL relative to some moment (it cancels when the cell lies far
-/// from the weight's centre mu).
-pub fn affine_moments(alpha: f64, beta: f64, lo: f64, hi: f64) -> Option<[f64; MOMENTS]> {
+/// The affine closed form (eta = alpha + beta z) about `center`, with x =
+/// z - center: m_0 from the normal distribution function, then, as
+/// d/dz exp(-g) = -(d x + s) exp(-g) with d = 1 + beta^2 and
+/// s = alpha beta + d center, `m_{n+1} = (n m_{n-1} - s m_n - B_n) / d`,
+/// B_n the edge terms of x^n exp(-g). Returns None when the recurrence's running error
+/// bound exceeds RECURRENCE_TOL relative to some moment (it cancels when
+/// the cell lies far from the weight's centre mu, or is short).
+pub fn affine_moments(alpha: f64, beta: f64, lo: f64, hi: f64, center: f64) -> Option<[f64; MOMENTS]> {
     let d = 1.0 + beta * beta;
     let mu = -alpha * beta / d;
     let sd = d.sqrt();
@@ -555,24 +672,20 @@ pub fn affine_moments(alpha: f64, beta: f64, lo: f64, hi: f64) -> Option<[f64; M
     let scale = (2.0 * std::f64::consts::PI / d).sqrt() * (-0.5 * alpha * alpha / d).exp();
     let mut m = [0.0; MOMENTS];
     m[0] = scale * normal_mass(sd * (lo - mu), sd * (hi - mu));
-    // Boundary terms B_n = hi^n e^{-g(hi)} - lo^n e^{-g(lo)} (0 at infinite ends).
-    let edge = |z: f64, n: i32| {
-        if z.is_finite() {
-            z.powi(n) * (-g(z)).exp()
-        } else {
-            0.0
-        }
-    };
+    // Boundary terms B_n = x_hi^n e^{-g(hi)} - x_lo^n e^{-g(lo)} (0 at infinite ends).
+    let weight = |z: f64| if z.is_finite() { (-g(z)).exp() } else { 0.0 };
+    let (w_lo, w_hi) = (weight(lo), weight(hi));
+    let edge = |z: f64, w: f64, n: i32| if w != 0.0 { (z - center).powi(n) * w } else { 0.0 };
     let eps = f64::EPSILON;
-    let ab = alpha * beta;
+    let s = alpha * beta + d * center;
     let mut err = [0.0; MOMENTS];
     err[0] = 8.0 * eps * m[0].abs();
     for n in 0..MOMENTS - 1 {
-        let b_n = edge(hi, n as i32) - edge(lo, n as i32);
+        let b_n = edge(hi, w_hi, n as i32) - edge(lo, w_lo, n as i32);
         let (prev, prev_err) = if n > 0 { (m[n - 1], err[n - 1]) } else { (0.0, 0.0) };
-        let terms = n as f64 * prev.abs() + (ab * m[n]).abs() + b_n.abs();
-        m[n + 1] = (n as f64 * prev - ab * m[n] - b_n) / d;
-        err[n + 1] = (n as f64 * prev_err + ab.abs() * err[n] + 4.0 * eps * terms) / d;
+        let terms = n as f64 * prev.abs() + (s * m[n]).abs() + b_n.abs();
+        m[n + 1] = (n as f64 * prev - s * m[n] - b_n) / d;
+        err[n + 1] = (n as f64 * prev_err + s.abs() * err[n] + 4.0 * eps * terms) / d;
     }
     let ok = m
         .iter()
@@ -676,19 +789,18 @@ mod tests {
         gk15(f, a, c, tol, depth + 1) + gk15(f, c, b, tol, depth + 1)
     }
 
-    fn reference(eta: &Cubic, lo: f64, hi: f64, k: i32) -> f64 {
-        let f = |z: f64| z.powi(k) * (-0.5 * (z * z + poly_eval(eta, z).powi(2))).exp();
+    fn reference(eta: &Cubic, lo: f64, hi: f64, c: f64, k: i32) -> f64 {
+        let f = |z: f64| (z - c).powi(k) * (-0.5 * (z * z + poly_eval(eta, z).powi(2))).exp();
         gk15(&f, lo.max(-Z_CLIP), hi.min(Z_CLIP), 1e-13, 0)
     }
 
-    /// Relative error of each moment against the adaptive Kronrod
-    /// reference, scaled by the integral of |z|^k times the weight.
-    fn check(eta: Cubic, lo: f64, hi: f64, got: [f64; MOMENTS]) {
+    /// Relative error of each moment about c against the adaptive Kronrod
+    /// reference, scaled by the integral of |z - c|^k times the weight.
+    fn check(eta: Cubic, lo: f64, hi: f64, c: f64, got: [f64; MOMENTS]) {
         for (k, g) in got.iter().enumerate() {
-            let want = reference(&eta, lo, hi, k as i32);
-            let abs_eta = eta;
+            let want = reference(&eta, lo, hi, c, k as i32);
             let scale = gk15(
-                &|z: f64| z.abs().powi(k as i32) * (-0.5 * (z * z + poly_eval(&abs_eta, z).powi(2))).exp(),
+                &|z: f64| (z - c).abs().powi(k as i32) * (-0.5 * (z * z + poly_eval(&eta, z).powi(2))).exp(),
                 lo.max(-Z_CLIP),
                 hi.min(Z_CLIP),
                 1e-13,
@@ -696,8 +808,25 @@ mod tests {
             );
             assert!(
                 (g - want).abs() <= 1e-12 * scale,
-                "eta {eta:?} on [{lo}, {hi}] m_{k}: {g:e} vs {want:e}"
+                "eta {eta:?} on [{lo}, {hi}] about {c}: m_{k}: {g:e} vs {want:e}"
             );
+        }
+    }
+
+    /// Each cell's moments about its moment_center, and by both routes
+    /// (where the affine form applies) about 0 and a few other centres,
+    /// each tolerance (per moment, or shared on a scale rho).
+    fn check_about_centres(eta: Cubic, lo: f64, hi: f64) {
+        check(eta, lo, hi, moment_center(lo, hi), moments(&eta, lo, hi));
+        for c in [0.0, 0.7, -2.3] {
+            for rho in [0.0, 0.4, 1.5] {
+                check(eta, lo, hi, c, quadrature_moments(&eta, lo, hi, c, rho));
+            }
+            if eta[2] == 0.0 && eta[3] == 0.0 {
+                if let Some(m) = affine_moments(eta[0], eta[1], lo, hi, c) {
+                    check(eta, lo, hi, c, m);
+                }
+            }
         }
     }
 
@@ -711,13 +840,16 @@ mod tests {
             ([2.0, -3.0, 0.0, 0.0], f64::NEG_INFINITY, f64::INFINITY),
             ([8.0, 4.0, 0.0, 0.0], -1.0, 1.0), // |mu| large: falls back
             ([-6.0, 0.5, 0.0, 0.0], 4.0, f64::INFINITY),
+            ([-20.0, 2.5, 0.0, 0.0], 6.5, 9.0), // a link cell at a steep slope
         ];
         for (eta, lo, hi) in cases {
-            check(eta, lo, hi, moments(&eta, lo, hi));
+            check_about_centres(eta, lo, hi);
         }
-        // The closed form itself is taken on the easy cells.
-        assert!(affine_moments(-0.7, 1.9, -3.0, 4.0).is_some());
-        assert!(affine_moments(0.6, 1.1, 3.1, f64::INFINITY).is_some());
+        // The closed form itself is taken on the easy cells, about 0 and
+        // about a centre.
+        assert!(affine_moments(-0.7, 1.9, -3.0, 4.0, 0.0).is_some());
+        assert!(affine_moments(-0.7, 1.9, -3.0, 4.0, 0.5).is_some());
+        assert!(affine_moments(0.6, 1.1, 3.1, f64::INFINITY, 0.0).is_some());
     }
 
     #[test]
@@ -728,26 +860,67 @@ mod tests {
             ([1.0, 0.3, 0.05, 0.01], 2.0, 180.0),
             ([0.0, 2.0, 1.5, 0.8], -4.0, -2.0),
             ([0.4, -1.0, 0.2, 0.03], f64::NEG_INFINITY, -3.0),
+            ([-22.0, 2.6, 0.04, -0.01], 7.0, 8.5),
         ];
         for (eta, lo, hi) in cases {
-            check(eta, lo, hi, moments(&eta, lo, hi));
+            check_about_centres(eta, lo, hi);
         }
     }
 
     #[test]
     fn recurrence_and_quadrature_agree_where_both_apply() {
         let cases = [
-            (-0.7, 1.9, -3.0, 4.0),
-            (0.4, 1.2, 2.5, f64::INFINITY),
-            (0.4, -0.6, f64::NEG_INFINITY, -2.0),
+            (-0.7, 1.9, -3.0, 4.0, 0.0),
+            (0.4, 1.2, 2.5, f64::INFINITY, 0.0),
+            (0.4, -0.6, f64::NEG_INFINITY, -2.0, 0.0),
+            (-0.7, 1.9, -3.0, 4.0, 0.5),
+            (0.3, -1.1, -1.0, 2.0, 0.5),
         ];
-        for (alpha, beta, lo, hi) in cases {
-            let closed = affine_moments(alpha, beta, lo, hi).unwrap();
-            let quad = quadrature_moments(&[alpha, beta, 0.0, 0.0], lo, hi);
+        for (alpha, beta, lo, hi, c) in cases {
+            let closed = affine_moments(alpha, beta, lo, hi, c).unwrap();
+            let quad = quadrature_moments(&[alpha, beta, 0.0, 0.0], lo, hi, c, 0.0);
             for k in 0..MOMENTS {
                 assert!(
                     (closed[k] - quad[k]).abs() < 1e-13 * quad[0].abs().max(quad[k].abs()),
-                    "k = {k}"
+                    "k = {k}, about {c}"
+                );
+            }
+        }
+    }
+
+    /// Stage 2's sums do not depend on the centre: a cell filled about its
+    /// midpoint integrates each of its cubics against the weight as the
+    /// same cell about 0 does (D(p) = sum_k p_k m_k), for a cell near 0.
+    #[test]
+    fn centred_cells_keep_their_integrals() {
+        let bases = Bases::new(
+            Some(CubicBasis::uniform(-3.0, 3.0, 3).unwrap()),
+            Some(CubicBasis::uniform(-4.0, 4.0, 4).unwrap()),
+            0.8,
+        )
+        .unwrap();
+        let theta = [0.2, 1.3, 0.3, -0.2, 0.1, 0.15, -0.1, 0.05, 0.2];
+        let a = 0.35;
+        let dot = |p: &Cubic, m: &[f64; MOMENTS]| (0..4).map(|k| p[k] * m[k]).sum::<f64>();
+        for global in bases.cells(&theta, a) {
+            let mut centred = global.clone();
+            centred.fill_moments();
+            assert_eq!(centred.center, moment_center(global.lo, global.hi));
+            let m0 = quadrature_moments(&global.eta, global.lo, global.hi, 0.0, 0.0);
+            let pairs = [
+                (&global.eta, &centred.eta),
+                (&global.a, &centred.a),
+                (&global.sbb, &centred.sbb),
+            ];
+            let more = global.r().iter().zip(centred.r());
+            for (g, c) in pairs.into_iter().chain(more) {
+                let (want, got) = (dot(g, &m0), dot(c, &centred.moments));
+                let size = (0..4).map(|k| (g[k] * m0[k]).abs()).sum::<f64>();
+                assert!(
+                    (want - got).abs() <= 1e-13 * size.max(1e-300),
+                    "cell [{}, {}]",
+                    global.lo,
+                    global.hi
                 );
             }
         }

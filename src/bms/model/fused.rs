@@ -22,7 +22,7 @@ use faer::{Accum, MatMut, MatRef, Par};
 use rayon::prelude::*;
 
 use crate::bms::model::calibration::solve_root;
-use crate::bms::model::cells::{moments, CellParts, RowBases, MOMENTS};
+use crate::bms::model::cells::{moment_center, moments, CellParts, RowBases, MOMENTS};
 use crate::bms::model::stage2::{finish_row, ObservedRow, RowSums};
 use crate::bms::numerics::probit::norm_pdf;
 use crate::bms::{BmsData, BmsModel, RowEvaluation};
@@ -148,7 +148,10 @@ fn sum_cells_body(rb: &RowBases, a: f64, cells: &[(f64, f64)], s: &mut Scratch) 
     s.sums.clear();
     for &(lo, hi) in cells {
         rb.cell_parts(a, lo, hi, &mut s.cell);
+        // Moments and cubics about the cell's centre (see moment_center).
+        let c = moment_center(lo, hi);
         let m = moments(&s.cell.eta, lo, hi);
+        s.cell.shift(c);
         s.sums.add(&s.cell, &m);
     }
 }

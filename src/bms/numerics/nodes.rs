@@ -4,9 +4,9 @@
 //! without a branch or a library call (`probit::exp_branchless`, the
 //! branch-free erfcx), which the compiler vectorises.
 //!
-//! Each evaluates its cubics at z - center (`cells::local_center`: 0, so
-//! z itself, but for cells whose monomial form cancels), while phi(z) and
-//! z^k take z itself.
+//! Each evaluates its cubics at z - center (a finite cell's midpoint, or
+//! `cells::local_center` for a tail), while phi(z) and E take z itself and
+//! the moments' powers z - power_center (`cells::moment_center`).
 //!
 //! They are inlined into the quadrature's panel rules, which run with AVX-512
 //! or AVX2 where the CPU has them (`quadrature::apply_rule_nodes`).
@@ -31,16 +31,19 @@ impl<const M: usize> NodeIntegrand<M, 3> for Slopes<'_> {
     }
 }
 
-/// The ten moments of a cell whose eta is the cubic held, in z - center.
+/// The ten moments in x = (z - power_center) inv_scale of a cell whose eta
+/// is the cubic held, in z - center.
 pub(crate) struct Moments<'a> {
     pub eta: &'a Cubic,
     pub center: f64,
+    pub power_center: f64,
+    pub inv_scale: f64,
 }
 
 impl NodeIntegrand<KRONROD_LANES, MOMENTS> for Moments<'_> {
     #[inline(always)]
     fn eval(&self, z: &[f64; KRONROD_LANES], out: &mut [[f64; KRONROD_LANES]; MOMENTS]) {
-        moments(self.eta, self.center, z, out)
+        moments(self.eta, self.center, self.power_center, self.inv_scale, z, out)
     }
 }
 
@@ -82,15 +85,24 @@ fn slopes_from<const M: usize, const FAR: bool>(
     }
 }
 
-/// z^k exp(-(z^2 + eta^2)/2), k < MOMENTS, at M nodes, into `out[k][i]`.
+/// ((z - pc) s)^k exp(-(z^2 + eta^2)/2), k < MOMENTS, at M nodes, into
+/// `out[k][i]`, eta in z - center.
 #[inline(always)]
-pub(crate) fn moments<const M: usize>(eta: &Cubic, center: f64, z: &[f64; M], out: &mut [[f64; M]; MOMENTS]) {
+pub(crate) fn moments<const M: usize>(
+    eta: &Cubic,
+    center: f64,
+    pc: f64,
+    s: f64,
+    z: &[f64; M],
+    out: &mut [[f64; M]; MOMENTS],
+) {
     for i in 0..M {
         let e = poly_eval(eta, z[i] - center);
-        let mut zk = exp_branchless(-0.5 * (z[i] * z[i] + e * e));
+        let mut xk = exp_branchless(-0.5 * (z[i] * z[i] + e * e));
+        let x = (z[i] - pc) * s;
         for m in out.iter_mut() {
-            m[i] = zk;
-            zk *= z[i];
+            m[i] = xk;
+            xk *= x;
         }
     }
 }

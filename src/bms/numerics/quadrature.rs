@@ -397,16 +397,24 @@ pub fn adaptive_bounded<const N: usize>(
     f: &impl Fn(f64) -> [f64; N],
     bound: &impl Fn(f64, f64, f64) -> [f64; N],
 ) -> [f64; N] {
-    adaptive_panels(a, b, rel_tol, &mut |lo, hi| apply_rule(lo, hi, f), bound)
+    adaptive_panels(a, b, rel_tol, false, &mut |lo, hi| apply_rule(lo, hi, f), bound)
 }
 
 /// [`adaptive_bounded`] for an integrand that takes a panel's 21 nodes at
 /// once (the hot integrands: loops over the nodes vectorise). The same
 /// panels and sums, so the same bits for the same integrand values.
+///
+/// With `shared`, every component's tolerance is relative to the largest
+/// |f| integral of any component (not its own): for components of one
+/// size, such as a finite cell's scaled moments ((z - c) / rho)^k E, where
+/// what their users need is each moment to a fraction of rho^k times the
+/// cell's mass, not the high centred moments (tiny, from cancelling
+/// halves) to a fraction of themselves, which took a panel more a cell.
 pub fn adaptive_bounded_nodes<const N: usize>(
     a: f64,
     b: f64,
     rel_tol: [f64; N],
+    shared: bool,
     f: &impl NodeIntegrand<KRONROD_LANES, N>,
     bound: &impl Fn(f64, f64, f64) -> [f64; N],
 ) -> [f64; N] {
@@ -415,6 +423,7 @@ pub fn adaptive_bounded_nodes<const N: usize>(
         a,
         b,
         rel_tol,
+        shared,
         &mut |lo, hi| apply_rule_nodes(lo, hi, f, &mut values),
         bound,
     )
@@ -428,6 +437,7 @@ fn adaptive_panels<const N: usize>(
     a: f64,
     b: f64,
     rel_tol: [f64; N],
+    shared: bool,
     rule: &mut impl FnMut(f64, f64) -> PanelSums<N>,
     bound: &impl Fn(f64, f64, f64) -> [f64; N],
 ) -> [f64; N] {
@@ -448,6 +458,10 @@ fn adaptive_panels<const N: usize>(
         let (value, abs, check) = rule(lo, hi);
         for k in 0..N {
             scale[k] = scale[k].max(abs[k]);
+        }
+        if shared {
+            let largest = scale.iter().fold(0.0f64, |m, v| m.max(*v));
+            scale.fill(largest);
         }
         // Small against this panel's |f| or against the largest |f|
         // integral seen: where f is tiny its rounding noise (exp of a large
@@ -545,6 +559,8 @@ mod tests {
             let f = Moments {
                 eta: &cell.eta,
                 center: 0.0,
+                power_center: 0.5 * (lo + hi),
+                inv_scale: 2.0 / (hi - lo),
             };
             let (mut v1, mut v2) = ([[0.0; KRONROD_LANES]; MOMENTS], [[0.0; KRONROD_LANES]; MOMENTS]);
             let (g, w) = (
