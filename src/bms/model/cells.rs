@@ -562,7 +562,12 @@ pub fn moment_center(lo: f64, hi: f64) -> f64 {
 /// closed form (the tails are affine) is stable in global z and not about
 /// the edge, and they meet the accuracy rule as they are.
 pub fn moment_frame(lo: f64, hi: f64) -> (f64, f64) {
-    match reach(lo, hi) {
+    frame_of(reach(lo, hi))
+}
+
+/// The centre and half-width of a [`reach`] ((0, 0) for a tail's None).
+fn frame_of(part: Option<(f64, f64)>) -> (f64, f64) {
+    match part {
         Some((l, r)) => (0.5 * (l + r), 0.5 * (r - l)),
         None => (0.0, 0.0),
     }
@@ -590,10 +595,11 @@ fn reach(lo: f64, hi: f64) -> Option<(f64, f64)> {
 /// recurrence on affine cells where its running error bound allows, else
 /// adaptive Gauss-Kronrod.
 pub fn moments(eta: &Cubic, lo: f64, hi: f64) -> [f64; MOMENTS] {
-    let (center, rho) = moment_frame(lo, hi);
+    let part = reach(lo, hi);
+    let (center, rho) = frame_of(part);
     // A finite cell that is its whole frame (not a long one) inside the
     // clip: by the series where it is accurate.
-    let whole = reach(lo, hi) == Some((lo, hi));
+    let whole = part == Some((lo, hi));
     if whole && rho > 0.0 && lo.abs().max(hi.abs()) <= Z_CLIP {
         if let Some(m) = series_moments(&shift_cubic(eta, center), center, rho, MOMENT_TOL) {
             return m;
