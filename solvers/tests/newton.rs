@@ -357,3 +357,31 @@ fn invalid_inputs_are_rejected_with_their_field() {
     let e = newton(&be, &outside, &pen, &LAMBDA, &vec![1.0; d.p], &NewtonOptions::default());
     assert!(e.err().unwrap().to_string().contains("beta0"));
 }
+
+/// A damped step that would leave `max_step` is damped more until it fits
+/// (a Levenberg-Marquardt trust region), not cut to the cap: with the cap
+/// at a quarter of the free damped step, the first step is more damped,
+/// within the cap and at least half of it, and the solve ends at the free
+/// solve's minimum.
+#[test]
+fn a_long_damped_step_is_damped_to_the_cap() {
+    let d = data();
+    let pen = penalty(&d);
+    let be = CpuBackend::new();
+    let (beta0, obj) = double_well_start(&d, &pen);
+    let free = newton(&be, &obj, &pen, &LAMBDA, &beta0, &opts(StepSolver::Dense)).unwrap();
+    let first = &free.report.iterations[0];
+    assert!(first.damping > 0.0, "{first:?}");
+    for solver in [StepSolver::Dense, StepSolver::Pcg] {
+        let mut o = opts(solver);
+        o.max_step = first.direction_norm / 4.0;
+        let capped = newton(&be, &obj, &pen, &LAMBDA, &beta0, &o).unwrap();
+        let it0 = &capped.report.iterations[0];
+        assert!(it0.damping > first.damping, "{it0:?}");
+        // Near the cap, not a factor of the damping's growth below it.
+        let cap = o.max_step;
+        assert!(it0.direction_norm <= cap && it0.direction_norm >= 0.5 * cap, "{it0:?}");
+        check_converged(&capped.report, 1e-16);
+        assert!(max_rel_diff(&capped.beta, &free.beta) < 1e-8);
+    }
+}

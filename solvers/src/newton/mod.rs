@@ -6,8 +6,9 @@
 //! exactly (dense assembly and Cholesky), picked per step by a cost estimate.
 //! Where `H + S` is not positive definite (Cholesky fails, PCG breaks down,
 //! the step is not a descent direction) the step is Levenberg-Marquardt
-//! damped ([`step`]). Steps are capped in the objective's coefficient scales
-//! and halved until the Armijo test holds.
+//! damped ([`step`]), more where it would leave the cap on steps (a trust
+//! region). Steps are capped in the objective's coefficient scales and
+//! halved until the Armijo test holds.
 //!
 //! The solve stops when an undamped step's Newton decrement
 //! `g^T (H + S)^{-1} g` is at most `decrement_tol`: the point is then within
@@ -65,6 +66,10 @@ pub enum Termination {
     /// floor under the decrement; on 2,000 nearly separable rows it sat at
     /// 3.5e-9 for 35 steps of length 1/64, above REML's 1e-10). Converged.
     Resolved,
+    /// An undamped step would land at a minimum the caller already knows
+    /// (its `joins` test, [`newton_joining`]): the solve would end there.
+    /// The step is not taken; not converged to a minimum of its own.
+    Joined,
 }
 
 /// The largest decrement at which a stall counts as converged
@@ -202,7 +207,12 @@ struct Problem<'a, 'o, B: PcgKernels> {
     /// The objective's coefficient scales (ones by default).
     scales: Vec<f64>,
     opts: &'a NewtonOptions,
+    joins: Option<Joins<'a>>,
 }
+
+/// A test of an undamped step's landing point `beta + delta`: true where
+/// it lies at a minimum the caller knows ([`newton_joining`]).
+pub(crate) type Joins<'a> = &'a dyn Fn(&[f64]) -> bool;
 
 /// The smallest change of f that evaluations can resolve:
 /// `16 eps (|f| + 1)`. The Armijo test gets this much slack, so that a
@@ -343,6 +353,23 @@ pub(crate) fn newton_watched<'o, B: PcgKernels>(
     start: Option<Evaluation<'o, B>>,
     opts: &NewtonOptions,
 ) -> Result<NewtonFit<'o, B>> {
+    newton_joining(backend, watched, penalty, lambda, beta0, start, opts, None)
+}
+
+/// [`newton_watched`] that ends as [`Termination::Joined`] where an
+/// undamped step's landing point passes `joins`: REML's check of the inner
+/// minimum from beta0 stops once it is bound for the minimum it checks.
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn newton_joining<'o, B: PcgKernels>(
+    backend: &B,
+    watched: Watched<'_, 'o, B>,
+    penalty: &Penalty,
+    lambda: &[f64],
+    beta0: &[f64],
+    start: Option<Evaluation<'o, B>>,
+    opts: &NewtonOptions,
+    joins: Option<Joins<'_>>,
+) -> Result<NewtonFit<'o, B>> {
     let Watched { objective, observer } = watched;
     opts.validate()?;
     let p = objective.dim();
@@ -360,6 +387,7 @@ pub(crate) fn newton_watched<'o, B: PcgKernels>(
         s: PenaltyMatrix::from_penalty(backend, penalty, lambda)?,
         scales: coefficient_scales(objective)?,
         opts,
+        joins,
     };
     let clock = Instant::now();
     let evaluated = start.is_none();
@@ -381,6 +409,7 @@ pub(crate) fn newton_watched<'o, B: PcgKernels>(
         }
         match iterate(&prob, &cur, &mut run)? {
             Outcome::Converged => break Termination::Decrement,
+            Outcome::Joined => break Termination::Joined,
             Outcome::Failed => break Termination::LineSearchFailed,
             Outcome::Moved(next) => cur = next,
         }
@@ -465,6 +494,8 @@ impl Run {
 enum Outcome<'o, B: PcgKernels> {
     /// The current point met the decrement test.
     Converged,
+    /// The step would land at the caller's minimum (`joins`).
+    Joined,
     /// The line search found no acceptable point.
     Failed,
     /// The accepted point.
@@ -500,6 +531,11 @@ fn iterate<'o, B: PcgKernels>(prob: &Problem<'_, 'o, B>, cur: &Point<'o, B>, run
         run.check = Some(record);
         return Ok(Outcome::Converged);
     }
+    if step.damping == 0.0 && joined(prob, cur, &step)? {
+        record.seconds = t0.elapsed().as_secs_f64();
+        run.check = Some(record);
+        return Ok(Outcome::Joined);
+    }
     let search = line_search(prob, cur, &step.delta)?;
     run.evaluations += search.evaluations;
     record.step_norm = search.t * record.direction_norm;
@@ -529,6 +565,26 @@ fn iterate<'o, B: PcgKernels>(prob: &Problem<'_, 'o, B>, cur: &Point<'o, B>, run
     prob.observer.newton_iteration(&record);
     run.iterations.push(record);
     Ok(outcome)
+}
+
+/// Whether the undamped `step` lands where `prob.joins` says; a loose PCG
+/// step that does is solved again to [`step::CONFIRM_RTOL`] and tested
+/// again, so that a loose solve cannot end the solve.
+fn joined<B: PcgKernels>(prob: &Problem<'_, '_, B>, cur: &Point<'_, B>, step: &Step) -> Result<bool> {
+    let Some(joins) = prob.joins else {
+        return Ok(false);
+    };
+    let lands = |delta: &[f64]| -> Vec<f64> { cur.beta.iter().zip(delta).map(|(b, d)| b + d).collect() };
+    if !joins(&lands(&step.delta)) {
+        return Ok(false);
+    }
+    if step.pcg_rtol.is_none_or(|r| r <= step::CONFIRM_RTOL) {
+        return Ok(true);
+    }
+    match confirm(prob, cur, step)? {
+        Some(tight) => Ok(joins(&lands(&tight.delta))),
+        None => Ok(false),
+    }
 }
 
 /// The record of a step from `cur`, before its line search.

@@ -72,7 +72,8 @@ pub struct NewtonOptions {
     /// model units, as the BMS objectives give, 2 is a sensible cap): a
     /// nearly singular Hessian far from the optimum can propose a huge
     /// step, and a model evaluated that far out may be slow or outside its
-    /// domain. mgcv caps its Newton steps the same way.
+    /// domain. mgcv caps its Newton steps the same way. An undamped step
+    /// beyond it is cut to it; a damped one is damped more until it fits.
     pub max_step: f64,
     /// PCG forcing terms.
     pub forcing: Forcing,

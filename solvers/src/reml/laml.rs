@@ -5,7 +5,7 @@
 use serde::{Deserialize, Serialize};
 
 use crate::logdet::PenalisedFactor;
-use crate::newton::{newton_watched, Evaluation, NewtonReport, Objective};
+use crate::newton::{newton_joining, Evaluation, Joins, NewtonReport, Objective};
 use crate::observer::Watched;
 use crate::operator::expect_len;
 use crate::pcg_kernels::PcgKernels;
@@ -67,7 +67,7 @@ pub fn evaluate_laml<B: PcgKernels>(
         objective,
         observer: &(),
     };
-    let trial = laml_value(backend, watched, penalty, rho, beta0, None, opts)?;
+    let trial = laml_value(backend, watched, penalty, rho, beta0, None, opts, None)?;
     if !trial.laml.newton.converged {
         return Err(not_converged(&trial.laml.newton));
     }
@@ -117,7 +117,9 @@ pub(super) struct Point<'o, B: PcgKernels> {
 /// V(rho) (no gradient), its inner solve from `beta0` with the objective's
 /// evaluation there when `start` has it. An inner solve that does not
 /// converge still gives V where H + S is positive definite at its end
-/// (`laml.newton.converged` says which).
+/// (`laml.newton.converged` says which). `joins` ends the inner solve
+/// where it is bound for a known minimum ([`newton_joining`]).
+#[allow(clippy::too_many_arguments)]
 pub(super) fn laml_value<'o, B: PcgKernels>(
     backend: &B,
     watched: Watched<'_, 'o, B>,
@@ -126,11 +128,12 @@ pub(super) fn laml_value<'o, B: PcgKernels>(
     beta0: &[f64],
     start: Option<Evaluation<'o, B>>,
     opts: &RemlOptions,
+    joins: Option<Joins<'_>>,
 ) -> Result<Trial<'o, B>> {
     expect_len("rho", rho.len(), penalty.n_blocks())?;
     let lambda: Vec<f64> = rho.iter().map(|r| r.exp()).collect();
     penalty.check_lambda(&lambda)?;
-    let fit = newton_watched(backend, watched, penalty, &lambda, beta0, start, &opts.newton)?;
+    let fit = newton_joining(backend, watched, penalty, &lambda, beta0, start, &opts.newton, joins)?;
     let hessian = fit.hessian.to_dense()?;
     expect_len("dense Hessian", hessian.len(), fit.beta.len() * fit.beta.len())?;
     let s = penalty.dense(&lambda)?;

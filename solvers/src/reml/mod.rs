@@ -69,11 +69,11 @@ mod stop;
 mod vanished;
 mod walk;
 
-use std::cell::Cell;
+use std::cell::{Cell, RefCell};
 use std::time::Instant;
 
-use crate::newton::{Evaluation, Objective};
-use crate::observer::{Observer, Watched};
+use crate::newton::{Evaluation, Joins, Objective};
+use crate::observer::{EvaluationKind, EvaluationRecord, Observer, Watched};
 use crate::operator::expect_len;
 use crate::pcg_kernels::PcgKernels;
 use crate::penalty::Penalty;
@@ -119,7 +119,12 @@ pub fn reml_observed<B: PcgKernels>(
 ) -> Result<RemlFit> {
     check_inputs(objective, penalty, rho0, beta0, opts)?;
     let clock = Instant::now();
-    let watched = Watched { objective, observer };
+    let counted = Counted::default();
+    let both: (&dyn Observer, &dyn Observer) = (observer, &counted);
+    let watched = Watched {
+        objective,
+        observer: &both,
+    };
     let Some(first) = watched.evaluate(beta0)? else {
         return Err(SolverError::invalid(
             "beta0",
@@ -137,9 +142,15 @@ pub fn reml_observed<B: PcgKernels>(
         outer: Outer::around(rho_ref, opts),
         beta0,
         indefinite: Cell::new(false),
+        at_beta0: RefCell::new(None),
+        counted: &counted,
     };
     let start = ctx.outer.clamp(rho0.unwrap_or(&ctx.outer.rho_ref));
+    let kept = first.clone();
     let (trial, tries) = start_trial(&ctx, &start, first)?;
+    if ctx.indefinite.get() {
+        ctx.at_beta0.replace(Some(kept));
+    }
     let start_newton_steps = trial.laml.newton.steps();
     let (mut walk, termination) = if trial.laml.newton.converged {
         let fs = fellner_schall_phase(&ctx, trial)?;
@@ -214,6 +225,33 @@ struct Ctx<'o, 'a, B: PcgKernels> {
     /// several minima and the one found is checked from beta0
     /// ([`walk::Walk`]'s mode check).
     indefinite: Cell<bool>,
+    /// The objective's evaluation at beta0, kept where the start's solve
+    /// met H + S not positive definite (the mode check will run, and starts
+    /// there): one evaluation the check need not repeat. It holds one more
+    /// set of row Hessians for the fit's length.
+    at_beta0: RefCell<Option<Evaluation<'o, B>>>,
+    /// The objective's evaluations so far, failed trials' included.
+    counted: &'a Counted,
+}
+
+/// An observer that counts the objective's evaluations (full and
+/// value-only): a trial whose inner solve ends without a minimum returns
+/// no report, and its evaluations are counted here.
+#[derive(Default)]
+struct Counted(Cell<usize>);
+
+impl Observer for Counted {
+    fn evaluation(&self, evaluation: &EvaluationRecord) {
+        if evaluation.kind != EvaluationKind::HessianDerivative {
+            self.0.set(self.0.get() + 1);
+        }
+    }
+}
+
+impl Counted {
+    fn get(&self) -> usize {
+        self.0.get()
+    }
 }
 
 impl<'o, B: PcgKernels> Ctx<'o, '_, B> {
@@ -228,7 +266,20 @@ impl<'o, B: PcgKernels> Ctx<'o, '_, B> {
         start: Option<Evaluation<'o, B>>,
         opts: &RemlOptions,
     ) -> Result<Option<Trial<'o, B>>> {
-        let trial = laml_value(self.backend, self.watched, self.penalty, rho, beta0, start, opts);
+        self.trial_joining(rho, beta0, start, opts, None)
+    }
+
+    /// [`Ctx::trial`] whose inner solve ends where it is bound for a known
+    /// minimum (`joins`, [`laml_value`]).
+    fn trial_joining(
+        &self,
+        rho: &[f64],
+        beta0: &[f64],
+        start: Option<Evaluation<'o, B>>,
+        opts: &RemlOptions,
+        joins: Option<Joins<'_>>,
+    ) -> Result<Option<Trial<'o, B>>> {
+        let trial = laml_value(self.backend, self.watched, self.penalty, rho, beta0, start, opts, joins);
         self.saw(&trial);
         match trial {
             Ok(trial) => Ok(Some(trial)),

@@ -73,7 +73,7 @@ pub(super) fn start_trial<'o, B: PcgKernels>(
         let rho: Vec<f64> = start.iter().map(|r| r + PROBE_DISTANCE * retry as f64).collect();
         let rho = outer.clamp(&rho);
         // Not `Ctx::trial`: the last start's pivot goes into the error.
-        let trial = laml_value(b, o, p, &rho, ctx.beta0, first.take(), outer.opts);
+        let trial = laml_value(b, o, p, &rho, ctx.beta0, first.take(), outer.opts, None);
         ctx.saw(&trial);
         match trial {
             Ok(trial) => {
