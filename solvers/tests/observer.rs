@@ -298,8 +298,8 @@ fn an_interrupting_observer_stops_the_solve_before_its_next_evaluation() {
 /// damped and the stop is checked from beta0. The check ends once a step
 /// would land within 0.1 standard errors of the minimum it checks
 /// (`Joined`); with a deeper well it ends without a minimum, and its
-/// evaluations are counted all the same (they were lost before: 209
-/// evaluations reported of 251).
+/// evaluations are counted all the same (they went uncounted before: the
+/// fit reported 209 evaluations where it made 251).
 #[test]
 fn the_mode_is_checked_where_an_inner_solve_met_an_indefinite_hessian() {
     let d = simulate(2000, 0.2, &[f1, zero], 2024);

@@ -49,8 +49,7 @@ const MODE_CHECK_STEPS: usize = 20;
 /// data of 8,000 rows, seeds 3 and 4 met none and the check found nothing
 /// there, at 5-6 of their 30-32 evaluations; the messy fit meets it in its
 /// first warm solve. The solve ends early once a Newton step would land at
-/// cur's own minimum ([`SAME_MINIMUM`]), and starts from the start's
-/// evaluation at beta0 where that was kept; its evaluations are counted
+/// cur's own minimum ([`SAME_MINIMUM`]); its evaluations are counted
 /// whether or not it ends at a minimum.
 ///
 /// [`POOR_MODEL_HALVINGS`]: super::curvature::POOR_MODEL_HALVINGS
@@ -65,9 +64,8 @@ pub(super) fn lower_mode<'o, B: PcgKernels>(
         let d = squared_distance(&a, landing, &cur.beta);
         d <= SAME_MINIMUM
     };
-    let start = ctx.at_beta0.borrow().clone();
     let before = ctx.counted.get();
-    let trial = ctx.trial_joining(&cur.rho, ctx.beta0, start, &capped, Some(&joins))?;
+    let trial = ctx.trial_joining(&cur.rho, ctx.beta0, None, &capped, Some(&joins))?;
     let spent = ctx.counted.get() - before;
     let Some(trial) = trial else {
         return Ok((None, 0, spent));
@@ -88,9 +86,8 @@ pub(super) fn lower_mode<'o, B: PcgKernels>(
 /// which has no other minimum, so Newton from the landing point goes to
 /// cur's and the check can find nothing lower. On the README's 60,000 rows
 /// the check's undamped steps landed at squared distances 4.8, 0.48 and
-/// 8.8e-3 (ending it there: 4 evaluations instead of 8, the evaluation at
-/// beta0 kept from the start), on a logistic double well at 4.0, 0.30 and
-/// 8.1e-3.
+/// 8.8e-3 (ending it there: 5 evaluations instead of 8), on a logistic
+/// double well at 4.0, 0.30 and 8.1e-3.
 const SAME_MINIMUM: f64 = 1e-2;
 
 /// H + S at cur, dense row-major.

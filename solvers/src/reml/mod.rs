@@ -69,7 +69,7 @@ mod stop;
 mod vanished;
 mod walk;
 
-use std::cell::{Cell, RefCell};
+use std::cell::Cell;
 use std::time::Instant;
 
 use crate::newton::{Evaluation, Joins, Objective};
@@ -142,15 +142,11 @@ pub fn reml_observed<B: PcgKernels>(
         outer: Outer::around(rho_ref, opts),
         beta0,
         indefinite: Cell::new(false),
-        at_beta0: RefCell::new(None),
         counted: &counted,
     };
     let start = ctx.outer.clamp(rho0.unwrap_or(&ctx.outer.rho_ref));
-    let kept = first.clone();
     let (trial, tries) = start_trial(&ctx, &start, first)?;
-    if ctx.indefinite.get() {
-        ctx.at_beta0.replace(Some(kept));
-    }
+
     let start_newton_steps = trial.laml.newton.steps();
     let (mut walk, termination) = if trial.laml.newton.converged {
         let fs = fellner_schall_phase(&ctx, trial)?;
@@ -225,11 +221,10 @@ struct Ctx<'o, 'a, B: PcgKernels> {
     /// several minima and the one found is checked from beta0
     /// ([`walk::Walk`]'s mode check).
     indefinite: Cell<bool>,
-    /// The objective's evaluation at beta0, kept where the start's solve
-    /// met H + S not positive definite (the mode check will run, and starts
-    /// there): one evaluation the check need not repeat. It holds one more
-    /// set of row Hessians for the fit's length.
-    at_beta0: RefCell<Option<Evaluation<'o, B>>>,
+    // The evaluation at beta0 is not kept for the mode check (it would
+    // save the check one evaluation): it would hold one more set of row
+    // Hessians for the whole fit, and 12M BMS rows then did not fit an
+    // 80 GB H100.
     /// The objective's evaluations so far, failed trials' included.
     counted: &'a Counted,
 }
