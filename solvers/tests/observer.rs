@@ -316,6 +316,11 @@ fn the_mode_is_checked_where_an_inner_solve_met_an_indefinite_hessian() {
         assert!(r.converged, "well {well}: {:?}", r.termination);
         let by = &r.evaluations_by_purpose;
         assert_eq!(by.total(), r.evaluations, "{by:?}");
+        assert_eq!(
+            rec.evaluations(),
+            r.evaluations,
+            "well {well}: every evaluation made is counted"
+        );
         let damped = |s: &NewtonReport| s.iterations.iter().any(|it| it.damping > 0.0);
         if well == 0.0 {
             assert!(!solves.iter().any(damped), "a logistic likelihood damped a step");

@@ -41,10 +41,12 @@ pub(super) fn measured_hessian<'o, B: PcgKernels>(
             MEASURE_STEP
         };
         rho[k] += step;
-        let Some(trial) = ctx.trial(&rho, &cur.beta, Some(at_cur.clone()), outer.opts)? else {
+        let before = ctx.counted.get();
+        let trial = ctx.trial(&rho, &cur.beta, Some(at_cur.clone()), outer.opts)?;
+        spent += ctx.counted.get() - before;
+        let Some(trial) = trial else {
             return Ok((None, spent));
         };
-        spent += trial.laml.newton.evaluations;
         if !trial.laml.newton.converged {
             return Ok((None, spent));
         }

@@ -143,11 +143,13 @@ pub(super) fn probe_other_side<'o, B: PcgKernels>(
         evaluations: 0,
     };
     let (beta0, eval) = std::mem::replace(start, (cur.beta.clone(), None));
-    let Some(trial) = ctx.trial(&rho, &beta0, eval, outer.opts)? else {
+    let before = ctx.counted.get();
+    let trial = ctx.trial(&rho, &beta0, eval, outer.opts)?;
+    probe.evaluations = ctx.counted.get() - before;
+    let Some(trial) = trial else {
         return Ok(Some(probe));
     };
     probe.newton_iterations = trial.laml.newton.iterations.len();
-    probe.evaluations = trial.laml.newton.evaluations;
     if !trial.laml.newton.converged {
         return Ok(Some(probe));
     }

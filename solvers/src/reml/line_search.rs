@@ -84,10 +84,12 @@ pub(super) fn outer_line_search<'o, B: PcgKernels>(
         let trial_opts = if s.halvings < UNCAPPED_AFTER { &capped } else { opts };
         // `None`: H + S not positive definite at this rho's inner end, so
         // back off.
-        if let Some(trial) = ctx.trial(&rho, &beta0, eval, trial_opts)? {
+        let before = ctx.counted.get();
+        let trial = ctx.trial(&rho, &beta0, eval, trial_opts)?;
+        s.evaluations += ctx.counted.get() - before;
+        if let Some(trial) = trial {
             let newton = &trial.laml.newton;
             s.newton_iterations += newton.iterations.len();
-            s.evaluations += newton.evaluations;
             let ok = trial.laml.value <= cur.value + opts.armijo * decrease - gain + resolution(cur.value);
             if newton.converged && t <= SHORT_TRIAL {
                 let change = (trial.laml.value - cur.value).abs();

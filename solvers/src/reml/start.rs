@@ -8,6 +8,7 @@ use crate::pcg_kernels::PcgKernels;
 use crate::penalty::Penalty;
 use crate::{Result, SolverError};
 
+use super::fellner_schall::rough;
 use super::guards::PROBE_DISTANCE;
 use super::laml::{laml_value, Trial};
 use super::Ctx;
@@ -55,7 +56,8 @@ pub fn reference_rho(penalty: &Penalty, hessian_diagonal: &[f64]) -> Result<Vec<
 /// Starts tried above the first, each [`PROBE_DISTANCE`] higher.
 const START_RETRIES: usize = 2;
 
-/// The first inner solve: at `start`, or, where it does not converge to a
+/// The first inner solve (to [`super::fellner_schall::ROUGH_DECREMENT`]: it
+/// feeds the Fellner-Schall phase): at `start`, or, where it does not converge to a
 /// minimum (little data and little penalty can leave the penalised
 /// likelihood without one within reach, e.g. against the edge of the
 /// model's domain), at a start more heavily penalised, up to
@@ -67,19 +69,18 @@ pub(super) fn start_trial<'o, B: PcgKernels>(
 ) -> Result<(Trial<'o, B>, usize)> {
     let (b, o, p, outer) = (ctx.backend, ctx.watched, ctx.penalty, &ctx.outer);
     let mut first = Some(first);
-    let mut evaluations = 0;
+    let before = ctx.counted.get();
     let mut last = None;
     for retry in 0..=START_RETRIES {
         let rho: Vec<f64> = start.iter().map(|r| r + PROBE_DISTANCE * retry as f64).collect();
         let rho = outer.clamp(&rho);
         // Not `Ctx::trial`: the last start's pivot goes into the error.
-        let trial = laml_value(b, o, p, &rho, ctx.beta0, first.take(), outer.opts, None);
+        let trial = laml_value(b, o, p, &rho, ctx.beta0, first.take(), &rough(outer.opts), None);
         ctx.saw(&trial);
         match trial {
             Ok(trial) => {
-                evaluations += trial.laml.newton.evaluations;
                 if trial.laml.newton.converged {
-                    return Ok((trial, evaluations));
+                    return Ok((trial, ctx.counted.get() - before));
                 }
                 last = Some(Ok(trial));
             }
@@ -88,7 +89,7 @@ pub(super) fn start_trial<'o, B: PcgKernels>(
         }
     }
     let last = last.unwrap_or_else(|| Err(SolverError::invalid("REML start", "none", "no start was tried")));
-    Ok((no_minimum_error(last)?, evaluations))
+    Ok((no_minimum_error(last)?, ctx.counted.get() - before))
 }
 
 /// The last start's trial (not converged), or where its H + S was not
