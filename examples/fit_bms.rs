@@ -74,7 +74,7 @@ struct Args {
     frailty_sd: f64,
     /// Inner Newton tolerance on the Newton decrement g^T (H + S)^{-1} g
     /// (absolute: the squared distance to the optimum in standard errors).
-    #[arg(long, default_value_t = 1e-10)]
+    #[arg(long, default_value_t = matfree::bms::fit::INNER_DECREMENT)]
     newton_tol: f64,
     /// REML tolerance on |dV/drho| (absolute, in effective degrees of freedom).
     #[arg(long, default_value_t = 1e-3)]

@@ -623,7 +623,10 @@ fn fixed_lambda_fits_report_the_reml_score() {
     let same = at(reml.lambda.clone());
     assert!(same.converged);
     let vs = same.reml_score.unwrap();
-    assert!((vs - v).abs() < 1e-6, "fixed at REML's lambda: {vs} vs {v}");
+    // Two solves from different starts, each stopped within 1e-4 standard
+    // errors of the optimum (INNER_DECREMENT): V moves by about 1e-6 over
+    // that at 2,000 rows, through log|H + S| (1.4e-6 measured).
+    assert!((vs - v).abs() < 1e-5, "fixed at REML's lambda: {vs} vs {v}");
     for factor in [10.0, 0.1] {
         let other = at(reml.lambda.iter().map(|l| l * factor).collect());
         let vo = other.reml_score.unwrap();

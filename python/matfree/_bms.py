@@ -28,7 +28,7 @@ class BMS:
     """
 
     def __init__(self, label="y", score="z", marginal=(), slope=(), *, weights=None, score_basis=8,
-                 link_basis=6, frailty_sd=0.0, keep_score=False, fixed_lambda=None, newton_tol=1e-10,
+                 link_basis=6, frailty_sd=0.0, keep_score=False, fixed_lambda=None, newton_tol=1e-8,
                  reml_tol=1e-3, device="auto", gpus=None, f64_hvp=False, verbose=0):
         self.label = label
         self.score = score

@@ -33,7 +33,8 @@ pub struct FitOptions {
     pub lambda: Option<Vec<f64>>,
     /// REML options; `reml.newton` is the inner Newton's (also used at
     /// fixed lambda). Default: REML's defaults with steps capped at 2 units
-    /// of theta (the coefficient scales of the BMS objectives).
+    /// of theta (the coefficient scales of the BMS objectives) and the
+    /// inner solves ended at a decrement of [`INNER_DECREMENT`].
     pub reml: RemlOptions,
     /// Rows the rigid start fits at most (an even subsample beyond;
     /// default 200,000).
@@ -57,6 +58,7 @@ impl Default for FitOptions {
         let mut reml = RemlOptions::default();
         reml.newton = NewtonOptions {
             max_step: 2.0,
+            decrement_tol: INNER_DECREMENT,
             ..reml.newton
         };
         Self {
@@ -67,6 +69,16 @@ impl Default for FitOptions {
         }
     }
 }
+
+/// The BMS fit's inner Newton tolerance (the decrement, in squared
+/// standard errors): estimates within 1e-4 standard errors of the exact
+/// optimum. REML's generic 1e-10 (1e-5 standard errors) cost the BMS fit a
+/// Newton step a solve for digits no user reads: on 60,000 simulated rows
+/// the last steps went from decrements of 1.6e-9 and 3.8e-10 to below
+/// 1e-10; at 1e-8 the fit took 24 evaluations instead of 26, with the REML
+/// score within 8e-12 of itself, lambda within 2e-5 and the parametric
+/// estimates within 1.1e-5 standard errors.
+pub const INNER_DECREMENT: f64 = 1e-8;
 
 /// A fitted BMS model: estimates, their penalised covariance, smoothing
 /// parameters and the diagnostics a summary reports.
