@@ -223,8 +223,8 @@ struct Ctx<'o, 'a, B: PcgKernels> {
     indefinite: Cell<bool>,
     // The evaluation at beta0 is not kept for the mode check (it would
     // save the check one evaluation): it would hold one more set of row
-    // Hessians for the whole fit, and 12M BMS rows then did not fit an
-    // 80 GB H100.
+    // Hessians on the device for the whole fit, where memory is what
+    // bounds the rows a card takes (4M BMS rows peak at 44.9 GB).
     /// The objective's evaluations so far, failed trials' included.
     counted: &'a Counted,
 }
