@@ -5,6 +5,7 @@
 use crate::pcg_kernels::PcgKernels;
 use crate::Result;
 
+use super::step::reach;
 use super::{dot, resolution, Point, Problem};
 
 /// The outcome of a backtracking line search.
@@ -71,10 +72,7 @@ pub(super) fn line_search<'o, B: PcgKernels>(
 /// The first trial length: 1, or less where the step would move a
 /// coefficient by more than `max_step` of its scale.
 fn first_length<B: PcgKernels>(prob: &Problem<'_, '_, B>, delta: &[f64]) -> f64 {
-    let reach = delta
-        .iter()
-        .zip(&prob.scales)
-        .fold(0.0f64, |m, (d, s)| m.max((d * s).abs()));
+    let reach = reach(prob, delta);
     if reach > prob.opts.max_step {
         prob.opts.max_step / reach
     } else {

@@ -67,7 +67,7 @@ pub enum Termination {
     /// 3.5e-9 for 35 steps of length 1/64, above REML's 1e-10). Converged.
     Resolved,
     /// An undamped step would land at a minimum the caller already knows
-    /// (its `joins` test, [`newton_joining`]): the solve would end there.
+    /// (its `joins` test, [`newton_watched`]): the solve would end there.
     /// The step is not taken; not converged to a minimum of its own.
     Joined,
 }
@@ -211,7 +211,7 @@ struct Problem<'a, 'o, B: PcgKernels> {
 }
 
 /// A test of an undamped step's landing point `beta + delta`: true where
-/// it lies at a minimum the caller knows ([`newton_joining`]).
+/// it lies at a minimum the caller knows ([`newton_watched`]).
 pub(crate) type Joins<'a> = &'a dyn Fn(&[f64]) -> bool;
 
 /// The smallest change of f that evaluations can resolve:
@@ -319,7 +319,7 @@ pub fn newton_observed<'o, B: PcgKernels>(
     observer: &dyn Observer,
 ) -> Result<NewtonFit<'o, B>> {
     let watched = Watched { objective, observer };
-    newton_watched(backend, watched, penalty, lambda, beta0, None, opts)
+    newton_watched(backend, watched, penalty, lambda, beta0, None, opts, None)
 }
 
 /// [`newton`] with the objective's evaluation at `beta0` already in hand
@@ -340,27 +340,15 @@ pub fn newton_from<'o, B: PcgKernels>(
         objective,
         observer: &(),
     };
-    newton_watched(backend, watched, penalty, lambda, beta0, start, opts)
+    newton_watched(backend, watched, penalty, lambda, beta0, start, opts, None)
 }
 
-/// [`newton_from`] with the objective's observer.
-pub(crate) fn newton_watched<'o, B: PcgKernels>(
-    backend: &B,
-    watched: Watched<'_, 'o, B>,
-    penalty: &Penalty,
-    lambda: &[f64],
-    beta0: &[f64],
-    start: Option<Evaluation<'o, B>>,
-    opts: &NewtonOptions,
-) -> Result<NewtonFit<'o, B>> {
-    newton_joining(backend, watched, penalty, lambda, beta0, start, opts, None)
-}
-
-/// [`newton_watched`] that ends as [`Termination::Joined`] where an
-/// undamped step's landing point passes `joins`: REML's check of the inner
-/// minimum from beta0 stops once it is bound for the minimum it checks.
+/// [`newton_from`] with the objective's observer, ending as
+/// [`Termination::Joined`] where an undamped step's landing point passes
+/// `joins`: REML's check of the inner minimum from beta0 stops once it is
+/// bound for the minimum it checks.
 #[allow(clippy::too_many_arguments)]
-pub(crate) fn newton_joining<'o, B: PcgKernels>(
+pub(crate) fn newton_watched<'o, B: PcgKernels>(
     backend: &B,
     watched: Watched<'_, 'o, B>,
     penalty: &Penalty,

@@ -67,7 +67,7 @@ pub(super) fn solve_step<B: PcgKernels>(
                 if dot(&step.delta, &cur.grad) < 0.0 {
                     step.damping = mu;
                     if mu > 0.0 && reach(prob, &step.delta) > opts.max_step {
-                        step = damped_to_cap(prob, cur, solver, rtol, &scale, step, &mut reads)?;
+                        step = damped_to_cap(prob, cur, (solver, rtol), &scale, step, &mut reads)?;
                     }
                     step.damping_tries = tries;
                     step.pcg_host_reads = reads;
@@ -89,56 +89,33 @@ pub(super) fn solve_step<B: PcgKernels>(
     ))
 }
 
-/// Solves spent bisecting mu for a step of about a given reach.
+/// Solves spent bisecting mu for a step of about `max_step`.
 const CAP_BISECTIONS: usize = 4;
 
-/// The damped step `long` (beyond `max_step`) damped until it fits
-/// ([`damped_within`]), or `long` itself where no mu makes it fit.
+/// The damped step `long` (beyond `max_step`) damped until it fits: mu
+/// grows from `long.damping` by `damping_growth` until the step is within
+/// the cap, then [`CAP_BISECTIONS`] bisections of ln mu between the last
+/// step too long and the first that fits keep the longest that fits, so
+/// the step reaches near the cap rather than a factor of growth below it (a
+/// step far below the cap crawls: on a double well, cap 0.08, 199
+/// evaluations against 73 cut to the cap). A mu that gives no descent
+/// direction counts as too long; `long` itself where no mu fits within
+/// `max_damping_tries`.
 fn damped_to_cap<B: PcgKernels>(
-    prob: &Problem<'_, '_, B>,
-    cur: &Point<'_, B>,
-    solver: StepSolver,
-    rtol: f64,
-    scale: &[f64],
-    long: Step,
-    reads: &mut usize,
-) -> Result<Step> {
-    let fit = damped_within(
-        prob,
-        cur,
-        (solver, rtol),
-        scale,
-        long.damping,
-        prob.opts.max_step,
-        reads,
-    )?;
-    Ok(fit.unwrap_or(long))
-}
-
-/// The descent step damped beyond `mu_lo` to reach at most `cap` (in the
-/// coefficient scales): mu grows by `damping_growth` until the step fits,
-/// then [`CAP_BISECTIONS`] bisections of ln mu between the last step too
-/// long and the first that fits keep the longest that fits, so the step
-/// reaches near the cap rather than a factor of growth below it (a step far
-/// below the cap crawls: on a double well, cap 0.08, 199 evaluations
-/// against 73 cut to the cap). A mu that gives no descent direction counts
-/// as too long; `None` where no mu fits within `max_damping_tries`.
-fn damped_within<B: PcgKernels>(
     prob: &Problem<'_, '_, B>,
     cur: &Point<'_, B>,
     (solver, rtol): (StepSolver, f64),
     scale: &[f64],
-    mu_lo: f64,
-    cap: f64,
+    long: Step,
     reads: &mut usize,
-) -> Result<Option<Step>> {
+) -> Result<Step> {
     let opts = prob.opts;
     let mut try_mu = |mu: f64| -> Result<Option<Step>> {
         Ok(match attempt(prob, cur, solver, rtol, mu, scale, None)? {
             Attempt::Solved(mut step) => {
                 *reads += step.pcg_host_reads;
                 step.damping = mu;
-                let fits = dot(&step.delta, &cur.grad) < 0.0 && reach(prob, &step.delta) <= cap;
+                let fits = dot(&step.delta, &cur.grad) < 0.0 && reach(prob, &step.delta) <= opts.max_step;
                 fits.then_some(step)
             }
             Attempt::NotPositiveDefinite(r) => {
@@ -147,7 +124,7 @@ fn damped_within<B: PcgKernels>(
             }
         })
     };
-    let (mut lo, mut hi, mut fit) = (mu_lo, mu_lo, None);
+    let (mut lo, mut hi, mut fit) = (long.damping, long.damping, None);
     for _ in 0..opts.max_damping_tries {
         hi *= opts.damping_growth;
         if let Some(step) = try_mu(hi)? {
@@ -157,7 +134,7 @@ fn damped_within<B: PcgKernels>(
         lo = hi;
     }
     let Some(mut fit) = fit else {
-        return Ok(None);
+        return Ok(long);
     };
     for _ in 0..CAP_BISECTIONS {
         let mid = (lo * hi).sqrt();
@@ -166,7 +143,7 @@ fn damped_within<B: PcgKernels>(
             None => lo = mid,
         }
     }
-    Ok(Some(fit))
+    Ok(fit)
 }
 
 /// How far a step moves its farthest coefficient, in the objective's

@@ -41,9 +41,8 @@ pub(super) fn measured_hessian<'o, B: PcgKernels>(
             MEASURE_STEP
         };
         rho[k] += step;
-        let before = ctx.counted.get();
-        let trial = ctx.trial(&rho, &cur.beta, Some(at_cur.clone()), outer.opts)?;
-        spent += ctx.counted.get() - before;
+        let (trial, made) = ctx.trial(&rho, &cur.beta, Some(at_cur.clone()), outer.opts)?;
+        spent += made;
         let Some(trial) = trial else {
             return Ok((None, spent));
         };

@@ -90,10 +90,8 @@ fn tightened<'o, B: PcgKernels>(ctx: &Ctx<'o, '_, B>, trial: Trial<'o, B>) -> Re
     if trial.laml.newton.decrement <= opts.newton.decrement_tol {
         return Ok((trial, 0));
     }
-    let before = ctx.counted.get();
     let start = Some(trial.at_beta.clone());
-    let tight = ctx.trial(&trial.laml.rho, &trial.laml.beta, start, opts)?;
-    let spent = ctx.counted.get() - before;
+    let (tight, spent) = ctx.trial(&trial.laml.rho, &trial.laml.beta, start, opts)?;
     match tight {
         Some(tight) if tight.laml.newton.converged => Ok((tight, spent)),
         _ => Ok((trial, spent)),
@@ -166,9 +164,8 @@ fn halved_until_lower<'o, B: PcgKernels>(
     loop {
         let rho: Vec<f64> = cur.rho.iter().zip(full).map(|(r, f)| r + t * (f - r)).collect();
         let start = Some(trial.at_beta.clone());
-        let before = ctx.counted.get();
-        let next = ctx.trial(&rho, &cur.beta, start, &rough(ctx.outer.opts))?;
-        record.newton_evaluations += ctx.counted.get() - before;
+        let (next, spent) = ctx.trial(&rho, &cur.beta, start, &rough(ctx.outer.opts))?;
+        record.newton_evaluations += spent;
         if let Some(next) = next {
             record.newton_iterations += next.laml.newton.iterations.len();
             if next.laml.newton.converged && next.laml.value < cur.value - resolution(cur.value) {

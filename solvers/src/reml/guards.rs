@@ -64,9 +64,7 @@ pub(super) fn lower_mode<'o, B: PcgKernels>(
         let d = squared_distance(&a, landing, &cur.beta);
         d <= SAME_MINIMUM
     };
-    let before = ctx.counted.get();
-    let trial = ctx.trial_joining(&cur.rho, ctx.beta0, None, &capped, Some(&joins))?;
-    let spent = ctx.counted.get() - before;
+    let (trial, spent) = ctx.trial_joining(&cur.rho, ctx.beta0, None, &capped, Some(&joins))?;
     let Some(trial) = trial else {
         return Ok((None, 0, spent));
     };
@@ -143,9 +141,8 @@ pub(super) fn probe_other_side<'o, B: PcgKernels>(
         evaluations: 0,
     };
     let (beta0, eval) = std::mem::replace(start, (cur.beta.clone(), None));
-    let before = ctx.counted.get();
-    let trial = ctx.trial(&rho, &beta0, eval, outer.opts)?;
-    probe.evaluations = ctx.counted.get() - before;
+    let (trial, spent) = ctx.trial(&rho, &beta0, eval, outer.opts)?;
+    probe.evaluations = spent;
     let Some(trial) = trial else {
         return Ok(Some(probe));
     };

@@ -5,7 +5,7 @@
 use serde::{Deserialize, Serialize};
 
 use crate::logdet::PenalisedFactor;
-use crate::newton::{newton_joining, Evaluation, Joins, NewtonReport, Objective};
+use crate::newton::{newton_watched, Evaluation, Joins, NewtonReport, Objective};
 use crate::observer::Watched;
 use crate::operator::expect_len;
 use crate::pcg_kernels::PcgKernels;
@@ -118,7 +118,7 @@ pub(super) struct Point<'o, B: PcgKernels> {
 /// evaluation there when `start` has it. An inner solve that does not
 /// converge still gives V where H + S is positive definite at its end
 /// (`laml.newton.converged` says which). `joins` ends the inner solve
-/// where it is bound for a known minimum ([`newton_joining`]).
+/// where it is bound for a known minimum ([`newton_watched`]).
 #[allow(clippy::too_many_arguments)]
 pub(super) fn laml_value<'o, B: PcgKernels>(
     backend: &B,
@@ -133,7 +133,7 @@ pub(super) fn laml_value<'o, B: PcgKernels>(
     expect_len("rho", rho.len(), penalty.n_blocks())?;
     let lambda: Vec<f64> = rho.iter().map(|r| r.exp()).collect();
     penalty.check_lambda(&lambda)?;
-    let fit = newton_joining(backend, watched, penalty, &lambda, beta0, start, &opts.newton, joins)?;
+    let fit = newton_watched(backend, watched, penalty, &lambda, beta0, start, &opts.newton, joins)?;
     let hessian = fit.hessian.to_dense()?;
     expect_len("dense Hessian", hessian.len(), fit.beta.len() * fit.beta.len())?;
     let s = penalty.dense(&lambda)?;

@@ -84,9 +84,8 @@ pub(super) fn outer_line_search<'o, B: PcgKernels>(
         let trial_opts = if s.halvings < UNCAPPED_AFTER { &capped } else { opts };
         // `None`: H + S not positive definite at this rho's inner end, so
         // back off.
-        let before = ctx.counted.get();
-        let trial = ctx.trial(&rho, &beta0, eval, trial_opts)?;
-        s.evaluations += ctx.counted.get() - before;
+        let (trial, spent) = ctx.trial(&rho, &beta0, eval, trial_opts)?;
+        s.evaluations += spent;
         if let Some(trial) = trial {
             let newton = &trial.laml.newton;
             s.newton_iterations += newton.iterations.len();

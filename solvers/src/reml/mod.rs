@@ -146,7 +146,6 @@ pub fn reml_observed<B: PcgKernels>(
     };
     let start = ctx.outer.clamp(rho0.unwrap_or(&ctx.outer.rho_ref));
     let (trial, tries) = start_trial(&ctx, &start, first)?;
-
     let start_newton_steps = trial.laml.newton.steps();
     let (mut walk, termination) = if trial.laml.newton.converged {
         let fs = fellner_schall_phase(&ctx, trial)?;
@@ -221,11 +220,11 @@ struct Ctx<'o, 'a, B: PcgKernels> {
     /// several minima and the one found is checked from beta0
     /// ([`walk::Walk`]'s mode check).
     indefinite: Cell<bool>,
-    // The evaluation at beta0 is not kept for the mode check (it would
-    // save the check one evaluation): it would hold one more set of row
-    // Hessians on the device for the whole fit, where memory is what
-    // bounds the rows a card takes (4M BMS rows peak at 44.9 GB).
-    /// The objective's evaluations so far, failed trials' included.
+    /// The objective's evaluations so far, failed trials' included. (The
+    /// evaluation at beta0 is not kept for the mode check, which would
+    /// save it one: it would hold one more set of row Hessians on the
+    /// device for the whole fit, where memory bounds the rows a card takes;
+    /// 4M BMS rows peak at 44.9 GB.)
     counted: &'a Counted,
 }
 
@@ -251,16 +250,17 @@ impl Counted {
 
 impl<'o, B: PcgKernels> Ctx<'o, '_, B> {
     /// V at `rho` ([`laml_value`]) from `beta0`, with the objective's
-    /// evaluation there when `start` has it; `None` where H + S is not
-    /// positive definite at the inner solve's end. That is a failed trial
-    /// (the caller backs off or gives the step up), not an error.
+    /// evaluation there when `start` has it, and the evaluations the trial
+    /// made; `None` where H + S is not positive definite at the inner
+    /// solve's end. That is a failed trial (the caller backs off or gives
+    /// the step up), not an error.
     fn trial(
         &self,
         rho: &[f64],
         beta0: &[f64],
         start: Option<Evaluation<'o, B>>,
         opts: &RemlOptions,
-    ) -> Result<Option<Trial<'o, B>>> {
+    ) -> Result<(Option<Trial<'o, B>>, usize)> {
         self.trial_joining(rho, beta0, start, opts, None)
     }
 
@@ -273,12 +273,14 @@ impl<'o, B: PcgKernels> Ctx<'o, '_, B> {
         start: Option<Evaluation<'o, B>>,
         opts: &RemlOptions,
         joins: Option<Joins<'_>>,
-    ) -> Result<Option<Trial<'o, B>>> {
+    ) -> Result<(Option<Trial<'o, B>>, usize)> {
+        let before = self.counted.get();
         let trial = laml_value(self.backend, self.watched, self.penalty, rho, beta0, start, opts, joins);
+        let spent = self.counted.get() - before;
         self.saw(&trial);
         match trial {
-            Ok(trial) => Ok(Some(trial)),
-            Err(SolverError::NotPositiveDefinite { .. }) => Ok(None),
+            Ok(trial) => Ok((Some(trial), spent)),
+            Err(SolverError::NotPositiveDefinite { .. }) => Ok((None, spent)),
             Err(e) => Err(e),
         }
     }
