@@ -10,6 +10,17 @@ use std::sync::Arc;
 use crate::cuda::Gpu;
 use crate::{Error, Result};
 
+/// The device memory a fit used, in bytes: its peak (the memory pool's
+/// high-water mark over the upload and the fit, data included) and the
+/// device's total; over several GPUs, the GPU whose peak was largest.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
+pub struct MemoryUse {
+    /// The most the fit's allocations held at once.
+    pub peak_bytes: u64,
+    /// The device's memory.
+    pub total_bytes: u64,
+}
+
 /// How to choose between the CPU and the GPU (`MATFREE_GPU`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum GpuPolicy {

@@ -8,10 +8,10 @@ use matfree::bms::device::{evaluate_device, evaluate_rows_device, DeviceStage1};
 use matfree::bms::io::generator::{generate, Generated, GeneratorConfig};
 use matfree::bms::model::stage2::evaluate_rows;
 use matfree::bms::MarginalSlope;
-use matfree::cuda::{gpu_for_test, CudaBackend, DeviceDesigns, DeviceRowEvaluation, Gpu};
+use matfree::cuda::{gpu_for_test, CudaBackend, DeviceDesigns, DeviceRowEvaluation, Gpu, HessianStorage};
 use matfree::fixture::Rng;
 use matfree::solvers::newton::{newton, StepSolver};
-use matfree::solvers::{CpuBackend, LinearOperator};
+use matfree::solvers::{Backend, CpuBackend, LinearOperator, Objective};
 use matfree::{Error, RowHessian};
 
 fn fixture(n: usize, p_h: usize, p_w: usize, seed: u64) -> Generated {
@@ -163,19 +163,22 @@ fn newton_on_bms_on_device_matches_dense_reference() {
     };
     let f = common::newton_fixture();
     let backend = CudaBackend::new(gpu.clone()).unwrap();
-    for (solver, single) in [
-        (StepSolver::Pcg, false),
-        (StepSolver::Pcg, true),
-        (StepSolver::Dense, false),
+    for (solver, single, storage) in [
+        (StepSolver::Pcg, false, HessianStorage::Rows),
+        (StepSolver::Pcg, true, HessianStorage::Rows),
+        (StepSolver::Dense, false, HessianStorage::Rows),
+        (StepSolver::Pcg, false, HessianStorage::Dense),
+        (StepSolver::Auto, true, HessianStorage::Auto),
     ] {
         let objective =
             f.g.model
                 .device_objective(gpu.clone(), &f.g.data)
                 .unwrap()
-                .with_single_precision_hvp(single);
+                .with_single_precision_hvp(single)
+                .with_hessian_storage(storage);
         let opts = f.options(solver);
         let fit = newton(&backend, &objective, &f.penalty, &f.lambda, &f.beta0, &opts).unwrap();
-        let label = format!("{solver:?}, f32 products {single}");
+        let label = format!("{solver:?}, f32 products {single}, {storage:?} storage");
         common::check_newton_fit(
             &label,
             &fit.beta,
@@ -196,6 +199,71 @@ fn newton_on_bms_on_device_matches_dense_reference() {
         "this shape runs the f32 kernel"
     );
     assert_eq!(op.dense_host().unwrap(), want_dense, "the dense matrix stays f64");
+}
+
+/// An evaluation that keeps the dense matrix (`HessianStorage::Dense`, the
+/// fit shape's choice under Auto) against one that keeps the rows: the same
+/// value and gradient bits, the dense matrix and diagonal equal to the bit
+/// (the same kernel summed them), products with one and with 40 vectors
+/// (above the warp width) within 1e-13 of their scale.
+#[test]
+#[ignore = "needs a GPU: runs on the device with --include-ignored (tools/gpu-tests.sh)"]
+fn dense_storage_gives_the_rows_operator() {
+    let Some(gpu) = gpu_for_test("dense_storage_gives_the_rows_operator") else {
+        return;
+    };
+    let g = fixture(3_000, 8, 6, 41);
+    let be = CudaBackend::new(gpu.clone()).unwrap();
+    let objective = |storage| {
+        g.model
+            .device_objective(gpu.clone(), &g.data)
+            .unwrap()
+            .with_hessian_storage(storage)
+    };
+    let auto = objective(HessianStorage::Auto);
+    assert!(auto.keeps_dense(), "the fit shape (p = 19) keeps the dense matrix");
+    assert!(!objective(HessianStorage::Rows).keeps_dense());
+    let (rows, dense) = (objective(HessianStorage::Rows), objective(HessianStorage::Dense));
+    let want = rows.evaluate(&g.beta).unwrap().unwrap();
+    let got = dense.evaluate(&g.beta).unwrap().unwrap();
+    assert_eq!(got.value.to_bits(), want.value.to_bits());
+    assert_eq!(got.gradient, want.gradient);
+    let p = g.beta.len();
+    assert_eq!(got.hessian.to_dense().unwrap(), want.hessian.to_dense().unwrap());
+    let (mut d_got, mut d_want) = (be.zeros(p).unwrap(), be.zeros(p).unwrap());
+    got.hessian.diagonal(&mut d_got).unwrap();
+    want.hessian.diagonal(&mut d_want).unwrap();
+    assert_eq!(be.download(&d_got).unwrap(), be.download(&d_want).unwrap());
+    let h = want.hessian.to_dense().unwrap();
+    for k in [1, 40] {
+        let x = Rng::new(7 + k as u64).normals(p * k);
+        let (mut y_got, mut y_want) = (be.zeros(p * k).unwrap(), be.zeros(p * k).unwrap());
+        let xd = be.upload(&x).unwrap();
+        if k == 1 {
+            got.hessian.apply(&xd, &mut y_got).unwrap();
+            want.hessian.apply(&xd, &mut y_want).unwrap();
+        } else {
+            got.hessian.apply_multi(&xd, k, &mut y_got).unwrap();
+            want.hessian.apply_multi(&xd, k, &mut y_want).unwrap();
+        }
+        let (y_got, y_want) = (be.download(&y_got).unwrap(), be.download(&y_want).unwrap());
+        for j in 0..k {
+            for i in 0..p {
+                let scale: f64 = (0..p).map(|l| (h[i * p + l] * x[j * p + l]).abs()).sum();
+                let (a, b) = (y_got[j * p + i], y_want[j * p + i]);
+                assert!(
+                    (a - b).abs() <= 1e-13 * scale,
+                    "k {k}, column {j}, entry {i}: {a} vs {b}"
+                );
+            }
+        }
+    }
+    let bad = vec![0.0; p + 1];
+    let mut y = be.zeros(p).unwrap();
+    assert!(
+        got.hessian.apply(&be.upload(&bad).unwrap(), &mut y).is_err(),
+        "a wrong length is an error"
+    );
 }
 
 /// The beta variants Stage 1 must handle: the generated coefficients, small

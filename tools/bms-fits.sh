@@ -22,7 +22,8 @@ phases = dict(d["phases"])
 by = d["reml_trace"].get("evaluations_by_purpose", {})
 print(f'{d["n"]}: converged {d["converged"]} ({d["termination"]}), {d["evaluations"]} evaluations {by}, '
       f'simulate {phases.get("simulate", float("nan")):.2f} s, fit {phases["fit"]:.2f} s '
-      f'(rows {phases["fit: row evaluations"]:.2f} s), REML {d["reml_score"]:.6f}')
+      f'(rows {phases["fit: row evaluations"]:.2f} s), REML {d["reml_score"]:.6f}, '
+      f'device peak {(d.get("device_memory") or {}).get("peak_bytes", float("nan")) / 1e9:.2f} GB')
 PY
 done
 exit $status

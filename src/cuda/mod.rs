@@ -14,6 +14,7 @@ mod backend;
 mod dense;
 mod devices;
 mod kernels;
+mod memory;
 mod multi;
 mod recorded;
 mod row_hessian;
@@ -26,14 +27,17 @@ mod tiled;
 
 pub use crate::device::{select_device, Device, GpuPolicy};
 pub use backend::CudaBackend;
-pub use dense::{DeviceCholesky, DeviceDenseFactor, DEVICE_DENSE_MIN_P};
+pub use dense::{DeviceCholesky, DeviceDenseFactor, DeviceDenseHessian, DEVICE_DENSE_MIN_P};
 #[cfg(feature = "testing")]
 pub use devices::{gpus_for_test, setup_for_test};
 pub(crate) use kernels::reduce_partials;
+pub use memory::{gb, DeviceMemory};
 pub use multi::{GpuGroup, MultiGpuBackend, Replicated};
 pub use recorded::Recorded;
 pub use row_hessian::{DeviceDesigns, DeviceRowHessian, HvpPrecision, SingleKernel};
-pub use row_objective::{DeviceRowEvaluation, DeviceRowEvaluator, DeviceRowObjective, HostRows, PendingRows};
+pub use row_objective::{
+    DeviceRowEvaluation, DeviceRowEvaluator, DeviceRowObjective, HessianStorage, HostRows, PendingRows,
+};
 pub(crate) use runtime::cuda_err;
 #[cfg(feature = "testing")]
 pub use runtime::gpu_for_test;

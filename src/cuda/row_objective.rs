@@ -12,10 +12,10 @@ use std::sync::Arc;
 
 use cudarc::driver::CudaSlice;
 use matfree_solvers::newton::{fd_hessian_derivative, traces_through_dense, CostEstimate, Evaluation, Objective};
-use matfree_solvers::{CpuBackend, Result as SolverResult};
+use matfree_solvers::{CpuBackend, LinearOperator, Result as SolverResult};
 
 use super::row_hessian::split_joint;
-use super::{CudaBackend, DeviceDesigns, DeviceRowHessian, Gpu};
+use super::{CudaBackend, DeviceDenseHessian, DeviceDesigns, DeviceRowHessian, Gpu};
 use crate::designs::Designs;
 use crate::layout::Layout;
 use crate::row_hessian::JointGradient;
@@ -177,6 +177,25 @@ pub struct DeviceRowObjective<E> {
     rows: E,
     scales: Vec<f64>,
     single_precision_hvp: bool,
+    storage: HessianStorage,
+    backend: CudaBackend,
+}
+
+/// How an evaluation keeps its Hessian.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum HessianStorage {
+    /// Dense where [`CostEstimate::always_dense`] says every Newton step is
+    /// a dense one (then the rows would only ever be summed into the dense
+    /// matrix), the rows otherwise.
+    #[default]
+    Auto,
+    /// The per-row Hessians, n r^2 values an evaluation: matrix-free
+    /// products for PCG steps.
+    Rows,
+    /// The p x p matrix ([`DeviceDenseHessian`]), summed as the evaluation
+    /// ends; the per-row Hessians are freed with it, so a fit holds one
+    /// evaluation's rows at a time whatever number of evaluations it keeps.
+    Dense,
 }
 
 impl<E: DeviceRowEvaluator> DeviceRowObjective<E> {
@@ -186,11 +205,30 @@ impl<E: DeviceRowEvaluator> DeviceRowObjective<E> {
         check_same_designs(rows.designs(), host)?;
         crate::row_hessian::check_layout_designs(rows.layout(), host)?;
         let scales = column_scales(rows.layout(), host);
+        let backend = CudaBackend::new(rows.designs().gpu().clone())?;
         Ok(Self {
             rows,
             scales,
             single_precision_hvp: false,
+            storage: HessianStorage::Auto,
+            backend,
         })
+    }
+
+    /// How each evaluation keeps its Hessian (default
+    /// [`HessianStorage::Auto`]).
+    pub fn with_hessian_storage(mut self, storage: HessianStorage) -> Self {
+        self.storage = storage;
+        self
+    }
+
+    /// Whether evaluations keep the dense matrix rather than the rows.
+    pub fn keeps_dense(&self) -> bool {
+        match self.storage {
+            HessianStorage::Auto => row_cost(self.rows.layout(), self.rows.designs().n()).always_dense(self.dim()),
+            HessianStorage::Rows => false,
+            HessianStorage::Dense => true,
+        }
     }
 
     /// Whether each evaluation's Hessian operator gives its PCG products a
@@ -198,6 +236,8 @@ impl<E: DeviceRowEvaluator> DeviceRowObjective<E> {
     /// ([`DeviceRowHessian::with_single_precision_hvp`]; default off). The
     /// gradient, the dense steps and the log-determinants stay f64, so a
     /// fit converges to the same optimum; only its PCG steps are inexact.
+    /// An evaluation that keeps the dense matrix ([`HessianStorage`]) makes
+    /// no copy.
     pub fn with_single_precision_hvp(mut self, on: bool) -> Self {
         self.single_precision_hvp = on;
         self
@@ -224,14 +264,18 @@ impl<E: DeviceRowEvaluator> Objective<CudaBackend> for DeviceRowObjective<E> {
             return Ok(None);
         };
         let joint = rows.joint_gradient()?;
-        let hessian = match self.single_precision_hvp {
-            true => rows.hessian.with_single_precision_hvp()?,
-            false => rows.hessian,
+        let hessian: Rc<dyn LinearOperator<CudaBackend>> = if self.keeps_dense() {
+            let dense = rows.hessian.to_dense()?;
+            Rc::new(DeviceDenseHessian::new(self.backend.clone(), self.dim(), dense)?)
+        } else if self.single_precision_hvp {
+            Rc::new(rows.hessian.with_single_precision_hvp()?)
+        } else {
+            Rc::new(rows.hessian)
         };
         Ok(Some(Evaluation {
             value: joint.neglog,
             gradient: joint.gradient,
-            hessian: Rc::new(hessian),
+            hessian,
         }))
     }
 

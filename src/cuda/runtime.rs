@@ -316,7 +316,9 @@ impl Gpu {
 
     /// Upload a host slice (queued on the stream).
     pub fn upload<T: cudarc::driver::DeviceRepr>(&self, x: &[T]) -> Result<CudaSlice<T>> {
-        self.stream.clone_htod(x).map_err(|e| cuda_err("upload", e))
+        self.stream
+            .clone_htod(x)
+            .map_err(|e| self.alloc_error("upload", std::mem::size_of_val(x), e))
     }
 
     /// Download a device buffer (a counted synchronisation).
@@ -342,7 +344,7 @@ impl Gpu {
     /// The caller writes every value before anything reads it.
     pub(crate) unsafe fn unset<T: cudarc::driver::DeviceRepr>(&self, n: usize) -> Result<CudaSlice<T>> {
         // SAFETY: passed on to the caller.
-        unsafe { self.stream.alloc(n.max(1)) }.map_err(|e| cuda_err("alloc", e))
+        unsafe { self.stream.alloc(n.max(1)) }.map_err(|e| self.alloc_error("alloc", n * std::mem::size_of::<T>(), e))
     }
 
     /// A zeroed device buffer.
@@ -350,7 +352,9 @@ impl Gpu {
         &self,
         n: usize,
     ) -> Result<CudaSlice<T>> {
-        self.stream.alloc_zeros(n.max(1)).map_err(|e| cuda_err("alloc", e))
+        self.stream
+            .alloc_zeros(n.max(1))
+            .map_err(|e| self.alloc_error("alloc", n * std::mem::size_of::<T>(), e))
     }
 }
 

@@ -601,13 +601,9 @@ fn record<B: PcgKernels>(cur: &Point<'_, B>, step: &Step, solver: StepSolver) ->
 fn choose_solver<B: PcgKernels>(prob: &Problem<'_, '_, B>, expected_iters: usize) -> StepSolver {
     match prob.opts.solver {
         StepSolver::Auto => {
-            let p = prob.s.dim() as f64;
+            let p = prob.s.dim();
             let c = prob.objective.cost();
-            let dense = c.dense_assembly + p * p * p / 3.0 + 2.0 * p * p;
-            let iters = expected_iters.min(prob.s.dim()).max(1) as f64;
-            // Each PCG iteration: an HVP, the penalty gemv, ~10 vector ops.
-            let pcg = iters * (c.hvp + 2.0 * p * p + 10.0 * p);
-            if dense <= pcg {
+            if c.dense_step(p) <= c.pcg_step(p, expected_iters.min(p)) {
                 StepSolver::Dense
             } else {
                 StepSolver::Pcg

@@ -53,6 +53,28 @@ impl CostEstimate {
             dense_assembly: 2.0 * p * p * p,
         }
     }
+
+    /// A dense Newton step at dimension `p`: assembly, a Cholesky factor
+    /// and its two triangular solves.
+    pub fn dense_step(&self, p: usize) -> f64 {
+        let p = p as f64;
+        self.dense_assembly + p * p * p / 3.0 + 2.0 * p * p
+    }
+
+    /// A PCG Newton step of `iters` iterations at dimension `p`: each an
+    /// HVP, the penalty's gemv and about ten vector operations.
+    pub fn pcg_step(&self, p: usize, iters: usize) -> f64 {
+        let p = p as f64;
+        iters.max(1) as f64 * (self.hvp + 2.0 * p * p + 10.0 * p)
+    }
+
+    /// Whether [`StepSolver::Auto`] takes the dense step however few PCG
+    /// iterations a step would need: then a Hessian is only ever used
+    /// through its dense matrix (steps, log-determinants, traces), and an
+    /// objective may form that matrix at once and free what it came from.
+    pub fn always_dense(&self, p: usize) -> bool {
+        self.dense_step(p) <= self.pcg_step(p, 1)
+    }
 }
 
 /// A twice-differentiable negative log-likelihood (or any smooth loss).

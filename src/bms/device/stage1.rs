@@ -29,7 +29,9 @@ use cudarc::driver::{CudaSlice, CudaStream, CudaView, CudaViewMut, LaunchArgs, L
 
 use super::rows::{check_status, row_grid, stage2_tile, RowOutputs, Stage2Tile, BMS_KERNELS};
 use crate::bms::{BmsData, BmsModel, CubicBasis};
-use crate::cuda::{cuda_err, DeviceDesigns, DeviceRowEvaluation, DeviceRowEvaluator, Gpu, LoadedKernels, PendingRows};
+use crate::cuda::{
+    cuda_err, gb, DeviceDesigns, DeviceRowEvaluation, DeviceRowEvaluator, Gpu, LoadedKernels, PendingRows,
+};
 use crate::designs::check_matrix;
 use crate::layout::Layout;
 use crate::{Error, Result};
@@ -234,6 +236,7 @@ impl DeviceStage1 {
             let rule = format!("n and n * {slots} cell slots must fit the kernels' 32-bit indices");
             return Err(Error::invalid("n", n, rule));
         }
+        check_memory(&gpu, n, bases.r(), slots)?;
         let work = Work::allocate(&gpu, model, data, slots)?;
         let tile = stage2_tile(&gpu, bases.r(), slots)?;
         // One part runs on the device's stream; more take a stream each.
@@ -601,6 +604,43 @@ impl DeviceStage1 {
     }
 }
 
+/// Device bytes a row takes: [`Work`] (Stage 1's `slots` cells and the
+/// observed jets) and one evaluation's [`RowOutputs`] with its operator's
+/// n x r scratch (at the fit's shape, 23 slots and r = 16, 5,364 bytes;
+/// the memory pool's peak over a 12M-row fit was 5,413 a row, data and
+/// designs included).
+fn bytes_per_row(r: usize, slots: usize) -> u64 {
+    let (f64s, u32s) = (3 + 4 + 14 * slots + 3 + 3 * r, 2);
+    let outputs = 8 * (1 + r + r * r + r) + 4;
+    (8 * f64s + 4 * u32s + outputs) as u64
+}
+
+/// Whether the rows' buffers fit the device's available memory; where they
+/// do not, an error naming the rows, the bytes a row takes and the memory
+/// there is, before anything is allocated.
+fn check_memory(gpu: &Gpu, n: usize, r: usize, slots: usize) -> Result<()> {
+    let m = gpu.memory()?;
+    memory_rule(n, r, slots, (m.available, m.total), gpu.name())
+}
+
+/// [`check_memory`] against `(available, total)` bytes of device `name`.
+fn memory_rule(n: usize, r: usize, slots: usize, (available, total): (u64, u64), name: &str) -> Result<()> {
+    let need = n as u64 * bytes_per_row(r, slots);
+    if need <= available {
+        return Ok(());
+    }
+    let rule = format!(
+        "needs {} of device memory ({} bytes a row: Stage 1's {slots} cell slots and one evaluation's \
+         outputs), more than the {} available on {name} ({} in all): shard the rows over several GPUs \
+         (fit_bms --gpus), fit fewer rows, or fit on the CPU",
+        gb(need),
+        bytes_per_row(r, slots),
+        gb(available),
+        gb(total),
+    );
+    Err(Error::invalid("n", n, rule))
+}
+
 impl Work {
     fn allocate(gpu: &Gpu, model: &BmsModel, data: &BmsData, slots: usize) -> Result<Self> {
         let n = data.n();
@@ -625,6 +665,27 @@ impl Work {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// 12M rows at the fit's shape (r = 16, 23 slots) need 64.4 GB: they fit
+    /// 79 GB available and are refused, naming n and the bytes a row, with 40.
+    #[test]
+    fn rows_beyond_the_device_memory_are_refused_by_name() {
+        assert_eq!(bytes_per_row(16, 23), 5_364);
+        let gb = 1_000_000_000;
+        assert!(memory_rule(12_000_000, 16, 23, (79 * gb, 85 * gb), "H100").is_ok());
+        let err = memory_rule(12_000_000, 16, 23, (40 * gb, 85 * gb), "H100").unwrap_err();
+        let msg = err.to_string();
+        for part in [
+            "n",
+            "12000000",
+            "64.37 GB",
+            "5364 bytes a row",
+            "40.00 GB available on H100",
+            "--gpus",
+        ] {
+            assert!(msg.contains(part), "{part:?} missing from {msg}");
+        }
+    }
 
     #[test]
     fn parts_cover_the_rows_in_order_and_small_sets_take_one() {

@@ -446,6 +446,8 @@ pub struct DeviceFit {
     pub fit_seconds: f64,
     /// Seconds of the fit spent in objective evaluations.
     pub evaluation_seconds: f64,
+    /// The GPU memory the upload and the fit used (none on the CPU).
+    pub memory: Option<crate::device::MemoryUse>,
 }
 
 /// [`fit`] on `device`: the CPU, one GPU, or the first `gpus` GPUs with
@@ -507,16 +509,39 @@ fn fit_on_gpus(
 ) -> Result<DeviceFit> {
     use crate::cuda::{CudaBackend, GpuGroup, MultiGpuBackend};
     if gpus <= 1 {
+        gpu.reset_memory_peak()?;
         let objective = model
             .device_objective(gpu.clone(), data)?
             .with_single_precision_hvp(opts.single_precision_hvp);
         let backend = CudaBackend::new(gpu.clone())?;
-        return timed(&backend, &objective, model, data, opts, display, gpu.describe(), t);
+        let run = timed(&backend, &objective, model, data, opts, display, gpu.describe(), t)?;
+        return with_memory(run, std::slice::from_ref(gpu));
     }
     let group = GpuGroup::open(gpus)?;
+    for g in group.gpus() {
+        g.reset_memory_peak()?;
+    }
     let objective = model.sharded_objective(group.clone(), data)?;
     let backend = MultiGpuBackend::new(group.clone())?;
-    timed(&backend, &objective, model, data, opts, display, group.describe(), t)
+    let run = timed(&backend, &objective, model, data, opts, display, group.describe(), t)?;
+    with_memory(run, group.gpus())
+}
+
+/// `run` with the largest memory peak among `gpus`.
+#[cfg(feature = "cuda")]
+fn with_memory(mut run: DeviceFit, gpus: &[std::sync::Arc<crate::cuda::Gpu>]) -> Result<DeviceFit> {
+    for g in gpus {
+        let m = g.memory()?;
+        if let Some(peak) = m.peak {
+            if run.memory.is_none_or(|u| peak > u.peak_bytes) {
+                run.memory = Some(crate::device::MemoryUse {
+                    peak_bytes: peak,
+                    total_bytes: m.total,
+                });
+            }
+        }
+    }
+    Ok(run)
 }
 
 #[allow(clippy::too_many_arguments)]
@@ -542,6 +567,7 @@ fn timed<B: PcgKernels>(
         upload_seconds,
         fit_seconds: t.elapsed().as_secs_f64(),
         evaluation_seconds: progress.evaluation_seconds(),
+        memory: None,
     })
 }
 

@@ -316,6 +316,7 @@ impl Job {
         };
         let mut report = run.fit.summary(model, data.n(), names, problem.truth.as_deref());
         report.backend = run.backend;
+        report.device_memory = run.memory;
         report.data = problem.source.clone();
         report.phases = phases;
         notes.append(&mut report.notes);

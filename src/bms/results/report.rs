@@ -19,6 +19,9 @@ use crate::bms::{Bases, BmsModel};
 pub struct FitSummary {
     /// Where the fit ran (filled by the caller).
     pub backend: String,
+    /// The GPU memory the fit used (filled by the caller; none on the CPU
+    /// or where the device has no memory pool to read it from).
+    pub device_memory: Option<crate::device::MemoryUse>,
     /// The data's description (filled by the caller).
     pub data: String,
     /// Rows.
@@ -88,6 +91,7 @@ impl BmsFit {
             .collect();
         FitSummary {
             backend: String::new(),
+            device_memory: None,
             data: String::new(),
             n,
             p,
@@ -224,6 +228,14 @@ fn table(r: &FitSummary) -> String {
     let mut s = String::new();
     s += "Bernoulli marginal-slope model\n";
     s += &format!("data: {}\nbackend: {}\n", r.data, r.backend);
+    if let Some(m) = r.device_memory {
+        let gb = |b: u64| b as f64 / 1e9;
+        s += &format!(
+            "device memory: peak {:.2} GB of {:.2} GB\n",
+            gb(m.peak_bytes),
+            gb(m.total_bytes)
+        );
+    }
     s += &format!(
         "n = {}, p = {}, smoothing selection: {}, converged: {} ({})\n\n",
         r.n, r.p, r.method, r.converged, r.termination
