@@ -277,7 +277,7 @@ impl<'o, B: PcgKernels> Ctx<'o, '_, B> {
         let before = self.counted.get();
         let trial = laml_value(self.backend, self.watched, self.penalty, rho, beta0, start, opts, joins);
         let spent = self.counted.get() - before;
-        self.saw(&trial);
+        self.saw(&trial, beta0 == self.beta0);
         match trial {
             Ok(trial) => Ok((Some(trial), spent)),
             Err(SolverError::NotPositiveDefinite { .. }) => Ok((None, spent)),
@@ -286,10 +286,19 @@ impl<'o, B: PcgKernels> Ctx<'o, '_, B> {
     }
 
     /// Note an inner solve that met an indefinite H + S: a damped step, or
-    /// no positive definite H + S at its end.
-    fn saw(&self, trial: &Result<Trial<'o, B>>) {
+    /// no positive definite H + S at its end. A solve from the fit's own
+    /// `beta0` (`from_beta0`) is judged after its first step: a damped step
+    /// at beta0 itself says where the fit started, not what the data are
+    /// (BMS's rigid start, warps at zero, is indefinite for every data set).
+    fn saw(&self, trial: &Result<Trial<'o, B>>, from_beta0: bool) {
         let indefinite = match trial {
-            Ok(t) => t.laml.newton.iterations.iter().any(|it| it.damping > 0.0),
+            Ok(t) => t
+                .laml
+                .newton
+                .iterations
+                .iter()
+                .skip(usize::from(from_beta0))
+                .any(|it| it.damping > 0.0),
             Err(e) => matches!(e, SolverError::NotPositiveDefinite { .. }),
         };
         if indefinite {

@@ -76,7 +76,7 @@ pub(super) fn start_trial<'o, B: PcgKernels>(
         let rho = outer.clamp(&rho);
         // Not `Ctx::trial`: the last start's pivot goes into the error.
         let trial = laml_value(b, o, p, &rho, ctx.beta0, first.take(), &rough(outer.opts), None);
-        ctx.saw(&trial);
+        ctx.saw(&trial, true);
         match trial {
             Ok(trial) => {
                 if trial.laml.newton.converged {

@@ -316,11 +316,12 @@ impl<'o, B: PcgKernels> Walk<'o, B> {
         }
         self.checked_at = Some(self.cur.rho.clone());
         // A convex objective has one minimum: checked without a solve. Nor
-        // is one solved where every inner solve so far (the start's from
-        // beta0 included) met H + S positive definite and the last line
-        // search needed no run of halvings: nothing seen says the penalised
-        // objective is not convex where the solves went, and the check
-        // would cost about a quarter of such a fit's evaluations.
+        // is one solved where every inner solve so far met H + S positive
+        // definite (the start's from beta0 after its first step: see
+        // Ctx::saw) and the last line search needed no run of halvings:
+        // nothing seen says the penalised objective is not convex where the
+        // solves went, and the check would cost about a quarter of such a
+        // fit's evaluations.
         if ctx.watched.objective.convex() || !(ctx.indefinite.get() || self.suspect) {
             return Ok(false);
         }
