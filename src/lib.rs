@@ -46,7 +46,7 @@ pub use matfree_solvers as solvers;
 pub use ndarray;
 pub use pspline::PSpline;
 pub use row_hessian::{joint_gradient, JointGradient, RowHessian};
-pub use row_objective::{RowEvaluator, RowObjective};
+pub use row_objective::{HessianStorage, RowEvaluator, RowObjective};
 
 /// The README's library example, compiled and run as a doctest.
 #[cfg(doctest)]

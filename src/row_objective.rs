@@ -14,7 +14,7 @@ use std::sync::Arc;
 use faer::{MatRef, Side};
 use matfree_solvers::newton::{fd_hessian_derivative, traces_through_dense, CostEstimate, Evaluation, Objective};
 use matfree_solvers::operator::expect_len;
-use matfree_solvers::{CpuBackend, Result as SolverResult};
+use matfree_solvers::{CpuBackend, DenseOperator, LinearOperator, Result as SolverResult};
 use rayon::prelude::*;
 
 use crate::designs::{first_non_finite, Designs};
@@ -108,6 +108,7 @@ pub struct RowObjective<E> {
     /// The row Hessians' memory, reused across evaluations.
     buffers: BufferPool,
     scales: Vec<f64>,
+    storage: HessianStorage,
 }
 
 impl<E: RowEvaluator> RowObjective<E> {
@@ -122,7 +123,15 @@ impl<E: RowEvaluator> RowObjective<E> {
             evaluator,
             buffers: BufferPool::default(),
             scales,
+            storage: HessianStorage::Auto,
         })
+    }
+
+    /// How each evaluation keeps its Hessian (default
+    /// [`HessianStorage::Auto`]).
+    pub fn with_hessian_storage(mut self, storage: HessianStorage) -> Self {
+        self.storage = storage;
+        self
     }
 
     /// The layout.
@@ -344,6 +353,36 @@ pub fn outside_domain<T>(result: Result<T>) -> SolverResult<Option<T>> {
     }
 }
 
+/// How an evaluation keeps its Hessian.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum HessianStorage {
+    /// Dense where [`CostEstimate::always_dense`] says every Newton step is
+    /// a dense one (then the rows would only ever be summed into the dense
+    /// matrix), the rows otherwise.
+    #[default]
+    Auto,
+    /// The per-row Hessians, n r^2 values an evaluation: matrix-free
+    /// products for PCG steps.
+    Rows,
+    /// The p x p matrix (`DenseOperator` on the CPU, `DeviceDenseHessian`
+    /// on a GPU), summed as the evaluation
+    /// ends; the per-row Hessians are freed with it, so a fit holds one
+    /// evaluation's rows at a time whatever number of evaluations it keeps.
+    Dense,
+}
+
+impl HessianStorage {
+    /// Whether an objective of `cost` and dimension `p` keeps the dense
+    /// matrix.
+    pub fn keeps_dense(self, cost: CostEstimate, p: usize) -> bool {
+        match self {
+            Self::Auto => cost.always_dense(p),
+            Self::Rows => false,
+            Self::Dense => true,
+        }
+    }
+}
+
 /// Each beta column's root mean square over the rows (1 for a direct
 /// coefficient or an all-zero column): Newton's step cap is in these units.
 /// One pass over each design, every column's squares summed in row order.
@@ -380,11 +419,20 @@ impl<E: RowEvaluator> Objective<CpuBackend> for RowObjective<E> {
         let Some((joint, hess)) = self.host_evaluation(beta)? else {
             return Ok(None);
         };
-        let hessian = RowHessian::with_storage(self.layout.clone(), self.designs.clone(), hess)?;
+        let rows = RowHessian::with_storage(self.layout.clone(), self.designs.clone(), hess)?;
+        let mut hessian: Rc<dyn LinearOperator<CpuBackend>> = Rc::new(rows);
+        if self.storage.keeps_dense(self.cost(), self.dim()) {
+            let dense = hessian.to_dense()?;
+            // A non-finite entry keeps the rows, for the solver to reject
+            // as it would have (the dense operator refuses one).
+            if dense.iter().all(|v| v.is_finite()) {
+                hessian = Rc::new(DenseOperator::new(self.dim(), dense)?);
+            }
+        }
         Ok(Some(Evaluation {
             value: joint.neglog,
             gradient: joint.gradient,
-            hessian: Rc::new(hessian),
+            hessian,
         }))
     }
 

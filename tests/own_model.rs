@@ -212,6 +212,50 @@ fn a_row_objective_over_a_direct_block_has_its_own_derivatives() {
     assert!(e.to_string().contains("beta"), "{e}");
 }
 
+/// How an evaluation keeps its Hessian: Auto keeps the dense matrix for
+/// this small p (every Newton step is dense) and the rows for a wide one;
+/// the dense operator gives the rows' dense matrix, and their diagonal and
+/// products (one vector and 40, above the warp width) to rounding.
+#[test]
+fn dense_storage_gives_the_rows_operator_on_the_cpu() {
+    use matfree::solvers::newton::CostEstimate;
+    use matfree::HessianStorage;
+    let n = 1000;
+    let cost = |p: usize| matfree::row_objective::row_cost(&Layout::new(&[Block::Predictor(p)]).unwrap(), n);
+    assert!(HessianStorage::Auto.keeps_dense(cost(3), 3));
+    assert!(!HessianStorage::Auto.keeps_dense(cost(400), 400), "{:?}", cost(400));
+    assert!(!HessianStorage::Rows.keeps_dense(CostEstimate::dense(3), 3));
+    assert!(HessianStorage::Dense.keeps_dense(cost(400), 400));
+    let beta = [0.3, -0.8, 0.2];
+    let rows = shared_objective(n).with_hessian_storage(HessianStorage::Rows);
+    let dense = shared_objective(n);
+    let (want, got) = (
+        rows.evaluate(&beta).unwrap().unwrap(),
+        dense.evaluate(&beta).unwrap().unwrap(),
+    );
+    assert_eq!((got.value, &got.gradient), (want.value, &want.gradient));
+    let h = want.hessian.to_dense().unwrap();
+    assert_eq!(got.hessian.to_dense().unwrap(), h);
+    let (mut dg, mut dw) = (vec![0.0; 3], vec![0.0; 3]);
+    got.hessian.diagonal(&mut dg).unwrap();
+    want.hessian.diagonal(&mut dw).unwrap();
+    // The dense matrix's own diagonal; the rows sum theirs in another order.
+    assert_eq!(dg, [h[0], h[4], h[8]]);
+    for (a, b) in dg.iter().zip(&dw) {
+        assert!((a - b).abs() <= 1e-14 * b.abs(), "diagonal {a} vs {b}");
+    }
+    for k in [1, 40] {
+        let x: Vec<f64> = (0..3 * k).map(|i| ((i * 7 % 11) as f64 - 5.0) / 3.0).collect();
+        let (mut yg, mut yw) = (vec![0.0; 3 * k], vec![0.0; 3 * k]);
+        got.hessian.apply_multi(&x, k, &mut yg).unwrap();
+        want.hessian.apply_multi(&x, k, &mut yw).unwrap();
+        for (i, (a, b)) in yg.iter().zip(&yw).enumerate() {
+            let scale: f64 = (0..3).map(|l| (h[(i % 3) * 3 + l] * x[i / 3 * 3 + l]).abs()).sum();
+            assert!((a - b).abs() <= 1e-13 * scale, "k {k}, entry {i}: {a} vs {b}");
+        }
+    }
+}
+
 /// A model with CPU rows on one GPU and on a group of one device (and of
 /// every visible device, with two or more): the same value, gradient and
 /// Hessian as on the CPU, the exact dH of the host rows, the value alone

@@ -26,6 +26,7 @@ mod staging;
 mod tiled;
 
 pub use crate::device::{select_device, Device, GpuPolicy};
+pub use crate::row_objective::HessianStorage;
 pub use backend::CudaBackend;
 pub use dense::{DeviceCholesky, DeviceDenseFactor, DeviceDenseHessian, DEVICE_DENSE_MIN_P};
 #[cfg(feature = "testing")]
@@ -35,9 +36,7 @@ pub use memory::{gb, DeviceMemory};
 pub use multi::{GpuGroup, MultiGpuBackend, Replicated};
 pub use recorded::Recorded;
 pub use row_hessian::{DeviceDesigns, DeviceRowHessian, HvpPrecision, SingleKernel};
-pub use row_objective::{
-    DeviceRowEvaluation, DeviceRowEvaluator, DeviceRowObjective, HessianStorage, HostRows, PendingRows,
-};
+pub use row_objective::{DeviceRowEvaluation, DeviceRowEvaluator, DeviceRowObjective, HostRows, PendingRows};
 pub(crate) use runtime::cuda_err;
 #[cfg(feature = "testing")]
 pub use runtime::gpu_for_test;

@@ -19,7 +19,9 @@ use super::{CudaBackend, DeviceDenseHessian, DeviceDesigns, DeviceRowHessian, Gp
 use crate::designs::Designs;
 use crate::layout::Layout;
 use crate::row_hessian::JointGradient;
-use crate::row_objective::{column_scales, lower_factor, outside_domain, row_cost, RowEvaluator, RowObjective};
+use crate::row_objective::{
+    column_scales, lower_factor, outside_domain, row_cost, HessianStorage, RowEvaluator, RowObjective,
+};
 use crate::{Error, Result};
 
 /// One evaluation's per-row results on the device.
@@ -181,23 +183,6 @@ pub struct DeviceRowObjective<E> {
     backend: CudaBackend,
 }
 
-/// How an evaluation keeps its Hessian.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub enum HessianStorage {
-    /// Dense where [`CostEstimate::always_dense`] says every Newton step is
-    /// a dense one (then the rows would only ever be summed into the dense
-    /// matrix), the rows otherwise.
-    #[default]
-    Auto,
-    /// The per-row Hessians, n r^2 values an evaluation: matrix-free
-    /// products for PCG steps.
-    Rows,
-    /// The p x p matrix ([`DeviceDenseHessian`]), summed as the evaluation
-    /// ends; the per-row Hessians are freed with it, so a fit holds one
-    /// evaluation's rows at a time whatever number of evaluations it keeps.
-    Dense,
-}
-
 impl<E: DeviceRowEvaluator> DeviceRowObjective<E> {
     /// The objective of `rows`; `host` are its designs on the host (the
     /// coefficient scales are theirs).
@@ -224,11 +209,8 @@ impl<E: DeviceRowEvaluator> DeviceRowObjective<E> {
 
     /// Whether evaluations keep the dense matrix rather than the rows.
     pub fn keeps_dense(&self) -> bool {
-        match self.storage {
-            HessianStorage::Auto => row_cost(self.rows.layout(), self.rows.designs().n()).always_dense(self.dim()),
-            HessianStorage::Rows => false,
-            HessianStorage::Dense => true,
-        }
+        self.storage
+            .keeps_dense(row_cost(self.rows.layout(), self.rows.designs().n()), self.dim())
     }
 
     /// Whether each evaluation's Hessian operator gives its PCG products a

@@ -49,10 +49,12 @@ const MODE_CHECK_STEPS: usize = 20;
 /// met none and the check found nothing there, at 5-6 of their 30-32
 /// evaluations; the messy fit meets it in its first warm solve. A damped
 /// first step at `beta0` itself does not count: BMS's rigid start (warps at
-/// zero) is indefinite for every data set, and counting it ran the check on
-/// every simulated fit (on 60,000 rows 5 of 24 evaluations, on 20,000 seed
-/// 1 8 of 21) without finding a lower minimum on any. The solve ends early once a Newton step would land at
-/// cur's own minimum ([`SAME_MINIMUM`]); its evaluations are counted
+/// zero) is often indefinite whatever the data, and counting it ran the
+/// check on most simulated fits without finding a lower minimum on any (on
+/// the README's 60,000 rows 5 of 24 evaluations, on 20,000 rows seed 1 8
+/// of 21; 8,000 rows seeds 1 and 2 4 and 6). The solve ends early once a
+/// Newton step would land at cur's own minimum ([`SAME_MINIMUM`]); its
+/// evaluations are counted
 /// whether or not it ends at a minimum.
 ///
 /// [`POOR_MODEL_HALVINGS`]: super::curvature::POOR_MODEL_HALVINGS
@@ -67,7 +69,7 @@ pub(super) fn lower_mode<'o, B: PcgKernels>(
         let d = squared_distance(&a, landing, &cur.beta);
         d <= SAME_MINIMUM
     };
-    let (trial, spent) = ctx.trial_joining(&cur.rho, ctx.beta0, None, &capped, Some(&joins))?;
+    let (trial, spent) = ctx.trial_joining(&cur.rho, ctx.beta0, ctx.at_beta0.clone(), &capped, Some(&joins))?;
     let Some(trial) = trial else {
         return Ok((None, 0, spent));
     };

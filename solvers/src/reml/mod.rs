@@ -135,12 +135,17 @@ pub fn reml_observed<B: PcgKernels>(
     let mut diag = backend.zeros(first.hessian.dim())?;
     first.hessian.diagonal(&mut diag)?;
     let rho_ref = reference_rho(penalty, &backend.download(&diag)?)?;
+    // Kept where the objective's evaluations hold only their dense matrix
+    // (every step dense: `HessianStorage::Auto` keeps no rows then), so
+    // that a later solve from beta0 does not evaluate it again.
+    let at_beta0 = objective.cost().always_dense(objective.dim()).then(|| first.clone());
     let ctx = Ctx {
         backend,
         watched,
         penalty,
         outer: Outer::around(rho_ref, opts),
         beta0,
+        at_beta0,
         indefinite: Cell::new(false),
         counted: &counted,
     };
@@ -220,11 +225,13 @@ struct Ctx<'o, 'a, B: PcgKernels> {
     /// several minima and the one found is checked from beta0
     /// ([`walk::Walk`]'s mode check).
     indefinite: Cell<bool>,
-    /// The objective's evaluations so far, failed trials' included. (The
-    /// evaluation at beta0 is not kept for the mode check, which would
-    /// save it one: it would hold one more set of row Hessians on the
-    /// device for the whole fit, where memory bounds the rows a card takes;
-    /// 4M BMS rows peak at 44.9 GB.)
+    /// The objective's evaluation at beta0, for solves from there (the
+    /// start's retries, the mode check), where keeping it costs only its
+    /// dense matrix; `None` where an evaluation may hold its rows (a set of
+    /// row Hessians held all fit, where memory bounds the rows a card
+    /// takes).
+    at_beta0: Option<Evaluation<'o, B>>,
+    /// The objective's evaluations so far, failed trials' included.
     counted: &'a Counted,
 }
 
@@ -289,7 +296,8 @@ impl<'o, B: PcgKernels> Ctx<'o, '_, B> {
     /// no positive definite H + S at its end. A solve from the fit's own
     /// `beta0` (`from_beta0`) is judged after its first step: a damped step
     /// at beta0 itself says where the fit started, not what the data are
-    /// (BMS's rigid start, warps at zero, is indefinite for every data set).
+    /// (BMS's rigid start, warps at zero, is often indefinite whatever the
+    /// data).
     fn saw(&self, trial: &Result<Trial<'o, B>>, from_beta0: bool) {
         let indefinite = match trial {
             Ok(t) => t

@@ -75,7 +75,8 @@ pub(super) fn start_trial<'o, B: PcgKernels>(
         let rho: Vec<f64> = start.iter().map(|r| r + PROBE_DISTANCE * retry as f64).collect();
         let rho = outer.clamp(&rho);
         // Not `Ctx::trial`: the last start's pivot goes into the error.
-        let trial = laml_value(b, o, p, &rho, ctx.beta0, first.take(), &rough(outer.opts), None);
+        let at_beta0 = first.take().or_else(|| ctx.at_beta0.clone());
+        let trial = laml_value(b, o, p, &rho, ctx.beta0, at_beta0, &rough(outer.opts), None);
         ctx.saw(&trial, true);
         match trial {
             Ok(trial) => {
