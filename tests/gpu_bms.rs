@@ -338,6 +338,9 @@ fn device_stage1_matches_cpu_stage1() {
     }
 }
 
+/// Evaluations at one beta are the same to the bit, whatever order Stage
+/// 1's threads take the rows in (data order at the first evaluation, the
+/// first's (b, q) order from the second on).
 #[test]
 #[ignore = "needs a GPU: runs on the device with --include-ignored (tools/gpu-tests.sh)"]
 fn device_stage1_is_bitwise_repeatable() {
@@ -356,8 +359,21 @@ fn device_stage1_is_bitwise_repeatable() {
             stage1.cell_moments().unwrap(),
         )
     };
-    let (first, second) = (run(), run());
+    let identity: Vec<u32> = (0..250).chain(0..250).collect();
+    let first = run();
+    assert_eq!(stage1.row_order().unwrap(), identity, "data order at first");
+    // The second evaluation takes the rows in the first's (b, q) order:
+    // each part's rows permuted, the values the same to the bit.
+    let second = run();
+    let order = stage1.row_order().unwrap();
+    assert_ne!(order, identity, "the rows were not reordered");
+    for part in order.chunks(250) {
+        let mut seen = part.to_vec();
+        seen.sort_unstable();
+        assert_eq!(seen, (0..250).collect::<Vec<u32>>(), "a permutation within each part");
+    }
     assert!(first == second, "two evaluations differ");
+    assert!(run() == first, "a third evaluation differs");
 }
 
 /// A link deviation of slope -2 outside its knots and b = 0: F rises only

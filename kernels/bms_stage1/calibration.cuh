@@ -233,14 +233,17 @@ __device__ Model make_model(int kh, int dh, const double* knots_h, const double*
 // the extra warps more than the registers (seed calibration 19.2 -> 15.7 ms
 // at 4 blocks; 5 blocks were slower until the integrand shared its exps,
 // and since then 5.06-5.13 -> 4.86-4.92 ms, 6 blocks 4.84).
+// Thread t takes row order[t] (src/bms/device/order.rs: rows alike in a
+// warp); every value lands at the row's own index.
 extern "C" __global__ void __launch_bounds__(128, 5) bms_calibrate(
-    int n, int p_m, int p_g, const double* __restrict__ x_m, const double* __restrict__ x_g,
-    const double* __restrict__ beta_m, const double* __restrict__ beta_g, int rigid, MODEL_PARAMS,
-    double* __restrict__ out_q, double* __restrict__ out_b, double* __restrict__ out_a,
+    int n, const unsigned int* __restrict__ order, int p_m, int p_g, const double* __restrict__ x_m,
+    const double* __restrict__ x_g, const double* __restrict__ beta_m, const double* __restrict__ beta_g, int rigid,
+    MODEL_PARAMS, double* __restrict__ out_q, double* __restrict__ out_b, double* __restrict__ out_a,
     unsigned int* __restrict__ out_status, int slots, double* __restrict__ bounds)
 {
-    const i64 row = (i64)blockIdx.x * blockDim.x + threadIdx.x;
-    if (row >= n) return;
+    const i64 t = (i64)blockIdx.x * blockDim.x + threadIdx.x;
+    if (t >= n) return;
+    const i64 row = order[t];
     const Model m = make_model(MODEL_ARGS);
     double q = 0.0, b = 0.0;
     for (int k = 0; k < p_m; ++k) q += x_m[row * p_m + k] * beta_m[k];

@@ -98,18 +98,19 @@ __device__ void shift_part(CellPart& o, double c, int part)
 // Capped at 128 registers (it took 152: 3 blocks an SM; 2.47 -> 2.26 ms at
 // seed, measured).
 extern "C" __global__ void __launch_bounds__(128, 4) bms_cell_moments(
-    int n, int slots, MODEL_PARAMS, const double* __restrict__ row_b, const double* __restrict__ row_a,
-    const unsigned int* __restrict__ row_status, double* __restrict__ bounds, double* __restrict__ cm)
+    int n, const unsigned int* __restrict__ order, int slots, MODEL_PARAMS, const double* __restrict__ row_b,
+    const double* __restrict__ row_a, const unsigned int* __restrict__ row_status, double* __restrict__ bounds,
+    double* __restrict__ cm)
 {
     const i64 t = (i64)blockIdx.x * blockDim.x + threadIdx.x;
     if (t >= (i64)n * slots) return;
-    // Slot-major threads: a warp takes one slot of 32 consecutive rows,
-    // cells that are alike (the tails together, the interior together), so
-    // its lanes take similar quadrature paths; row-major threads mixed a
-    // row's tails with its interior cells in a warp (10.9 of 32 lanes
-    // active, measured).
+    // Slot-major threads: a warp takes one slot of 32 rows consecutive in
+    // `order` (rows alike: bms_calibrate), cells that are alike (the tails
+    // together, the interior together), so its lanes take similar
+    // quadrature paths; row-major threads mixed a row's tails with its
+    // interior cells in a warp (10.9 of 32 lanes active, measured).
     const int slot = (int)(t / n);
-    const i64 row = t - (i64)slot * n, c = row * slots + slot;
+    const i64 row = order[t - (i64)slot * n], c = row * slots + slot;
     const Model m = make_model(MODEL_ARGS);
     const double a = row_a[row], b = row_b[row];
     const double lo = bounds[4 * c], hi = bounds[4 * c + 1];

@@ -107,9 +107,12 @@ int main(int argc, char** argv)
     std::vector<unsigned> st(n), ost(n);
     const long long cells = (long long)n * slots;
     V bounds(4 * cells), moments(10 * cells);
+    // Rows in reverse: the order threads take rows in changes no value.
+    std::vector<unsigned> order(n);
+    for (int i = 0; i < n; ++i) order[i] = (unsigned)(n - 1 - i);
     for (int i = 0; i < n; ++i) {
         blockIdx.x = i;
-        bms_calibrate(n, p_m, p_g, xm.data(), xg.data(), bm.data(), bg.data(), rigid, MODEL, q.data(), b.data(),
+        bms_calibrate(n, order.data(), p_m, p_g, xm.data(), xg.data(), bm.data(), bg.data(), rigid, MODEL, q.data(), b.data(),
                       a.data(), st.data(), slots, bounds.data());
     }
     V e(n), chi(n), xi(n), rho((size_t)n * r), tau((size_t)n * r), r1v((size_t)n * r), m1(n), m2(n);
@@ -120,7 +123,7 @@ int main(int argc, char** argv)
     }
     for (long long c = 0; c < cells; ++c) {
         blockIdx.x = (unsigned)c;
-        bms_cell_moments(n, slots, MODEL, b.data(), a.data(), st.data(), bounds.data(), moments.data());
+        bms_cell_moments(n, order.data(), slots, MODEL, b.data(), a.data(), st.data(), bounds.data(), moments.data());
     }
     std::vector<unsigned> offsets(n + 1);
     for (int i = 0; i <= n; ++i) offsets[i] = (unsigned)i * slots;

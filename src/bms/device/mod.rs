@@ -5,6 +5,7 @@
 //! generic ones ([`DeviceRowObjective`], [`ShardedRowObjective`]), as the
 //! CPU's is [`crate::RowObjective`] over [`super::BmsRows`].
 
+mod order;
 mod rows;
 mod stage1;
 

@@ -27,6 +27,7 @@ use std::sync::{Arc, Mutex};
 
 use cudarc::driver::{CudaSlice, CudaStream, CudaView, CudaViewMut, LaunchArgs, LaunchConfig, PushKernelArg};
 
+use super::order::work_order;
 use super::rows::{check_status, row_grid, stage2_tile, RowOutputs, Stage2Tile, BMS_KERNELS};
 use crate::bms::{BmsData, BmsModel, CubicBasis};
 use crate::cuda::{
@@ -144,6 +145,13 @@ struct Work {
     /// chi, xi, rho, tau, r_1v (row 1 of r_uv, its only non-zero row and
     /// column), e_obs at the observed points.
     observed: [CudaSlice<f64>; 6],
+    /// The rows of each part in the order Stage 1's threads take them
+    /// (indices within the part; see [`super::order`]): data order until
+    /// the second evaluation, then [`super::order::work_order`] of the
+    /// first evaluation's q and b.
+    order: CudaSlice<u32>,
+    /// Evaluations launched.
+    launches: usize,
 }
 
 /// Stage 1 and Stage 2 of the BMS model on one GPU for a fixed data set:
@@ -163,6 +171,10 @@ pub struct DeviceStage1 {
     streams: Vec<Arc<CudaStream>>,
     /// The model's kernels on this device.
     kernels: Arc<LoadedKernels>,
+    /// Whether Stage 1 takes the rows in [`work_order`] from the second
+    /// evaluation on (`MATFREE_BMS_ROW_ORDER=data` keeps data order, to
+    /// measure what the order saves; the values are the same either way).
+    sort_rows: bool,
 }
 
 impl DeviceRowEvaluator for DeviceStage1 {
@@ -256,6 +268,7 @@ impl DeviceStage1 {
             work: Mutex::new(work),
             streams,
             kernels,
+            sort_rows: std::env::var("MATFREE_BMS_ROW_ORDER").map_or(true, |v| v != "data"),
         })
     }
 
@@ -284,6 +297,10 @@ impl DeviceStage1 {
     /// The stream orders the next launch's reuse of the buffers after this one.
     pub fn launch(&self, beta: &[f64]) -> Result<PendingRows> {
         let (parts, mut work) = self.prepare(beta)?;
+        if work.launches == 1 && self.sort_rows {
+            self.order_rows(&mut work)?;
+        }
+        work.launches += 1;
         let mut out = RowOutputs::allocate(self.gpu(), self.designs.n(), self.model.layout().r())?;
         // Each part's stream waits for beta's uploads and the outputs.
         self.on_parts(|part| {
@@ -341,6 +358,28 @@ impl DeviceStage1 {
         let parts = self.beta_parts(beta)?;
         let work = self.lock_work()?;
         Ok((parts, work))
+    }
+
+    /// The order Stage 1's threads take each part's rows in (indices
+    /// within the part, the parts one after another).
+    pub fn row_order(&self) -> Result<Vec<u32>> {
+        let work = self.lock_work()?;
+        self.gpu().count_sync();
+        self.gpu()
+            .stream
+            .clone_dtoh(&work.order)
+            .map_err(|e| cuda_err("downloading the row order", e))
+    }
+
+    /// Order each part's rows for Stage 1's threads by the last
+    /// evaluation's q and b ([`work_order`]; one download of 2n values).
+    fn order_rows(&self, work: &mut Work) -> Result<()> {
+        let gpu = self.gpu();
+        let (q, b) = (gpu.download(&work.q)?, gpu.download(&work.b)?);
+        let order = part_indices(q.len(), |rows| work_order(&q[rows.clone()], &b[rows]));
+        gpu.stream
+            .memcpy_htod(&order, &mut work.order)
+            .map_err(|e| cuda_err("uploading the row order", e))
     }
 
     fn lock_work(&self) -> Result<std::sync::MutexGuard<'_, Work>> {
@@ -452,8 +491,9 @@ impl DeviceStage1 {
         let mut a = rows_of_mut(&mut work.a, rows, 1);
         let mut status = rows_of_mut(&mut work.status, rows, 1);
         let mut bounds = rows_of_mut(&mut work.bounds, rows, 4 * self.slots);
+        let order = rows_of(&work.order, rows, 1);
         let mut b = part.stream.launch_builder(self.kernels.get("bms_calibrate")?);
-        b.arg(&n).arg(&p_m).arg(&p_g).arg(&x_m).arg(&x_g);
+        b.arg(&n).arg(&order).arg(&p_m).arg(&p_g).arg(&x_m).arg(&x_g);
         b.arg(&parts.beta_m).arg(&parts.beta_g).arg(&parts.rigid);
         self.push_model(&mut b, &s, parts);
         let slots = self.slots as i32;
@@ -482,8 +522,9 @@ impl DeviceStage1 {
         let mut bounds = rows_of_mut(&mut work.bounds, rows, 4 * slots);
         let mut moments = rows_of_mut(&mut work.moments, rows, 10 * slots);
         let slots32 = slots as i32;
+        let order = rows_of(&work.order, rows, 1);
         let mut b = part.stream.launch_builder(self.kernels.get("bms_cell_moments")?);
-        b.arg(&n).arg(&slots32);
+        b.arg(&n).arg(&order).arg(&slots32);
         self.push_model(&mut b, &s, parts);
         b.arg(&row_b).arg(&a).arg(&status);
         b.arg(&mut bounds).arg(&mut moments);
@@ -604,13 +645,19 @@ impl DeviceStage1 {
     }
 }
 
+/// Each part's rows as `within` orders them (indices within the part),
+/// the parts one after another.
+fn part_indices(n: usize, within: impl Fn(Range<usize>) -> Vec<u32>) -> Vec<u32> {
+    part_ranges(n).into_iter().flat_map(within).collect()
+}
+
 /// Device bytes a row takes: [`Work`] (Stage 1's `slots` cells and the
 /// observed jets) and one evaluation's [`RowOutputs`] with its operator's
-/// n x r scratch (at the fit's shape, 23 slots and r = 16, 5,364 bytes;
+/// n x r scratch (at the fit's shape, 23 slots and r = 16, 5,368 bytes;
 /// the memory pool's peak over a 12M-row fit was 5,413 a row, data and
 /// designs included).
 fn bytes_per_row(r: usize, slots: usize) -> u64 {
-    let (f64s, u32s) = (3 + 4 + 14 * slots + 3 + 3 * r, 2);
+    let (f64s, u32s) = (3 + 4 + 14 * slots + 3 + 3 * r, 3);
     let outputs = 8 * (1 + r + r * r + r) + 4;
     (8 * f64s + 4 * u32s + outputs) as u64
 }
@@ -658,6 +705,8 @@ impl Work {
             bounds: z(4 * c)?,
             moments: z(10 * c)?,
             observed: [z(n)?, z(n)?, z(n * r)?, z(n * r)?, z(n * r)?, z(n)?],
+            order: gpu.upload(&part_indices(n, |rows| (0..rows.len() as u32).collect()))?,
+            launches: 0,
         })
     }
 }
@@ -670,7 +719,7 @@ mod tests {
     /// 79 GB available and are refused, naming n and the bytes a row, with 40.
     #[test]
     fn rows_beyond_the_device_memory_are_refused_by_name() {
-        assert_eq!(bytes_per_row(16, 23), 5_364);
+        assert_eq!(bytes_per_row(16, 23), 5_368);
         let gb = 1_000_000_000;
         assert!(memory_rule(12_000_000, 16, 23, (79 * gb, 85 * gb), "H100").is_ok());
         let err = memory_rule(12_000_000, 16, 23, (40 * gb, 85 * gb), "H100").unwrap_err();
@@ -678,8 +727,8 @@ mod tests {
         for part in [
             "n",
             "12000000",
-            "64.37 GB",
-            "5364 bytes a row",
+            "64.42 GB",
+            "5368 bytes a row",
             "40.00 GB available on H100",
             "--gpus",
         ] {
