@@ -82,6 +82,9 @@ struct Args {
     /// On one GPU, keep the PCG's Hessian products on the f64 row Hessians
     /// (by default they read packed f32 copies, half the bytes; the
     /// gradient, dense steps and log-determinants are f64 either way).
+    /// Only a model wide enough for PCG steps makes them: at the default
+    /// bases every step is dense and an evaluation keeps only its dense
+    /// Hessian.
     #[arg(long)]
     f64_hvp: bool,
     /// Write the summary as JSON here.
