@@ -364,8 +364,8 @@ pub enum HessianStorage {
     /// The per-row Hessians, n r^2 values an evaluation: matrix-free
     /// products for PCG steps.
     Rows,
-    /// The p x p matrix (`DenseOperator` on the CPU, `DeviceDenseHessian`
-    /// on a GPU), summed as the evaluation
+    /// The p x p matrix (`DenseOperator` on the CPU, `ResidentDense` on
+    /// a GPU), summed as the evaluation
     /// ends; the per-row Hessians are freed with it, so a fit holds one
     /// evaluation's rows at a time whatever number of evaluations it keeps.
     Dense,

@@ -12,7 +12,8 @@ use std::rc::Rc;
 use std::sync::Mutex;
 
 use matfree::cuda::{
-    setup_for_test, shard_rows, CudaBackend, DeviceRowHessian, Gpu, GpuGroup, MultiGpuBackend, ShardedRowHessian,
+    setup_for_test, shard_rows, CudaBackend, DeviceRowHessian, Gpu, GpuGroup, HessianStorage, MultiGpuBackend,
+    ShardedRowHessian,
 };
 use matfree::fixture::{random_row_problem, Rng, Shape};
 use matfree::solvers::newton::{newton, Objective, StepSolver};
@@ -220,9 +221,15 @@ fn newton_on_bms_on_a_group_matches_one_gpu() {
     let want = single.evaluate(&f.g.beta).unwrap().unwrap();
     let opts = f.options(StepSolver::Pcg);
     let want_fit = newton(&one, &single, &f.penalty, &f.lambda, &f.beta0, &opts).unwrap();
-    for group in groups {
-        let label = format!("{} gpus", group.len());
-        let objective = model.sharded_objective(group.clone(), data).unwrap();
+    let storages = groups
+        .iter()
+        .flat_map(|g| [(g, HessianStorage::Rows), (g, HessianStorage::Auto)]);
+    for (group, storage) in storages {
+        let label = format!("{} gpus, {storage:?} storage", group.len());
+        let objective = model
+            .sharded_objective(group.clone(), data)
+            .unwrap()
+            .with_hessian_storage(storage);
         let be = MultiGpuBackend::new(group.clone()).unwrap();
         let got = objective.evaluate(&f.g.beta).unwrap().unwrap();
         common::assert_close(&format!("{label}: neglog"), &[got.value], &[want.value], 1e-12);

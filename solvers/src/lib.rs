@@ -34,7 +34,7 @@ pub use newton::{
     NewtonFit, NewtonIteration, NewtonOptions, NewtonReport, Objective, StepSolver, Termination, RESOLVED_DECREMENT,
 };
 pub use observer::{EvaluationKind, EvaluationRecord, Observer};
-pub use operator::{DenseOperator, LinearOperator, DEFAULT_DENSE_MAX_DIM, NO_DIAGONAL_RULE};
+pub use operator::{DenseOperator, LinearOperator, ResidentDense, DEFAULT_DENSE_MAX_DIM, NO_DIAGONAL_RULE};
 pub use pcg::{cg, BreakdownQuantity, Pcg, PcgInfo, PcgOptions, PcgSolution, StopReason};
 pub use pcg_kernels::{PcgKernels, PcgVectors};
 pub use penalty::{Constraint, LogPseudoDet, Penalised, Penalty, PenaltyBlock, PenaltyMatrix};

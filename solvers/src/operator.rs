@@ -120,6 +120,63 @@ pub fn expect_len(field: &str, got: usize, want: usize) -> Result<()> {
     Ok(())
 }
 
+/// A dense symmetric `n x n` matrix resident on a backend: what an
+/// objective's evaluation keeps where every use of its Hessian is through
+/// the dense matrix (`CostEstimate::always_dense`), so that the per-row
+/// Hessians it was summed from are freed at once. The host copy answers
+/// `to_dense`; products are the backend's `gemm_acc` on its copy (fixed
+/// order), the diagonal a copy of its own.
+pub struct ResidentDense<B: Backend> {
+    backend: B,
+    n: usize,
+    host: Vec<f64>,
+    a: B::Vector,
+    diag: B::Vector,
+    zero: B::Vector,
+}
+
+impl<B: Backend> ResidentDense<B> {
+    /// Upload the row-major matrix `a` (`n x n`, symmetric as a row
+    /// operator's `to_dense` gives it) to `backend`.
+    pub fn new(backend: B, n: usize, a: Vec<f64>) -> Result<Self> {
+        expect_len("dense matrix", a.len(), n * n)?;
+        let diag: Vec<f64> = (0..n).map(|i| a[i * n + i]).collect();
+        Ok(Self {
+            a: backend.upload(&a)?,
+            diag: backend.upload(&diag)?,
+            zero: backend.zeros(n)?,
+            backend,
+            n,
+            host: a,
+        })
+    }
+}
+
+impl<B: Backend> LinearOperator<B> for ResidentDense<B> {
+    fn dim(&self) -> usize {
+        self.n
+    }
+    fn apply(&self, x: &B::Vector, y: &mut B::Vector) -> Result<()> {
+        expect_len("x", self.backend.len(x), self.n)?;
+        expect_len("y", self.backend.len(y), self.n)?;
+        self.backend.copy(&self.zero, y)?;
+        self.backend.gemm_acc(&self.a, self.n, x, y)
+    }
+    fn apply_multi(&self, x: &B::Vector, k: usize, y: &mut B::Vector) -> Result<()> {
+        expect_len("x", self.backend.len(x), self.n * k)?;
+        expect_len("y", self.backend.len(y), self.n * k)?;
+        self.backend.copy(&self.backend.zeros(self.n * k)?, y)?;
+        self.backend.gemm_acc(&self.a, self.n, x, y)
+    }
+    fn diagonal(&self, out: &mut B::Vector) -> Result<()> {
+        expect_len("diagonal", self.backend.len(out), self.n)?;
+        self.backend.copy(&self.diag, out)
+    }
+    fn to_dense(&self) -> Result<Vec<f64>> {
+        Ok(self.host.clone())
+    }
+}
+
 /// A dense symmetric matrix held on the host, row-major.
 #[derive(Clone, Debug)]
 pub struct DenseOperator {

@@ -145,3 +145,36 @@ fn identity_and_jacobi_identity_give_the_same_bits() {
         assert!(a.x.iter().zip(&j.x).all(|(u, v)| u.to_bits() == v.to_bits()));
     }
 }
+
+/// `ResidentDense` on the CPU backend against the Laplacian's own
+/// `apply`: its products (one vector and 40 at once, above the warp width),
+/// diagonal and dense matrix; wrong lengths are errors naming the argument.
+#[test]
+fn a_resident_dense_matrix_gives_the_operator_it_was_made_from() {
+    use matfree_solvers::ResidentDense;
+    let (m, shift) = (6, 0.3);
+    let lap = Laplacian { m, shift };
+    let n = m * m;
+    let dense = ResidentDense::new(CpuBackend::new(), n, dense_laplacian(m, shift)).unwrap();
+    assert_eq!(dense.to_dense().unwrap(), dense_laplacian(m, shift));
+    let mut diag = vec![f64::NAN; n];
+    dense.diagonal(&mut diag).unwrap();
+    assert!(diag.iter().all(|&d| d == 4.0 + shift));
+    for k in [1, 40] {
+        let x: Vec<f64> = (0..n * k).map(|i| ((i * 37 % 101) as f64 - 50.0) / 7.0).collect();
+        // y starts non-zero: a product overwrites it.
+        let mut got = vec![3.0; n * k];
+        dense.apply_multi(&x, k, &mut got).unwrap();
+        for j in 0..k {
+            let mut want = vec![0.0; n];
+            lap.apply(&x[j * n..(j + 1) * n].to_vec(), &mut want).unwrap();
+            for (i, (g, w)) in got[j * n..(j + 1) * n].iter().zip(&want).enumerate() {
+                assert!((g - w).abs() <= 1e-13 * w.abs().max(1.0), "k {k}, column {j}, entry {i}: {g} vs {w}");
+            }
+        }
+    }
+    let mut y = vec![0.0; n];
+    let e = dense.apply(&vec![1.0; n + 1], &mut y).unwrap_err();
+    assert!(e.to_string().contains('x'), "{e}");
+    assert!(ResidentDense::new(CpuBackend::new(), n, vec![0.0; n]).is_err(), "a matrix of the wrong size");
+}

@@ -6,10 +6,7 @@ use std::sync::Arc;
 use cudarc::cusolver::sys::{self as sol, cusolverStatus_t};
 use cudarc::driver::{CudaSlice, DevicePtr, DevicePtrMut};
 use matfree_solvers::logdet::DenseFactor;
-use matfree_solvers::operator::expect_len;
-use matfree_solvers::{Backend, LinearOperator};
 
-use super::backend::CudaBackend;
 use super::kernels;
 use super::row_hessian::DeviceRowHessian;
 use super::runtime::{cuda_err, Gpu};
@@ -186,74 +183,6 @@ impl DenseFactor for DeviceDenseFactor {
     }
     fn solve(&self, b: &[f64], k: usize) -> matfree_solvers::Result<Vec<f64>> {
         Ok(self.chol.solve(b, k)?)
-    }
-}
-
-/// A dense symmetric `p x p` Hessian on the device: what an evaluation keeps
-/// where every use of its Hessian is through the dense matrix
-/// ([`matfree_solvers::newton::CostEstimate::always_dense`]), so its per-row
-/// Hessians (n r^2 values) are freed as soon as the matrix is summed. The
-/// host copy answers `to_dense`; products are cuBLAS gemms on the device
-/// copy (fixed order, no atomics), the diagonal a device copy.
-pub struct DeviceDenseHessian {
-    backend: CudaBackend,
-    p: usize,
-    host: Vec<f64>,
-    a: CudaSlice<f64>,
-    diag: CudaSlice<f64>,
-}
-
-impl DeviceDenseHessian {
-    /// Upload the row-major matrix `a` (`p x p`, symmetric, as a row
-    /// operator's `to_dense` gives it).
-    pub fn new(backend: CudaBackend, p: usize, a: Vec<f64>) -> Result<Self> {
-        if a.len() != p * p {
-            return Err(Error::invalid(
-                "dense matrix.len",
-                a.len(),
-                format!("must equal p^2 = {p}^2"),
-            ));
-        }
-        let gpu = backend.gpu().clone();
-        let diag: Vec<f64> = (0..p).map(|i| a[i * p + i]).collect();
-        Ok(Self {
-            a: gpu.upload(&a)?,
-            diag: gpu.upload(&diag)?,
-            backend,
-            p,
-            host: a,
-        })
-    }
-
-    fn product(&self, x: &CudaSlice<f64>, y: &mut CudaSlice<f64>) -> matfree_solvers::Result<()> {
-        let gpu = self.backend.gpu();
-        gpu.stream
-            .memset_zeros(y)
-            .map_err(|e| cuda_err("zeroing a product", e))?;
-        self.backend.gemm_acc(&self.a, self.p, x, y)
-    }
-}
-
-impl LinearOperator<CudaBackend> for DeviceDenseHessian {
-    fn dim(&self) -> usize {
-        self.p
-    }
-    fn apply(&self, x: &CudaSlice<f64>, y: &mut CudaSlice<f64>) -> matfree_solvers::Result<()> {
-        expect_len("x", x.len(), self.p)?;
-        expect_len("y", y.len(), self.p)?;
-        self.product(x, y)
-    }
-    fn apply_multi(&self, x: &CudaSlice<f64>, k: usize, y: &mut CudaSlice<f64>) -> matfree_solvers::Result<()> {
-        expect_len("x", x.len(), self.p * k)?;
-        expect_len("y", y.len(), self.p * k)?;
-        self.product(x, y)
-    }
-    fn diagonal(&self, out: &mut CudaSlice<f64>) -> matfree_solvers::Result<()> {
-        expect_len("diagonal", out.len(), self.p)?;
-        Ok(self.backend.gpu().copy(&self.diag, out)?)
-    }
-    fn to_dense(&self) -> matfree_solvers::Result<Vec<f64>> {
-        Ok(self.host.clone())
     }
 }
 

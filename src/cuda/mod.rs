@@ -28,7 +28,7 @@ mod tiled;
 pub use crate::device::{select_device, Device, GpuPolicy};
 pub use crate::row_objective::HessianStorage;
 pub use backend::CudaBackend;
-pub use dense::{DeviceCholesky, DeviceDenseFactor, DeviceDenseHessian, DEVICE_DENSE_MIN_P};
+pub use dense::{DeviceCholesky, DeviceDenseFactor, DEVICE_DENSE_MIN_P};
 #[cfg(feature = "testing")]
 pub use devices::{gpus_for_test, setup_for_test};
 pub(crate) use kernels::reduce_partials;

@@ -224,6 +224,7 @@ impl Replicated {
 /// The solvers' [`Backend`] over a [`GpuGroup`]: every operation runs on
 /// every device with the single-GPU code; `read_scalars` and `download`
 /// read device 0.
+#[derive(Clone)]
 pub struct MultiGpuBackend {
     group: Rc<GpuGroup>,
     devices: Vec<CudaBackend>,

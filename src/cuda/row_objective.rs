@@ -12,10 +12,10 @@ use std::sync::Arc;
 
 use cudarc::driver::CudaSlice;
 use matfree_solvers::newton::{fd_hessian_derivative, traces_through_dense, CostEstimate, Evaluation, Objective};
-use matfree_solvers::{CpuBackend, LinearOperator, Result as SolverResult};
+use matfree_solvers::{CpuBackend, LinearOperator, ResidentDense, Result as SolverResult};
 
 use super::row_hessian::split_joint;
-use super::{CudaBackend, DeviceDenseHessian, DeviceDesigns, DeviceRowHessian, Gpu};
+use super::{CudaBackend, DeviceDesigns, DeviceRowHessian, Gpu};
 use crate::designs::Designs;
 use crate::layout::Layout;
 use crate::row_hessian::JointGradient;
@@ -248,7 +248,7 @@ impl<E: DeviceRowEvaluator> Objective<CudaBackend> for DeviceRowObjective<E> {
         let joint = rows.joint_gradient()?;
         let hessian: Rc<dyn LinearOperator<CudaBackend>> = if self.keeps_dense() {
             let dense = rows.hessian.to_dense()?;
-            Rc::new(DeviceDenseHessian::new(self.backend.clone(), self.dim(), dense)?)
+            Rc::new(ResidentDense::new(self.backend.clone(), self.dim(), dense)?)
         } else if self.single_precision_hvp {
             Rc::new(rows.hessian.with_single_precision_hvp()?)
         } else {

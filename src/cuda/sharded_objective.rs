@@ -9,14 +9,14 @@ use std::rc::Rc;
 use std::sync::Arc;
 
 use matfree_solvers::newton::{CostEstimate, Evaluation, Objective};
-use matfree_solvers::Result as SolverResult;
+use matfree_solvers::{LinearOperator, ResidentDense, Result as SolverResult};
 
 use super::multi::{GpuGroup, MultiGpuBackend};
 use super::row_objective::{DeviceRowEvaluator, HostRows};
 use super::sharded::{shard_rows, ShardedRowEvaluation};
 use crate::designs::Designs;
 use crate::layout::Layout;
-use crate::row_objective::{column_scales, outside_domain, row_cost, RowEvaluator, RowObjective};
+use crate::row_objective::{column_scales, outside_domain, row_cost, HessianStorage, RowEvaluator, RowObjective};
 use crate::{Error, Result};
 
 /// A shard's rejected row, renumbered as a row of the whole data set.
@@ -37,6 +37,8 @@ pub struct ShardedRowObjective<E> {
     layout: Layout,
     n: usize,
     scales: Vec<f64>,
+    storage: HessianStorage,
+    backend: MultiGpuBackend,
 }
 
 impl<E: DeviceRowEvaluator> ShardedRowObjective<E> {
@@ -73,11 +75,21 @@ impl<E: DeviceRowEvaluator> ShardedRowObjective<E> {
         crate::row_hessian::check_layout_designs(&layout, host)?;
         Ok(Self {
             scales: column_scales(&layout, host),
+            backend: MultiGpuBackend::new(group.clone())?,
             group,
             shards: ranged,
             layout,
             n: host.n(),
+            storage: HessianStorage::Auto,
         })
+    }
+
+    /// How each evaluation keeps its Hessian (default
+    /// [`HessianStorage::Auto`]: the dense matrix on every device where
+    /// every step is dense, the shards' rows otherwise).
+    pub fn with_hessian_storage(mut self, storage: HessianStorage) -> Self {
+        self.storage = storage;
+        self
     }
 
     /// The shards' evaluators, in row order.
@@ -113,10 +125,16 @@ impl<E: DeviceRowEvaluator> Objective<MultiGpuBackend> for ShardedRowObjective<E
             return Ok(None);
         };
         let joint = rows.joint_gradient()?;
+        let hessian: Rc<dyn LinearOperator<MultiGpuBackend>> = if self.storage.keeps_dense(self.cost(), self.dim()) {
+            let dense = rows.hessian.to_dense()?;
+            Rc::new(ResidentDense::new(self.backend.clone(), self.dim(), dense)?)
+        } else {
+            Rc::new(rows.hessian)
+        };
         Ok(Some(Evaluation {
             value: joint.neglog,
             gradient: joint.gradient,
-            hessian: Rc::new(rows.hessian),
+            hessian,
         }))
     }
 
