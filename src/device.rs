@@ -10,6 +10,11 @@ use std::sync::Arc;
 use crate::cuda::Gpu;
 use crate::{Error, Result};
 
+/// `bytes` in GB with two decimals (1 GB = 10^9 bytes; the unit is said).
+pub(crate) fn gb(bytes: u64) -> String {
+    format!("{:.2} GB", bytes as f64 / 1e9)
+}
+
 /// The device memory a fit used, in bytes: its peak (the memory pool's
 /// high-water mark over the upload and the fit, data included) and the
 /// device's total; over several GPUs, the GPU whose peak was largest.

@@ -11,6 +11,7 @@ use cudarc::driver::sys::{self, CUmemPool_attribute};
 use cudarc::driver::DriverError;
 
 use super::runtime::{cuda_err, Gpu};
+use crate::device::gb;
 use crate::{Error, Result};
 
 /// A device's memory, in bytes.
@@ -24,12 +25,6 @@ pub struct DeviceMemory {
     /// The most this process's pool allocations held at once since the
     /// last [`Gpu::reset_memory_peak`] (`None`: no memory pool).
     pub peak: Option<u64>,
-}
-
-/// `bytes` in GB with two decimals (1 GB = 10^9 bytes, as `nvidia-smi`'s
-/// totals are not; the unit is said).
-pub fn gb(bytes: u64) -> String {
-    format!("{:.2} GB", bytes as f64 / 1e9)
 }
 
 impl Gpu {

@@ -32,7 +32,7 @@ pub use dense::{DeviceCholesky, DeviceDenseFactor, DEVICE_DENSE_MIN_P};
 #[cfg(feature = "testing")]
 pub use devices::{gpus_for_test, setup_for_test};
 pub(crate) use kernels::reduce_partials;
-pub use memory::{gb, DeviceMemory};
+pub use memory::DeviceMemory;
 pub use multi::{GpuGroup, MultiGpuBackend, Replicated};
 pub use recorded::Recorded;
 pub use row_hessian::{DeviceDesigns, DeviceRowHessian, HvpPrecision, SingleKernel};

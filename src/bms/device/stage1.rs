@@ -30,10 +30,9 @@ use cudarc::driver::{CudaSlice, CudaStream, CudaView, CudaViewMut, LaunchArgs, L
 use super::order::work_order;
 use super::rows::{check_status, row_grid, stage2_tile, RowOutputs, Stage2Tile, BMS_KERNELS};
 use crate::bms::{BmsData, BmsModel, CubicBasis};
-use crate::cuda::{
-    cuda_err, gb, DeviceDesigns, DeviceRowEvaluation, DeviceRowEvaluator, Gpu, LoadedKernels, PendingRows,
-};
+use crate::cuda::{cuda_err, DeviceDesigns, DeviceRowEvaluation, DeviceRowEvaluator, Gpu, LoadedKernels, PendingRows};
 use crate::designs::check_matrix;
+use crate::device::gb;
 use crate::layout::Layout;
 use crate::{Error, Result};
 

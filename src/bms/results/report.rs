@@ -12,6 +12,7 @@ use crate::bms::fit::BmsFit;
 use crate::bms::model::cubic_basis::CubicBasis;
 use crate::bms::results::summary::{coefficients, Coefficient, SmoothTerm};
 use crate::bms::{Bases, BmsModel};
+use crate::device::gb;
 
 /// Everything a fit reports, printed by its `Display` (a table) and
 /// serialised as JSON; every printed number is also in the JSON.
@@ -229,12 +230,8 @@ fn table(r: &FitSummary) -> String {
     s += "Bernoulli marginal-slope model\n";
     s += &format!("data: {}\nbackend: {}\n", r.data, r.backend);
     if let Some(m) = r.device_memory {
-        let gb = |b: u64| b as f64 / 1e9;
-        s += &format!(
-            "device memory: peak {:.2} GB of {:.2} GB\n",
-            gb(m.peak_bytes),
-            gb(m.total_bytes)
-        );
+        let (peak, total) = (gb(m.peak_bytes), gb(m.total_bytes));
+        s += &format!("device memory: peak {peak} of {total}\n");
     }
     s += &format!(
         "n = {}, p = {}, smoothing selection: {}, converged: {} ({})\n\n",
