@@ -169,12 +169,18 @@ fn a_resident_dense_matrix_gives_the_operator_it_was_made_from() {
             let mut want = vec![0.0; n];
             lap.apply(&x[j * n..(j + 1) * n].to_vec(), &mut want).unwrap();
             for (i, (g, w)) in got[j * n..(j + 1) * n].iter().zip(&want).enumerate() {
-                assert!((g - w).abs() <= 1e-13 * w.abs().max(1.0), "k {k}, column {j}, entry {i}: {g} vs {w}");
+                assert!(
+                    (g - w).abs() <= 1e-13 * w.abs().max(1.0),
+                    "k {k}, column {j}, entry {i}: {g} vs {w}"
+                );
             }
         }
     }
     let mut y = vec![0.0; n];
     let e = dense.apply(&vec![1.0; n + 1], &mut y).unwrap_err();
     assert!(e.to_string().contains('x'), "{e}");
-    assert!(ResidentDense::new(CpuBackend::new(), n, vec![0.0; n]).is_err(), "a matrix of the wrong size");
+    assert!(
+        ResidentDense::new(CpuBackend::new(), n, vec![0.0; n]).is_err(),
+        "a matrix of the wrong size"
+    );
 }
