@@ -14,7 +14,7 @@ use std::sync::Arc;
 use faer::{MatRef, Side};
 use matfree_solvers::newton::{fd_hessian_derivative, traces_through_dense, CostEstimate, Evaluation, Objective};
 use matfree_solvers::operator::expect_len;
-use matfree_solvers::{CpuBackend, DenseOperator, LinearOperator, Result as SolverResult};
+use matfree_solvers::{Backend, CpuBackend, LinearOperator, ResidentDense, Result as SolverResult};
 use rayon::prelude::*;
 
 use crate::designs::{first_non_finite, Designs};
@@ -364,9 +364,8 @@ pub enum HessianStorage {
     /// The per-row Hessians, n r^2 values an evaluation: matrix-free
     /// products for PCG steps.
     Rows,
-    /// The p x p matrix (`DenseOperator` on the CPU, `ResidentDense` on
-    /// a GPU), summed as the evaluation
-    /// ends; the per-row Hessians are freed with it, so a fit holds one
+    /// The p x p matrix ([`ResidentDense`] on the objective's backend),
+    /// summed as the evaluation ends; the per-row Hessians are freed with it, so a fit holds one
     /// evaluation's rows at a time whatever number of evaluations it keeps.
     Dense,
 }
@@ -380,6 +379,28 @@ impl HessianStorage {
             Self::Rows => false,
             Self::Dense => true,
         }
+    }
+
+    /// An evaluation's Hessian as this storage keeps it, for an objective
+    /// of `cost` and dimension `p`: the dense matrix of `rows` resident on
+    /// `backend` ([`ResidentDense`]; `rows` freed on return) where it keeps
+    /// the dense matrix, else `rows`. A non-finite entry keeps the rows,
+    /// for the solver to reject as it would have.
+    pub fn keep<B: Backend + 'static>(
+        self,
+        cost: CostEstimate,
+        p: usize,
+        rows: Rc<dyn LinearOperator<B>>,
+        backend: impl FnOnce() -> B,
+    ) -> SolverResult<Rc<dyn LinearOperator<B>>> {
+        if !self.keeps_dense(cost, p) {
+            return Ok(rows);
+        }
+        let dense = rows.to_dense()?;
+        if !dense.iter().all(|v| v.is_finite()) {
+            return Ok(rows);
+        }
+        Ok(Rc::new(ResidentDense::new(backend(), p, dense)?))
     }
 }
 
@@ -420,15 +441,9 @@ impl<E: RowEvaluator> Objective<CpuBackend> for RowObjective<E> {
             return Ok(None);
         };
         let rows = RowHessian::with_storage(self.layout.clone(), self.designs.clone(), hess)?;
-        let mut hessian: Rc<dyn LinearOperator<CpuBackend>> = Rc::new(rows);
-        if self.storage.keeps_dense(self.cost(), self.dim()) {
-            let dense = hessian.to_dense()?;
-            // A non-finite entry keeps the rows, for the solver to reject
-            // as it would have (the dense operator refuses one).
-            if dense.iter().all(|v| v.is_finite()) {
-                hessian = Rc::new(DenseOperator::new(self.dim(), dense)?);
-            }
-        }
+        let hessian = self
+            .storage
+            .keep(self.cost(), self.dim(), Rc::new(rows), CpuBackend::new)?;
         Ok(Some(Evaluation {
             value: joint.neglog,
             gradient: joint.gradient,

@@ -12,7 +12,7 @@ use std::sync::Arc;
 
 use cudarc::driver::CudaSlice;
 use matfree_solvers::newton::{fd_hessian_derivative, traces_through_dense, CostEstimate, Evaluation, Objective};
-use matfree_solvers::{CpuBackend, LinearOperator, ResidentDense, Result as SolverResult};
+use matfree_solvers::{CpuBackend, LinearOperator, Result as SolverResult};
 
 use super::row_hessian::split_joint;
 use super::{CudaBackend, DeviceDesigns, DeviceRowHessian, Gpu};
@@ -209,8 +209,7 @@ impl<E: DeviceRowEvaluator> DeviceRowObjective<E> {
 
     /// Whether evaluations keep the dense matrix rather than the rows.
     pub fn keeps_dense(&self) -> bool {
-        self.storage
-            .keeps_dense(row_cost(self.rows.layout(), self.rows.designs().n()), self.dim())
+        self.storage.keeps_dense(self.cost(), self.dim())
     }
 
     /// Whether each evaluation's Hessian operator gives its PCG products a
@@ -246,14 +245,14 @@ impl<E: DeviceRowEvaluator> Objective<CudaBackend> for DeviceRowObjective<E> {
             return Ok(None);
         };
         let joint = rows.joint_gradient()?;
-        let hessian: Rc<dyn LinearOperator<CudaBackend>> = if self.keeps_dense() {
-            let dense = rows.hessian.to_dense()?;
-            Rc::new(ResidentDense::new(self.backend.clone(), self.dim(), dense)?)
-        } else if self.single_precision_hvp {
-            Rc::new(rows.hessian.with_single_precision_hvp()?)
-        } else {
-            Rc::new(rows.hessian)
+        // The f32 copy serves PCG products, which a kept dense matrix replaces.
+        let rows: Rc<dyn LinearOperator<CudaBackend>> = match self.single_precision_hvp && !self.keeps_dense() {
+            true => Rc::new(rows.hessian.with_single_precision_hvp()?),
+            false => Rc::new(rows.hessian),
         };
+        let hessian = self
+            .storage
+            .keep(self.cost(), self.dim(), rows, || self.backend.clone())?;
         Ok(Some(Evaluation {
             value: joint.neglog,
             gradient: joint.gradient,

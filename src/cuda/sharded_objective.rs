@@ -9,7 +9,7 @@ use std::rc::Rc;
 use std::sync::Arc;
 
 use matfree_solvers::newton::{CostEstimate, Evaluation, Objective};
-use matfree_solvers::{LinearOperator, ResidentDense, Result as SolverResult};
+use matfree_solvers::Result as SolverResult;
 
 use super::multi::{GpuGroup, MultiGpuBackend};
 use super::row_objective::{DeviceRowEvaluator, HostRows};
@@ -125,12 +125,9 @@ impl<E: DeviceRowEvaluator> Objective<MultiGpuBackend> for ShardedRowObjective<E
             return Ok(None);
         };
         let joint = rows.joint_gradient()?;
-        let hessian: Rc<dyn LinearOperator<MultiGpuBackend>> = if self.storage.keeps_dense(self.cost(), self.dim()) {
-            let dense = rows.hessian.to_dense()?;
-            Rc::new(ResidentDense::new(self.backend.clone(), self.dim(), dense)?)
-        } else {
-            Rc::new(rows.hessian)
-        };
+        let hessian = self
+            .storage
+            .keep(self.cost(), self.dim(), Rc::new(rows.hessian), || self.backend.clone())?;
         Ok(Some(Evaluation {
             value: joint.neglog,
             gradient: joint.gradient,
