@@ -52,12 +52,15 @@ const MODE_CHECK_STEPS: usize = 20;
 /// zero) is often indefinite whatever the data, and counting it ran the
 /// check on most simulated fits without finding a lower minimum on any (on
 /// the README's 60,000 rows 5 of 24 evaluations, on 20,000 rows seed 1 8
-/// of 21; 8,000 rows seeds 1 and 2 4 and 6). The solve ends early once a
+/// of 21; 8,000 rows seeds 1 and 2 4 and 6). Nor does a step damped by
+/// less than [`MARGINAL_DAMPING`] (4M and 12M simulated rows, 7 of 28
+/// evaluations each, the same minimum joined). The solve ends early once a
 /// Newton step would land at cur's own minimum ([`SAME_MINIMUM`]); its
 /// evaluations are counted
 /// whether or not it ends at a minimum.
 ///
 /// [`POOR_MODEL_HALVINGS`]: super::curvature::POOR_MODEL_HALVINGS
+/// [`MARGINAL_DAMPING`]: super::MARGINAL_DAMPING
 pub(super) fn lower_mode<'o, B: PcgKernels>(
     ctx: &Ctx<'o, '_, B>,
     cur: &LamlEvaluation,

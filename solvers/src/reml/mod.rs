@@ -72,7 +72,7 @@ mod walk;
 use std::cell::Cell;
 use std::time::Instant;
 
-use crate::newton::{Evaluation, Joins, Objective};
+use crate::newton::{Evaluation, Joins, NewtonIteration, Objective};
 use crate::observer::{EvaluationKind, EvaluationRecord, Observer, Watched};
 use crate::operator::expect_len;
 use crate::pcg_kernels::PcgKernels;
@@ -211,6 +211,26 @@ fn check_inputs<B: PcgKernels>(
     expect_len("beta0", beta0.len(), objective.dim())
 }
 
+/// The least Levenberg-Marquardt damping (mu, relative to H + S's
+/// diagonal, as the inner Newton step damps) that marks a solve as having met a
+/// second well. A step that needed less met H + S indefinite by under 1%
+/// of its diagonal: a nearly flat direction of one valley, as BMS fits of
+/// 4M and 12M simulated rows meet in their first warm solve (mu 1e-3)
+/// without a second minimum anywhere (the check from beta0 joined the same
+/// one, at 7 of their 28 evaluations); a hump between two wells needs
+/// 0.1-10 (the double well of the solver's tests, the messy 5,000 rows).
+const MARGINAL_DAMPING: f64 = 1e-2;
+
+/// Whether a solve's Newton iterations met H + S indefinite by more than
+/// [`MARGINAL_DAMPING`], its first step aside where it started at the
+/// fit's own beta0 (see [`Ctx::saw`]).
+fn met_second_well(iterations: &[NewtonIteration], from_beta0: bool) -> bool {
+    iterations
+        .iter()
+        .skip(usize::from(from_beta0))
+        .any(|it| it.damping >= MARGINAL_DAMPING)
+}
+
 /// What every outer iteration reads: the problem, its bounds and options,
 /// and the first inner solve's start.
 struct Ctx<'o, 'a, B: PcgKernels> {
@@ -292,21 +312,15 @@ impl<'o, B: PcgKernels> Ctx<'o, '_, B> {
         }
     }
 
-    /// Note an inner solve that met an indefinite H + S: a damped step, or
-    /// no positive definite H + S at its end. A solve from the fit's own
-    /// `beta0` (`from_beta0`) is judged after its first step: a damped step
-    /// at beta0 itself says where the fit started, not what the data are
-    /// (BMS's rigid start, warps at zero, is often indefinite whatever the
-    /// data).
+    /// Note an inner solve that met an indefinite H + S: a step damped by
+    /// at least [`MARGINAL_DAMPING`], or no positive definite H + S at its
+    /// end. A solve from the fit's own `beta0` (`from_beta0`) is judged
+    /// after its first step: a damped step at beta0 itself says where the
+    /// fit started, not what the data are (BMS's rigid start, warps at
+    /// zero, is often indefinite whatever the data).
     fn saw(&self, trial: &Result<Trial<'o, B>>, from_beta0: bool) {
         let indefinite = match trial {
-            Ok(t) => t
-                .laml
-                .newton
-                .iterations
-                .iter()
-                .skip(usize::from(from_beta0))
-                .any(|it| it.damping > 0.0),
+            Ok(t) => met_second_well(&t.laml.newton.iterations, from_beta0),
             Err(e) => matches!(e, SolverError::NotPositiveDefinite { .. }),
         };
         if indefinite {
@@ -318,5 +332,47 @@ impl<'o, B: PcgKernels> Ctx<'o, '_, B> {
     /// its factor and the objective's evaluation at its beta_hat.
     fn gradient(&self, trial: Trial<'o, B>) -> Result<Point<'o, B>> {
         with_gradient(self.watched, self.penalty, trial, self.outer.opts)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::newton::StepSolver;
+
+    fn iteration(damping: f64) -> NewtonIteration {
+        NewtonIteration {
+            objective: 0.0,
+            grad_norm: 0.0,
+            direction_norm: 0.0,
+            decrement: 0.0,
+            step_norm: 0.0,
+            step_length: 1.0,
+            solver: StepSolver::Dense,
+            pcg_iterations: 0,
+            pcg_host_reads: 0,
+            pcg_rtol: None,
+            pcg_converged: None,
+            damping,
+            damping_tries: 0,
+            halvings: 0,
+            non_finite_trials: 0,
+            seconds: 0.0,
+        }
+    }
+
+    /// A marginal damping (a nearly flat direction of one valley) does not
+    /// call for the mode check; one at the threshold or above does, except
+    /// at the first step of a solve from beta0.
+    #[test]
+    fn only_a_damping_beyond_the_marginal_one_marks_a_second_well() {
+        let steps = |d: &[f64]| d.iter().map(|&m| iteration(m)).collect::<Vec<_>>();
+        assert!(!met_second_well(&steps(&[0.0, 0.0]), false));
+        assert!(!met_second_well(&steps(&[1e-3, 1e-6, 0.0]), false));
+        assert!(!met_second_well(&steps(&[0.0, MARGINAL_DAMPING / 2.0]), true));
+        assert!(met_second_well(&steps(&[0.0, MARGINAL_DAMPING]), false));
+        assert!(met_second_well(&steps(&[0.2, 0.0]), false));
+        assert!(!met_second_well(&steps(&[10.0, 0.0]), true));
+        assert!(met_second_well(&steps(&[10.0, 0.1]), true));
     }
 }

@@ -165,8 +165,15 @@ impl Observer for Progress {
             s.value = it.objective;
         }
         if self.display == Display::Verbose {
+            // A damped step met H + S not positive definite (what the
+            // REML mode check keys on): say so, with its damping.
+            let damped = if it.damping > 0.0 {
+                format!(", damped (mu {:.3e})", it.damping)
+            } else {
+                String::new()
+            };
             stderr_line(&format!(
-                "  Newton step: objective {:.6}, decrement {:.3e}, step length {}",
+                "  Newton step: objective {:.6}, decrement {:.3e}, step length {}{damped}",
                 it.objective, it.decrement, it.step_length
             ));
         }
