@@ -567,10 +567,20 @@ fn tensor_product_reml_on_gaussian_matches_central_differences() {
             }
         }
     }
+    // A default fit converges to what its stop promises: by the decrement,
+    // V within 5e-4 of its minimum (here the gradient can be 0.02 where V
+    // curves steeply); the minimum from a fit to 1e-9 edf.
     let fit = reml(&be, &obj, &pen, None, &beta0, &RemlOptions::default()).unwrap();
     assert!(fit.report.converged, "{:?}", fit.report.termination);
-    let g = fit.report.projected_gradient.unwrap_or(f64::INFINITY);
-    assert!(g < 1e-2, "projected gradient {g}");
+    let best = reml(&be, &obj, &pen, None, &beta0, &RemlOptions::tight()).unwrap();
+    let g = best.report.projected_gradient.unwrap_or(f64::INFINITY);
+    assert!(
+        best.report.converged && g < 1e-6,
+        "{:?}, gradient {g}",
+        best.report.termination
+    );
+    let above = fit.laml.value - best.laml.value;
+    assert!((-1e-9..=5e-4).contains(&above), "V {above:e} above the minimum");
 }
 
 /// The same pair on a logistic model: dV/drho matches central differences

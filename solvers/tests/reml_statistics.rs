@@ -365,7 +365,7 @@ fn every_stop_returns_the_statistics_of_its_own_point() {
         (400, 7, 0.0, 0.5, RemlOptions::default(), T::Decrement),
         (400, 7, 0.0, 0.5, unreachable, T::MaxIterations),
         (400, 7, 0.0, 0.5, one_step, T::InnerNotConverged),
-        (50, 1, 10.0, 1.0, RemlOptions::default(), T::Degenerate),
+        (50, 7, 20.0, 1.0, RemlOptions::default(), T::Degenerate),
     ];
     let be = CpuBackend::new();
     for (n, seed, well, b0, opts, stop) in cases {

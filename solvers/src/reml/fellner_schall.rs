@@ -14,11 +14,21 @@ use super::vanished::{penalised_edf, wiggliness};
 use super::{Ctx, LamlEvaluation, OuterStep, RemlIteration, RemlOptions};
 
 /// Most Fellner-Schall steps before Newton takes over.
-const FS_STEPS: usize = 4;
+const FS_STEPS: usize = 6;
 
 /// The Fellner-Schall phase ends once its step is below this in every
-/// component (Newton converges fast from there).
-const FS_MIN_STEP: f64 = 1.0;
+/// component. A step costs one rough warm inner solve (1-2 evaluations)
+/// and no dH/drho, a Newton point a tight solve and one dH/drho evaluation
+/// a smooth, so the phase goes on until rho is within about 30% in lambda
+/// of its fixed point, where one or two Newton steps end the walk. With
+/// 1.0 and 4 steps (until session 29) the Newton phase started up to a
+/// unit away and took 2-3 points: BMS on the H100, 200,000 rows 24 -> 20
+/// evaluations, 1M seeds 1-3 25/18/27 -> 15/18/22; on the CPU, 20,000 rows
+/// seeds 1-3 13/40/27 -> 13/16/21, 8,000 rows seeds 1-4 99 -> 85 in all.
+/// 0.1 saved one or two more but on 2,000 rows (seed 3) led the walk onto
+/// the link smooth's tail, whose jump to the bound ends 0.006 above the
+/// interior minimum (`tests/fit_validation.rs`).
+const FS_MIN_STEP: f64 = 0.25;
 
 /// The generalised Fellner-Schall update (Wood and Fasiolo 2017, Biometrics
 /// 73:1071) in rho: `delta rho_k = ln(edf_k / (lambda_k beta^T S_k beta))`
