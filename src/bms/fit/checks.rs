@@ -4,6 +4,8 @@
 
 use crate::bms::MarginalSlope;
 use crate::bms::{BmsData, BmsModel};
+use rayon::prelude::*;
+
 use crate::{Error, Result};
 
 /// Column names of the two designs (intercepts included), for messages.
@@ -64,21 +66,33 @@ pub fn check_data(model: &BmsModel, data: &BmsData, names: Option<ColumnNames<'_
     check_magnitude("marginal", d.x_m(), d.p_m(), &m_names)?;
     check_magnitude("slope", d.x_g(), d.p_g(), &g_names)?;
     check_weights(&data.weights)?;
-    check_design("marginal", d.x_m(), d.p_m(), &m_names)?;
-    check_design("slope", d.x_g(), d.p_g(), &g_names)?;
-    check_separation("marginal", d.x_m(), d.p_m(), &data.y, &m_names)?;
-    check_separation("slope", d.x_g(), d.p_g(), &data.y, &g_names)?;
-    if let Some(rule) = separated_by("the score", &data.z, &data.y) {
-        return Err(Error::invalid(
+    // The checks below read the data only (bounded and finite by now), so
+    // they run at once, each sequential within (the same values and
+    // messages), and the first failure in this order is reported: on 12M
+    // rows they took about a second of the fit one after another.
+    let z_separates = || match separated_by("the score", &data.z, &data.y) {
+        Some(rule) => Err(Error::invalid(
             "score",
             "separates the labels",
             format!(
                 "{rule}: complete separation, the score's slope has no finite estimate (is the score the label, \
                  or computed from it?)"
             ),
-        ));
-    }
-    let mut warnings = score_warnings(model, &data.z);
+        )),
+        None => Ok(()),
+    };
+    let checks: [&(dyn Fn() -> Result<()> + Sync); 5] = [
+        &|| check_design("marginal", d.x_m(), d.p_m(), &m_names),
+        &|| check_design("slope", d.x_g(), d.p_g(), &g_names),
+        &|| check_separation("marginal", d.x_m(), d.p_m(), &data.y, &m_names),
+        &|| check_separation("slope", d.x_g(), d.p_g(), &data.y, &g_names),
+        &z_separates,
+    ];
+    let (verdicts, mut warnings) = rayon::join(
+        || checks.par_iter().map(|check| check()).collect::<Vec<_>>(),
+        || score_warnings(model, &data.z),
+    );
+    verdicts.into_iter().collect::<Result<Vec<()>>>()?;
     warnings.extend(events_warning(model, positives, n));
     Ok(warnings)
 }
