@@ -449,11 +449,27 @@ fn complete_separation_is_named() {
     // it was a warning and the fit ended at a pivot failure (issue 38).
     let by_score: Vec<f64> = z.iter().map(|v| f64::from(*v > 0.3)).collect();
     let x: Vec<f64> = rng.normals(n);
-    let e = check_data(&model(2, 1), &data(&[x], &[], z, by_score), None)
-        .unwrap_err()
-        .to_string();
+    let e = check_data(
+        &model(2, 1),
+        &data(std::slice::from_ref(&x), &[], z.clone(), by_score.clone()),
+        None,
+    )
+    .unwrap_err()
+    .to_string();
     assert!(
         e.contains("score") && e.contains("exactly where") && e.contains("complete separation"),
+        "{e}"
+    );
+    // The checks run at once, but where several fail the first in their
+    // order is named: a constant covariate before the score's separation,
+    // and a covariate's separation before the score's.
+    let constant = data(&[x.clone(), vec![2.5; n]], &[], z.clone(), by_score.clone());
+    let e = check_data(&model(3, 1), &constant, None).unwrap_err().to_string();
+    assert!(e.contains("constant 2.5"), "{e}");
+    let both = data(&[x, by_score.clone()], &[], z, by_score);
+    let e = check_data(&model(3, 1), &both, None).unwrap_err().to_string();
+    assert!(
+        e.contains("marginal covariate 'marginal column 2'") && e.contains("separates"),
         "{e}"
     );
 }
