@@ -2,10 +2,10 @@
 //! unidentifiable is a named error, what makes the fit doubtful is a
 //! warning. Each names the column or the rows and the rule.
 
-use crate::bms::MarginalSlope;
-use crate::bms::{BmsData, BmsModel};
 use rayon::prelude::*;
 
+use crate::bms::MarginalSlope;
+use crate::bms::{BmsData, BmsModel};
 use crate::{Error, Result};
 
 /// Column names of the two designs (intercepts included), for messages.
@@ -330,9 +330,9 @@ fn score_warnings(model: &BmsModel, z: &[f64]) -> Vec<String> {
     out
 }
 
-/// The number of distinct values in `v` (by `==`), counted up to `cap`: a
-/// pass that stops at the cap's value, where sorting a copy of 12M scores
-/// took a second of the fit.
+/// The number of distinct values in `v` (by `==`), counted up to `cap`:
+/// one pass that stops once `cap` are seen, where sorting a copy of the
+/// scores cost a quarter of the checks' time (0.12 -> 0.09 us a row).
 fn distinct_up_to(v: &[f64], cap: usize) -> usize {
     let mut seen: Vec<f64> = Vec::with_capacity(cap);
     for &x in v {
