@@ -365,8 +365,9 @@ pub enum HessianStorage {
     /// products for PCG steps.
     Rows,
     /// The p x p matrix ([`ResidentDense`] on the objective's backend),
-    /// summed as the evaluation ends; the per-row Hessians are freed with it, so a fit holds one
-    /// evaluation's rows at a time whatever number of evaluations it keeps.
+    /// summed as the evaluation ends; the per-row Hessians are freed with
+    /// it, so a fit holds one evaluation's rows at a time whatever number
+    /// of evaluations it keeps.
     Dense,
 }
 
