@@ -79,6 +79,12 @@ struct Args {
     /// REML tolerance on |dV/drho| (absolute, in effective degrees of freedom).
     #[arg(long, default_value_t = 1e-3)]
     reml_tol: f64,
+    /// mgcv bam's samfrac: REML first on this share of the rows (an even
+    /// subsample, loose tolerances), then on every row from its estimates
+    /// and smoothing parameters; 1 for never (default: 0.1 for fits of 2M
+    /// rows or more).
+    #[arg(long)]
+    samfrac: Option<f64>,
     /// On one GPU, keep the PCG's Hessian products on the f64 row Hessians
     /// (by default they read packed f32 copies, half the bytes; the
     /// gradient, dense steps and log-determinants are f64 either way).
@@ -182,6 +188,7 @@ fn job(a: Args) -> Job {
             gpus: a.gpus,
             newton_tol: a.newton_tol,
             reml_tol: a.reml_tol,
+            samfrac: a.samfrac,
             single_precision_hvp: !a.f64_hvp,
             outputs: Outputs {
                 json: a.json,

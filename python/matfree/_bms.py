@@ -22,14 +22,17 @@ class BMS:
 
     A score that is not standardised (mean beyond 0.25, sd beyond a factor
     1.5 of 1) is standardised, with a note, unless ``keep_score``. The
-    solver's tolerances are ``newton_tol`` and ``reml_tol``; ``device`` is
+    solver's tolerances are ``newton_tol`` and ``reml_tol``; ``samfrac``
+    (mgcv bam's): REML first on that share of the rows, then on all of them
+    from there (1: never; default: a tenth of fits of 2M rows or more);
+    ``device`` is
     ``"auto"``, ``"cpu"`` or ``"gpu"`` (``gpus`` of them, the rows sharded
     over them); ``verbose`` as for ``GAM``. These are ``fit_bms``' options.
     """
 
     def __init__(self, label="y", score="z", marginal=(), slope=(), *, weights=None, score_basis=8,
                  link_basis=6, frailty_sd=0.0, keep_score=False, fixed_lambda=None, newton_tol=1e-8,
-                 reml_tol=1e-3, device="auto", gpus=None, f64_hvp=False, verbose=0):
+                 reml_tol=1e-3, samfrac=None, device="auto", gpus=None, f64_hvp=False, verbose=0):
         self.label = label
         self.score = score
         self.marginal = list(marginal)
@@ -42,6 +45,7 @@ class BMS:
         self.fixed_lambda = fixed_lambda
         self.newton_tol = newton_tol
         self.reml_tol = reml_tol
+        self.samfrac = samfrac
         self.device = device
         self.gpus = gpus
         self.f64_hvp = f64_hvp
@@ -57,6 +61,7 @@ class BMS:
             "lambda": None if self.fixed_lambda is None else [float(v) for v in self.fixed_lambda],
             "newton_tol": float(self.newton_tol), "reml_tol": float(self.reml_tol), "gpus": self.gpus,
             "f64_hvp": self.f64_hvp,
+            "samfrac": None if self.samfrac is None else float(self.samfrac),
         }
 
     def fit(self, data):

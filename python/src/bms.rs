@@ -63,6 +63,7 @@ pub struct BmsSpec {
     reml_tol: f64,
     gpus: Option<usize>,
     f64_hvp: bool,
+    samfrac: Option<f64>,
 }
 
 impl BmsSpec {
@@ -95,6 +96,7 @@ impl BmsSpec {
                 newton_tol: self.newton_tol,
                 reml_tol: self.reml_tol,
                 single_precision_hvp: !self.f64_hvp,
+                samfrac: self.samfrac,
                 outputs: Outputs::default(),
             }),
             shape: self.shape(),

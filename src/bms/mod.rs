@@ -88,6 +88,30 @@ impl BmsData {
         let part = |x: &[f64]| x[rows.clone()].to_vec();
         Self::new(designs, part(&self.z), part(&self.y), part(&self.weights))
     }
+
+    /// Every k-th row, k = ceil(n / max_rows) (at most `max_rows` rows,
+    /// at least 1): an even subsample, which of data sorted by any column
+    /// takes every stratum in proportion.
+    pub fn strided(&self, max_rows: usize) -> Result<Self> {
+        let d = &self.designs;
+        let k = self.n().div_ceil(max_rows.max(1));
+        let rows: Vec<usize> = (0..self.n()).step_by(k.max(1)).collect();
+        let pick =
+            |x: &[f64], w: usize| -> Vec<f64> { rows.iter().flat_map(|&i| x[i * w..(i + 1) * w].to_vec()).collect() };
+        let designs = marginal_slope_designs(
+            rows.len(),
+            d.p_m(),
+            d.p_g(),
+            pick(d.x_m(), d.p_m()),
+            pick(d.x_g(), d.p_g()),
+        )?;
+        Self::new(
+            Arc::new(designs),
+            pick(&self.z, 1),
+            pick(&self.y, 1),
+            pick(&self.weights, 1),
+        )
+    }
 }
 
 /// Per-row Stage-2 results for all rows.

@@ -7,6 +7,7 @@
 pub mod checks;
 pub mod progress;
 pub mod rigid;
+pub mod sample;
 
 use crate::bms::MarginalSlope;
 use std::time::Instant;
@@ -21,6 +22,8 @@ use serde::{Deserialize, Serialize};
 
 use crate::bms::fit::progress::{Display, Progress};
 use crate::bms::fit::rigid::rigid_start;
+use crate::bms::fit::sample::Start;
+pub use crate::bms::fit::sample::{SampleFit, SampleStart};
 use crate::bms::{bms_penalty, BmsData, BmsModel};
 use crate::device::Device;
 use crate::{Error, Result};
@@ -47,6 +50,12 @@ pub struct FitOptions {
     /// and over several GPUs.
     #[serde(default = "default_true")]
     pub single_precision_hvp: bool,
+    /// When the fit starts from a fit to an even subsample of the rows
+    /// (mgcv bam's `samfrac`; default: fits of 2M rows or more, on a tenth
+    /// of them, at least 200,000). Used by [`fit_on_device`], which can
+    /// build the sample's objective.
+    #[serde(default)]
+    pub sample_start: SampleStart,
 }
 
 fn default_true() -> bool {
@@ -66,6 +75,7 @@ impl Default for FitOptions {
             reml,
             rigid_rows: 200_000,
             single_precision_hvp: true,
+            sample_start: SampleStart::default(),
         }
     }
 }
@@ -129,6 +139,9 @@ pub struct BmsFit {
     /// The outer REML loop's record (each iteration's rho, V, gradient,
     /// step and inner solves), for diagnosis; `None` at fixed lambda.
     pub reml_report: Option<RemlReport>,
+    /// The sample's fit REML started from ([`SampleStart`]), if any.
+    #[serde(default)]
+    pub sample_start: Option<SampleFit>,
 }
 
 /// Fit `model` on `data` through `objective` (the model's negative
@@ -157,6 +170,22 @@ pub fn fit_observed<B: PcgKernels>(
     data: &BmsData,
     opts: &FitOptions,
 ) -> Result<BmsFit> {
+    fit_from(backend, objective, observer, model, data, opts, None)
+}
+
+/// [`fit_observed`] from `start` where given (its beta instead of the
+/// rigid start's, and under REML its lambda as the first rho instead of
+/// the reference); the rigid start is still fitted, for its notes on
+/// separation and to explain a start that cannot be evaluated.
+pub(crate) fn fit_from<B: PcgKernels>(
+    backend: &B,
+    objective: &dyn Objective<B>,
+    observer: &dyn Observer,
+    model: &BmsModel,
+    data: &BmsData,
+    opts: &FitOptions,
+    start: Option<&Start>,
+) -> Result<BmsFit> {
     let penalty = bms_penalty(model)?;
     let p = model.layout().p_total();
     if objective.dim() != p {
@@ -176,6 +205,7 @@ pub fn fit_observed<B: PcgKernels>(
         }
     }
     let mut warnings = crate::bms::fit::checks::check_data(model, data, None)?;
+    let from = start;
     let start = rigid_start(model, data, opts.rigid_rows)?;
     warnings.extend(extreme_rows_note(&start));
     if !start.report.converged {
@@ -184,9 +214,16 @@ pub fn fit_observed<B: PcgKernels>(
             start.report.termination
         ));
     }
-    let out = match &opts.lambda {
-        Some(lambda) => fixed(backend, objective, observer, &penalty, lambda, &start.beta, opts).map(|f| (f, None)),
-        None => selected(backend, objective, observer, &penalty, &start.beta, opts),
+    let out = match (&opts.lambda, from) {
+        (Some(lambda), from) => {
+            let beta0 = from.map_or(&start.beta, |f| &f.beta);
+            fixed(backend, objective, observer, &penalty, lambda, beta0, opts).map(|f| (f, None))
+        }
+        (None, None) => selected(backend, objective, observer, &penalty, &start.beta, None, opts),
+        (None, Some(from)) => {
+            let rho: Vec<f64> = from.lambda.iter().map(|l| l.ln()).collect();
+            selected(backend, objective, observer, &penalty, &from.beta, Some(&rho), opts)
+        }
     };
     let (mut out, kept) = out.map_err(|e| explain_start_failure(e, model, data, &start))?;
     out.rigid_start = (start.rows, start.report.converged);
@@ -330,6 +367,7 @@ fn fixed<B: PcgKernels>(
         at_upper_bound: Vec::new(),
         warnings: Vec::new(),
         reml_report: None,
+        sample_start: None,
     })
 }
 
@@ -341,9 +379,10 @@ fn selected<B: PcgKernels>(
     observer: &dyn Observer,
     penalty: &Penalty,
     beta0: &[f64],
+    rho0: Option<&[f64]>,
     opts: &FitOptions,
 ) -> Result<(BmsFit, Option<FitStatistics>)> {
-    let f = reml_observed(backend, objective, penalty, None, beta0, &opts.reml, observer)?;
+    let f = reml_observed(backend, objective, penalty, rho0, beta0, &opts.reml, observer)?;
     let r = &f.report;
     let mut warnings = Vec::new();
     if !f.laml.newton.converged {
@@ -374,6 +413,7 @@ fn selected<B: PcgKernels>(
         rigid_start: (0, false),
         warnings,
         reml_report: Some(f.report.clone()),
+        sample_start: None,
     };
     Ok((fit, Some(f.statistics)))
 }
@@ -442,10 +482,13 @@ pub struct DeviceFit {
     pub backend: String,
     /// Seconds spent uploading the data to the device(s).
     pub upload_seconds: f64,
-    /// Seconds of the fit.
+    /// Seconds of the fit (the sample start's included).
     pub fit_seconds: f64,
-    /// Seconds of the fit spent in objective evaluations.
+    /// Seconds of the fit spent in objective evaluations (the sample
+    /// start's not included).
     pub evaluation_seconds: f64,
+    /// Seconds of the sample start's fit (included in `fit_seconds`).
+    pub sample_seconds: Option<f64>,
     /// The GPU memory the upload and the fit used (none on the CPU).
     pub memory: Option<crate::device::MemoryUse>,
 }
@@ -475,17 +518,53 @@ pub fn fit_on_device_observed(
     display: Display,
     observer: &dyn Observer,
 ) -> Result<DeviceFit> {
+    opts.sample_start.validate()?;
+    let sample = match opts.sample_start.rows(data.n()) {
+        Some(rows) => Some(sample::sample_fit(device, gpus, model, data, opts, rows, observer)?),
+        None => None,
+    };
+    let start = sample.as_ref().and_then(|(s, beta)| s.start(beta));
     let t = Instant::now();
-    let shown = Shown { display, observer };
-    match (device, gpus) {
+    let job = Fitting {
+        model,
+        data,
+        opts,
+        start: start.as_ref(),
+        shown: Shown { display, observer },
+    };
+    let mut run = match (device, gpus) {
         #[cfg(feature = "cuda")]
-        (Device::Gpu(gpu), gpus) => fit_on_gpus(gpu, gpus, model, data, opts, shown, t),
+        (Device::Gpu(gpu), gpus) => fit_on_gpus(gpu, gpus, job, t)?,
         (Device::Cpu { .. }, _) => {
             let objective = model.objective(data)?;
             let backend = CpuBackend::new();
-            timed(&backend, &objective, model, data, opts, shown, device.describe(), t)
+            timed(&backend, &objective, job, device.describe(), t)?
         }
+    };
+    if let Some((s, _)) = sample {
+        run.fit_seconds += s.seconds;
+        run.sample_seconds = Some(s.seconds);
+        if !s.used {
+            let why = s.error.as_deref().unwrap_or("it did not converge");
+            run.fit.warnings.push(format!(
+                "the sample start (a fit to {} of the rows) was not used ({why}); the fit started from the rigid \
+                 fit instead",
+                s.rows
+            ));
+        }
+        run.fit.sample_start = Some(s);
     }
+    Ok(run)
+}
+
+/// What a fit on a device fits, from where, and what it shows.
+#[derive(Clone, Copy)]
+struct Fitting<'a> {
+    model: &'a BmsModel,
+    data: &'a BmsData,
+    opts: &'a FitOptions,
+    start: Option<&'a Start>,
+    shown: Shown<'a>,
 }
 
 /// What a fit on a device shows and who else watches it.
@@ -498,15 +577,8 @@ struct Shown<'a> {
 /// [`fit_on_device`] on `gpu`, or on the first `gpus` GPUs where that is
 /// more than one; `t` is when the upload began.
 #[cfg(feature = "cuda")]
-fn fit_on_gpus(
-    gpu: &std::sync::Arc<crate::cuda::Gpu>,
-    gpus: usize,
-    model: &BmsModel,
-    data: &BmsData,
-    opts: &FitOptions,
-    display: Shown<'_>,
-    t: Instant,
-) -> Result<DeviceFit> {
+fn fit_on_gpus(gpu: &std::sync::Arc<crate::cuda::Gpu>, gpus: usize, job: Fitting<'_>, t: Instant) -> Result<DeviceFit> {
+    let (model, data, opts) = (job.model, job.data, job.opts);
     use crate::cuda::{CudaBackend, GpuGroup, MultiGpuBackend};
     if gpus <= 1 {
         gpu.reset_memory_peak()?;
@@ -514,7 +586,7 @@ fn fit_on_gpus(
             .device_objective(gpu.clone(), data)?
             .with_single_precision_hvp(opts.single_precision_hvp);
         let backend = CudaBackend::new(gpu.clone())?;
-        let run = timed(&backend, &objective, model, data, opts, display, gpu.describe(), t)?;
+        let run = timed(&backend, &objective, job, gpu.describe(), t)?;
         return with_memory(run, std::slice::from_ref(gpu));
     }
     let group = GpuGroup::open(gpus)?;
@@ -523,7 +595,7 @@ fn fit_on_gpus(
     }
     let objective = model.sharded_objective(group.clone(), data)?;
     let backend = MultiGpuBackend::new(group.clone())?;
-    let run = timed(&backend, &objective, model, data, opts, display, group.describe(), t)?;
+    let run = timed(&backend, &objective, job, group.describe(), t)?;
     with_memory(run, group.gpus())
 }
 
@@ -544,22 +616,27 @@ fn with_memory(mut run: DeviceFit, gpus: &[std::sync::Arc<crate::cuda::Gpu>]) ->
     Ok(run)
 }
 
-#[allow(clippy::too_many_arguments)]
+/// `job` through `objective` on `backend` (described by `describe`),
+/// whose upload began at `upload`.
 fn timed<B: PcgKernels>(
     backend: &B,
     objective: &dyn Objective<B>,
-    model: &BmsModel,
-    data: &BmsData,
-    opts: &FitOptions,
-    shown: Shown<'_>,
+    job: Fitting<'_>,
     describe: String,
     upload: Instant,
 ) -> Result<DeviceFit> {
+    let Fitting {
+        model,
+        data,
+        opts,
+        start,
+        shown,
+    } = job;
     let upload_seconds = upload.elapsed().as_secs_f64();
     let progress = Progress::new(shown.display);
     let t = Instant::now();
     let both: (&dyn Observer, &dyn Observer) = (&progress, shown.observer);
-    let result = fit_observed(backend, objective, &both, model, data, opts);
+    let result = fit_from(backend, objective, &both, model, data, opts, start);
     progress.finish();
     Ok(DeviceFit {
         fit: result?,
@@ -567,6 +644,7 @@ fn timed<B: PcgKernels>(
         upload_seconds,
         fit_seconds: t.elapsed().as_secs_f64(),
         evaluation_seconds: progress.evaluation_seconds(),
+        sample_seconds: None,
         memory: None,
     })
 }

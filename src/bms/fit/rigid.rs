@@ -15,9 +15,6 @@
 //! model (`g = A e`, `H = B e e^T + A e2`). Its fit is the flexible model's
 //! fit at beta_h = beta_w = 0: cheap, and close to the flexible optimum.
 
-use crate::bms::MarginalSlope;
-use std::sync::Arc;
-
 use matfree_solvers::newton::{newton, NewtonOptions, NewtonReport, Objective};
 use matfree_solvers::{CpuBackend, Penalty};
 
@@ -116,7 +113,7 @@ pub const EXTREME_ETA: f64 = 8.0;
 pub fn rigid_start(model: &BmsModel, data: &BmsData, max_rows: usize) -> Result<RigidStart> {
     let sub;
     let data = if data.n() > max_rows.max(1) {
-        sub = subsample(data, max_rows.max(1))?;
+        sub = data.strided(max_rows)?;
         &sub
     } else {
         data
@@ -139,26 +136,4 @@ pub fn rigid_start(model: &BmsModel, data: &BmsData, max_rows: usize) -> Result<
         rows: data.n(),
         extreme_rows,
     })
-}
-
-/// Every k-th row, k = ceil(n / max_rows).
-fn subsample(data: &BmsData, max_rows: usize) -> Result<BmsData> {
-    let d = &data.designs;
-    let k = data.n().div_ceil(max_rows);
-    let rows: Vec<usize> = (0..data.n()).step_by(k).collect();
-    let pick =
-        |x: &[f64], w: usize| -> Vec<f64> { rows.iter().flat_map(|&i| x[i * w..(i + 1) * w].to_vec()).collect() };
-    let designs = crate::bms::marginal_slope_designs(
-        rows.len(),
-        d.p_m(),
-        d.p_g(),
-        pick(d.x_m(), d.p_m()),
-        pick(d.x_g(), d.p_g()),
-    )?;
-    BmsData::new(
-        Arc::new(designs),
-        pick(&data.z, 1),
-        pick(&data.y, 1),
-        pick(&data.weights, 1),
-    )
 }

@@ -17,7 +17,7 @@ use std::time::Instant;
 use matfree_solvers::observer::Observer;
 
 use crate::bms::fit::progress::Display;
-use crate::bms::fit::{fit_on_device_observed, BmsFit, FitOptions};
+use crate::bms::fit::{fit_on_device_observed, BmsFit, FitOptions, SampleStart};
 use crate::bms::io::problem::{ModelShape, Problem};
 use crate::bms::results::report::{DesignNames, FitSummary};
 use crate::bms::results::saved::SavedFit;
@@ -212,6 +212,10 @@ pub struct FitTask {
     pub reml_tol: f64,
     /// On one GPU, PCG's Hessian products on packed f32 row Hessians.
     pub single_precision_hvp: bool,
+    /// mgcv bam's `samfrac`: REML first on this share of the rows, in
+    /// (0, 1], 1 for never (`None`: [`SampleStart`]'s default, a tenth of
+    /// fits of 2M rows or more).
+    pub samfrac: Option<f64>,
     /// The files to write.
     pub outputs: Outputs,
 }
@@ -303,11 +307,18 @@ impl Job {
         }
         let (model, data) = (&problem.model, &problem.data);
         let opts = task.fit_options();
+        if let Some(rows) = opts.sample_start.rows(data.n()) {
+            say(console, format!("first on an even sample of {rows} rows (--samfrac)"));
+        }
         let run = fit_on_device_observed(&device, gpus, model, data, &opts, self.display, console.observer())?;
         phases.push(("upload".into(), run.upload_seconds));
         phases.push(("fit".into(), run.fit_seconds));
+        let sample = run.sample_seconds.unwrap_or(0.0);
+        if run.sample_seconds.is_some() {
+            phases.push(("fit: sample start".into(), sample));
+        }
         phases.push(("fit: row evaluations".into(), run.evaluation_seconds));
-        let rest = run.fit_seconds - run.evaluation_seconds;
+        let rest = run.fit_seconds - sample - run.evaluation_seconds;
         phases.push(("fit: rigid start, solves, logdets, REML".into(), rest));
         let t = Instant::now();
         let names = DesignNames {
@@ -436,6 +447,9 @@ impl FitTask {
                 return Err(JobError::option(flag, v, "must be finite and > 0"));
             }
         }
+        if let Some(f) = self.samfrac.filter(|f| !(*f > 0.0 && *f <= 1.0)) {
+            return Err(JobError::option("--samfrac", f, "must lie in (0, 1]"));
+        }
         let bad = self.lambda.iter().flatten().find(|v| !(v.is_finite() && **v > 0.0));
         match bad {
             Some(v) => Err(JobError::option(
@@ -472,6 +486,15 @@ impl FitTask {
         };
         opts.reml.grad_tol = self.reml_tol;
         opts.reml.newton.decrement_tol = self.newton_tol;
+        opts.sample_start = match self.samfrac {
+            None => SampleStart::default(),
+            Some(f) if f >= 1.0 => SampleStart::off(),
+            Some(fraction) => SampleStart {
+                min_rows: 0,
+                fraction,
+                min_sample: 1,
+            },
+        };
         opts
     }
 }
@@ -622,6 +645,7 @@ mod tests {
             gpus: None,
             newton_tol: 1e-10,
             reml_tol: 1e-3,
+            samfrac: None,
             single_precision_hvp: true,
             outputs,
         }
@@ -674,6 +698,7 @@ mod tests {
         let task = |newton_tol: f64, reml_tol: f64, lambda: Vec<f64>| FitTask {
             newton_tol,
             reml_tol,
+            samfrac: None,
             lambda: Some(lambda),
             ..fit_task(Source::Simulate { rows: None, seed: 1 }, Outputs::default())
         };
@@ -691,6 +716,27 @@ mod tests {
             "--lambda -2: every smoothing parameter must be finite and > 0"
         );
         assert!(task(1e-9, 1e-3, vec![1.0, 2.0]).check_options().is_ok());
+        for f in [0.0, 1.5, f64::NAN] {
+            let t = FitTask {
+                samfrac: Some(f),
+                ..task(1e-9, 1e-3, vec![1.0])
+            };
+            assert_eq!(message(t), format!("--samfrac {f}: must lie in (0, 1]"));
+        }
+        let sampled = |f: f64| {
+            FitTask {
+                samfrac: Some(f),
+                ..task(1e-9, 1e-3, vec![1.0])
+            }
+            .fit_options()
+            .sample_start
+        };
+        assert_eq!(sampled(1.0).rows(usize::MAX - 1), None);
+        assert_eq!(sampled(0.1).rows(1_000), Some(100));
+        assert_eq!(
+            task(1e-9, 1e-3, vec![1.0]).fit_options().sample_start,
+            SampleStart::default()
+        );
         let mut job = small_fit(Outputs::default(), Display::Quiet);
         job.shape.frailty_sd = -1.0;
         let e = job.run(&mut Captured::default()).unwrap_err();

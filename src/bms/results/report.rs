@@ -47,8 +47,10 @@ pub struct FitSummary {
     pub first_newton_iterations: usize,
     /// Outer REML iterations.
     pub reml_iterations: usize,
-    /// Objective evaluations.
+    /// Objective evaluations (the sample start's not included).
     pub evaluations: usize,
+    /// The sample start's fit, where REML started from one.
+    pub sample_start: Option<crate::bms::fit::SampleFit>,
     /// Every coefficient (the table prints the parametric ones).
     pub coefficients: Vec<Coefficient>,
     /// The smooth terms.
@@ -106,6 +108,7 @@ impl BmsFit {
             first_newton_iterations: self.first_newton_iterations,
             reml_iterations: self.reml_iterations,
             evaluations: self.evaluations,
+            sample_start: self.sample_start.clone(),
             coefficients,
             smooths,
             phases: Vec::new(),
@@ -278,6 +281,14 @@ fn table(r: &FitSummary) -> String {
         "iterations: REML {}, Newton (first inner solve) {}, Newton (last inner solve) {}, objective evaluations {}\n",
         r.reml_iterations, r.first_newton_iterations, r.newton_iterations, r.evaluations
     );
+    if let Some(st) = &r.sample_start {
+        s += &format!(
+            "sample start: {} rows, objective evaluations {} (each on the sample), {}\n",
+            st.rows,
+            st.evaluations,
+            if st.used { "used" } else { "not used" }
+        );
+    }
     s += &format!(
         "time (s): {}\n",
         r.phases
