@@ -122,6 +122,7 @@ def test_bad_input_raises_value_errors_naming_the_column_and_row(csv_file):
     fails(weights, "row 3", "column 'w'", "> 0", weights="w")
     fails(data, "score", marginal=["z"])
     fails(data, "newton-tol", newton_tol=0.0)
+    fails(data, "samfrac", "(0, 1]", samfrac=0.0)
     fails(data, "frailty_sd", frailty_sd=-1.0)
 
 
