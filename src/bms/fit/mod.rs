@@ -139,7 +139,7 @@ pub struct BmsFit {
     /// The outer REML loop's record (each iteration's rho, V, gradient,
     /// step and inner solves), for diagnosis; `None` at fixed lambda.
     pub reml_report: Option<RemlReport>,
-    /// The sample's fit REML started from ([`SampleStart`]), if any.
+    /// The sample's fit this fit started from ([`SampleStart`]), if any.
     #[serde(default)]
     pub sample_start: Option<SampleFit>,
 }
@@ -184,7 +184,7 @@ pub(crate) fn fit_from<B: PcgKernels>(
     model: &BmsModel,
     data: &BmsData,
     opts: &FitOptions,
-    start: Option<&Start>,
+    from: Option<&Start>,
 ) -> Result<BmsFit> {
     let penalty = bms_penalty(model)?;
     let p = model.layout().p_total();
@@ -205,7 +205,6 @@ pub(crate) fn fit_from<B: PcgKernels>(
         }
     }
     let mut warnings = crate::bms::fit::checks::check_data(model, data, None)?;
-    let from = start;
     let start = rigid_start(model, data, opts.rigid_rows)?;
     warnings.extend(extreme_rows_note(&start));
     if !start.report.converged {
@@ -214,7 +213,7 @@ pub(crate) fn fit_from<B: PcgKernels>(
             start.report.termination
         ));
     }
-    let out = match (&opts.lambda, from) {
+    let solve = |from: Option<&Start>| match (&opts.lambda, from) {
         (Some(lambda), from) => {
             let beta0 = from.map_or(&start.beta, |f| &f.beta);
             fixed(backend, objective, observer, &penalty, lambda, beta0, opts).map(|f| (f, None))
@@ -224,6 +223,19 @@ pub(crate) fn fit_from<B: PcgKernels>(
             let rho: Vec<f64> = from.lambda.iter().map(|l| l.ln()).collect();
             selected(backend, objective, observer, &penalty, &from.beta, Some(&rho), opts)
         }
+    };
+    let out = match solve(from) {
+        // A sample's estimates can fail on a row the sample did not hold
+        // (an outlier the calibration cannot solve there): the rigid start
+        // instead, as without the sample.
+        Err(e) if from.is_some() && failed_at_start(&e) => {
+            warnings.push(format!(
+                "the sample start's estimates could not be evaluated on every row ({e}); the fit started from the \
+                 rigid fit instead"
+            ));
+            solve(None)
+        }
+        out => out,
     };
     let (mut out, kept) = out.map_err(|e| explain_start_failure(e, model, data, &start))?;
     out.rigid_start = (start.rows, start.report.converged);
@@ -263,6 +275,11 @@ pub fn extreme_rows_noted(extreme: usize, rows: usize, converged: bool) -> bool 
     extreme > 0 && (extreme as f64 >= EXTREME_ROWS_SHARE * rows as f64 || !converged)
 }
 
+/// Whether `e` says the objective was not finite at the solve's start.
+fn failed_at_start(e: &Error) -> bool {
+    matches!(e, Error::Solver(matfree_solvers::SolverError::InvalidInput { field, .. }) if field == "beta0")
+}
+
 /// A start where the objective is not finite is a row the model cannot
 /// evaluate there: the error names the first such row (1-based), the
 /// reason and its values, instead of "beta0 = a point". Where the rigid
@@ -275,9 +292,7 @@ fn explain_start_failure(
     data: &BmsData,
     start: &crate::bms::fit::rigid::RigidStart,
 ) -> Error {
-    let at_start =
-        matches!(&e, Error::Solver(matfree_solvers::SolverError::InvalidInput { field, .. }) if field == "beta0");
-    if !at_start {
+    if !failed_at_start(&e) {
         return e;
     }
     let Err(Error::RowRejected { row, reason }) = model.evaluate(data, &start.beta) else {

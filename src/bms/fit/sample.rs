@@ -276,6 +276,38 @@ mod tests {
         assert_eq!(start_lambda(&lambda, &[3.0, 0.01], &[], 10.0), lambda);
     }
 
+    /// Estimates the full rows cannot be evaluated at (here, from a
+    /// sample that never was: a marginal intercept of 1e6) leave the fit to
+    /// the rigid start, with a note, instead of failing it.
+    #[test]
+    fn a_start_the_full_rows_reject_falls_back_to_the_rigid_start() {
+        use crate::bms::io::generator::{generate, GeneratorConfig};
+        use matfree_solvers::CpuBackend;
+        let g = generate(GeneratorConfig::fit_shape(3_000, 3)).unwrap();
+        let objective = g.model.objective(&g.data).unwrap();
+        let opts = FitOptions {
+            lambda: Some(vec![10.0, 100.0]),
+            ..FitOptions::default()
+        };
+        let mut beta = vec![0.0; g.model.layout().p_total()];
+        beta[0] = 1e6;
+        let bad = Start {
+            beta,
+            lambda: vec![10.0, 100.0],
+        };
+        let fit = |from| super::super::fit_from(&CpuBackend::new(), &objective, &(), &g.model, &g.data, &opts, from);
+        let plain = fit(None).unwrap();
+        let fell_back = fit(Some(&bad)).unwrap();
+        assert!(fell_back.converged, "{}", fell_back.termination);
+        assert_eq!(fell_back.beta, plain.beta);
+        let note = fell_back.warnings.iter().find(|w| w.contains("sample start"));
+        assert!(
+            note.is_some_and(|w| w.contains("rigid fit instead")),
+            "{:?}",
+            fell_back.warnings
+        );
+    }
+
     #[test]
     fn sample_start_ranges_are_checked() {
         assert!(SampleStart::default().validate().is_ok());
