@@ -145,10 +145,10 @@ pub(crate) fn loosened(opts: &FitOptions) -> FitOptions {
 }
 
 /// The fit (REML, or at the fixed lambda) to an even subsample of at most
-/// `rows` rows of `data`, on the
-/// same device, to [`loosened`] tolerances; its fit and coefficients. A
-/// sample that cannot be fitted is reported (`error`) and not used; the
-/// caller's interrupt (`observer`) stops it as it stops the fit.
+/// `rows` rows of `data`, on the same device, to [`loosened`] tolerances;
+/// its report and coefficients. A sample that cannot be fitted is reported
+/// (`error`) and not used; the caller's interrupt (`observer`) stops it as
+/// it stops the fit.
 pub(crate) fn sample_fit(
     device: &Device,
     gpus: usize,
