@@ -377,15 +377,11 @@ mod tests {
             d.dedup();
             d.len()
         };
-        let mut state = 7u64;
-        let mut next = || {
-            state = state
-                .wrapping_mul(6364136223846793005)
-                .wrapping_add(1442695040888963407);
-            (state >> 33) as f64 / (1u64 << 31) as f64
-        };
+        let mut rng = crate::rng::Rng::new(7);
         for levels in [1, 2, 5, 9, 10, 40] {
-            let v: Vec<f64> = (0..2000).map(|_| (next() * levels as f64).floor() - 3.0).collect();
+            let v: Vec<f64> = (0..2000)
+                .map(|_| (rng.uniform() * levels as f64).floor() - 3.0)
+                .collect();
             let all = sorted_count(&v);
             for cap in [1, 4, 9, 10, 100] {
                 assert_eq!(distinct_up_to(&v, cap), all.min(cap), "levels {levels}, cap {cap}");

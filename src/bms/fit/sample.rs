@@ -219,18 +219,12 @@ pub const SAMPLE_EDF_FLOOR: f64 = 0.5;
 /// 10,000 pinned the link smooth, and the full fit started there ended on
 /// the plateau with V 0.14 above the minimum.
 fn start_lambda(lambda: &[f64], edf: &[f64], rho_ref: &[f64], ratio: f64) -> Vec<f64> {
-    lambda
-        .iter()
-        .zip(edf)
-        .zip(rho_ref)
-        .map(|((&l, &e), r)| {
-            if e < SAMPLE_EDF_FLOOR {
-                (r + ratio.ln()).exp()
-            } else {
-                l
-            }
+    let restart = |k: usize| edf.get(k).is_some_and(|&e| e < SAMPLE_EDF_FLOOR);
+    (0..lambda.len())
+        .map(|k| match rho_ref.get(k) {
+            Some(r) if restart(k) => (r + ratio.ln()).exp(),
+            _ => lambda[k],
         })
-        .chain(lambda.iter().skip(rho_ref.len().min(edf.len())).copied())
         .collect()
 }
 
