@@ -81,8 +81,8 @@ struct Args {
     reml_tol: f64,
     /// mgcv bam's samfrac: REML first on this share of the rows (an even
     /// subsample, loose tolerances), then on every row from its estimates
-    /// and smoothing parameters; 1 for never (default: 0.1 for fits of 2M
-    /// rows or more).
+    /// and smoothing parameters; 1 for never (default: 0.02 for fits of 2M
+    /// rows or more, at least 200,000 sampled).
     #[arg(long)]
     samfrac: Option<f64>,
     /// On one GPU, keep the PCG's Hessian products on the f64 row Hessians

@@ -24,7 +24,8 @@ class BMS:
     1.5 of 1) is standardised, with a note, unless ``keep_score``. The
     solver's tolerances are ``newton_tol`` and ``reml_tol``; ``samfrac``
     (mgcv bam's): REML first on that share of the rows, then on all of them
-    from there (1: never; default: a tenth of fits of 2M rows or more);
+    from there (1: never; default: 0.02 of fits of 2M rows or more, at
+    least 200,000 rows);
     ``device`` is
     ``"auto"``, ``"cpu"`` or ``"gpu"`` (``gpus`` of them, the rows sharded
     over them); ``verbose`` as for ``GAM``. These are ``fit_bms``' options.

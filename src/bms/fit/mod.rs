@@ -51,7 +51,7 @@ pub struct FitOptions {
     #[serde(default = "default_true")]
     pub single_precision_hvp: bool,
     /// When the fit starts from a fit to an even subsample of the rows
-    /// (mgcv bam's `samfrac`; default: fits of 2M rows or more, on a tenth
+    /// (mgcv bam's `samfrac`; default: fits of 2M rows or more, on 1 in 50
     /// of them, at least 200,000). Used by [`fit_on_device`], which can
     /// build the sample's objective.
     #[serde(default)]

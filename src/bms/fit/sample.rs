@@ -5,7 +5,7 @@
 //! A fit from the rigid start spends a third of its evaluations getting
 //! near the optimum: the first inner solve from beta_h = beta_w = 0 (about
 //! 7 evaluations) and the Fellner-Schall steps toward lambda (5-9). Those
-//! moves cost the same on a tenth of the rows, which lands within sampling
+//! moves cost the same on a fraction of the rows, which lands within sampling
 //! error of the full fit's estimates; and with a fixed basis lambda settles
 //! as n grows (REML's fixed point is `edf / beta^T S beta`, both of which
 //! converge), so the sample's lambda is a start within the Fellner-Schall
@@ -40,11 +40,21 @@ impl Default for SampleStart {
     fn default() -> Self {
         Self {
             min_rows: DEFAULT_MIN_ROWS,
-            fraction: 0.1,
+            fraction: DEFAULT_FRACTION,
             min_sample: 200_000,
         }
     }
 }
+
+/// The default [`SampleStart::fraction`]: 1 in 50, so that from 2M to 10M
+/// rows the sample is its 200,000-row floor. What the full fit costs after
+/// the sample hardly depends on the sample's size beyond that floor (on the
+/// H100, seeds 1-3: 11-14 evaluations at 4M after 200,000 or 400,000 rows,
+/// 11-12 at 12M after 240,000 or 1.2M), while the sample's own cost grows
+/// with it: 12M rows in 7.41-8.03 s with 240,000 sampled, 8.18-8.19 s with
+/// 1.2M; 4M in 2.39-3.16 s against 2.79-3.37 s with 400,000
+/// (`benches/RESULTS.md`, session 31).
+pub const DEFAULT_FRACTION: f64 = 0.02;
 
 /// The default [`SampleStart::min_rows`].
 pub const DEFAULT_MIN_ROWS: usize = 2_000_000;
@@ -246,8 +256,9 @@ mod tests {
         let s = SampleStart::default();
         assert_eq!(s.rows(1_999_999), None);
         assert_eq!(s.rows(2_000_000), Some(200_000));
-        assert_eq!(s.rows(12_000_000), Some(1_200_000));
-        assert_eq!(s.rows(4_000_001), Some(400_001));
+        assert_eq!(s.rows(4_000_001), Some(200_000));
+        assert_eq!(s.rows(12_000_000), Some(240_000));
+        assert_eq!(s.rows(100_000_001), Some(2_000_001));
         let small = SampleStart {
             min_rows: 0,
             fraction: 0.1,
