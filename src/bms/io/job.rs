@@ -318,8 +318,11 @@ impl Job {
             phases.push(("fit: sample start".into(), sample));
         }
         phases.push(("fit: row evaluations".into(), run.evaluation_seconds));
-        let rest = run.fit_seconds - sample - run.evaluation_seconds;
-        phases.push(("fit: rigid start, solves, logdets, REML".into(), rest));
+        let setup = run.fit.setup_seconds;
+        phases.push(("fit: data checks".into(), setup.data_checks));
+        phases.push(("fit: rigid start".into(), setup.rigid_start));
+        let rest = run.fit_seconds - sample - run.evaluation_seconds - setup.data_checks - setup.rigid_start;
+        phases.push(("fit: solves, logdets, REML".into(), rest));
         let t = Instant::now();
         let names = DesignNames {
             marginal: &problem.marginal_names,
