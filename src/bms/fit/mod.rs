@@ -142,15 +142,12 @@ pub struct BmsFit {
     /// The sample's fit this fit started from ([`SampleStart`]), if any.
     #[serde(default)]
     pub sample_start: Option<SampleFit>,
-    /// Seconds of the host's work before the solves.
-    #[serde(default)]
-    pub setup_seconds: SetupSeconds,
 }
 
 /// Seconds of a fit's host work before its solves, both O(n) on the host
 /// whatever the backend: at 12M rows they are most of a GPU fit's time
 /// outside its row evaluations.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
 pub struct SetupSeconds {
     /// [`crate::bms::fit::checks::check_data`].
     pub data_checks: f64,
@@ -184,13 +181,14 @@ pub fn fit_observed<B: PcgKernels>(
     data: &BmsData,
     opts: &FitOptions,
 ) -> Result<BmsFit> {
-    fit_from(backend, objective, observer, model, data, opts, None)
+    fit_from(backend, objective, observer, model, data, opts, None).map(|(fit, _)| fit)
 }
 
 /// [`fit_observed`] from `start` where given (its beta instead of the
 /// rigid start's, and under REML its lambda as the first rho instead of
 /// the reference); the rigid start is still fitted, for its notes on
-/// separation and to explain a start that cannot be evaluated.
+/// separation and to explain a start that cannot be evaluated. With the
+/// fit, the seconds of its host work before the solves.
 pub(crate) fn fit_from<B: PcgKernels>(
     backend: &B,
     objective: &dyn Objective<B>,
@@ -199,7 +197,7 @@ pub(crate) fn fit_from<B: PcgKernels>(
     data: &BmsData,
     opts: &FitOptions,
     from: Option<&Start>,
-) -> Result<BmsFit> {
+) -> Result<(BmsFit, SetupSeconds)> {
     let penalty = bms_penalty(model)?;
     let p = model.layout().p_total();
     if objective.dim() != p {
@@ -259,10 +257,9 @@ pub(crate) fn fit_from<B: PcgKernels>(
     };
     let (mut out, kept) = out.map_err(|e| explain_start_failure(e, model, data, &start))?;
     out.rigid_start = (start.rows, start.report.converged);
-    out.setup_seconds = setup_seconds;
     out.warnings.splice(0..0, warnings);
     finish(backend, &mut out, &penalty, &data.weights, kept)?;
-    Ok(out)
+    Ok((out, setup_seconds))
 }
 
 /// The share of the rigid start's rows at a margin beyond `EXTREME_ETA`
@@ -404,7 +401,6 @@ fn fixed<B: PcgKernels>(
         warnings: Vec::new(),
         reml_report: None,
         sample_start: None,
-        setup_seconds: SetupSeconds::default(),
     })
 }
 
@@ -451,7 +447,6 @@ fn selected<B: PcgKernels>(
         warnings,
         reml_report: Some(f.report.clone()),
         sample_start: None,
-        setup_seconds: SetupSeconds::default(),
     };
     Ok((fit, Some(f.statistics)))
 }
@@ -527,6 +522,9 @@ pub struct DeviceFit {
     pub evaluation_seconds: f64,
     /// Seconds of the sample start's fit (included in `fit_seconds`).
     pub sample_seconds: Option<f64>,
+    /// Seconds of the fit's data checks and rigid start (included in
+    /// `fit_seconds`).
+    pub setup_seconds: SetupSeconds,
     /// The GPU memory the upload and the fit used (none on the CPU).
     pub memory: Option<crate::device::MemoryUse>,
 }
@@ -676,8 +674,10 @@ fn timed<B: PcgKernels>(
     let both: (&dyn Observer, &dyn Observer) = (&progress, shown.observer);
     let result = fit_from(backend, objective, &both, model, data, opts, start);
     progress.finish();
+    let (fit, setup_seconds) = result?;
     Ok(DeviceFit {
-        fit: result?,
+        fit,
+        setup_seconds,
         backend: describe,
         upload_seconds,
         fit_seconds: t.elapsed().as_secs_f64(),

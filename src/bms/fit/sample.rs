@@ -300,7 +300,9 @@ mod tests {
             beta,
             lambda: vec![10.0, 100.0],
         };
-        let fit = |from| super::super::fit_from(&CpuBackend::new(), &objective, &(), &g.model, &g.data, &opts, from);
+        let fit = |from| {
+            super::super::fit_from(&CpuBackend::new(), &objective, &(), &g.model, &g.data, &opts, from).map(|(f, _)| f)
+        };
         let plain = fit(None).unwrap();
         let fell_back = fit(Some(&bad)).unwrap();
         assert!(fell_back.converged, "{}", fell_back.termination);

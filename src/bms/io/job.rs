@@ -318,7 +318,7 @@ impl Job {
             phases.push(("fit: sample start".into(), sample));
         }
         phases.push(("fit: row evaluations".into(), run.evaluation_seconds));
-        let setup = run.fit.setup_seconds;
+        let setup = run.setup_seconds;
         phases.push(("fit: data checks".into(), setup.data_checks));
         phases.push(("fit: rigid start".into(), setup.rigid_start));
         let rest = run.fit_seconds - sample - run.evaluation_seconds - setup.data_checks - setup.rigid_start;
