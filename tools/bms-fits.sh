@@ -41,7 +41,8 @@ edf = ",".join("%.2f" % t["edf"] for t in d["smooths"])
 print(f'{d["n"]} seed {sys.argv[2]} [{sys.argv[3]}]: converged {d["converged"]} ({d["termination"]}), '
       f'{d["evaluations"]} evaluations {by}, {sample}, '
       f'simulate {phases.get("simulate", float("nan")):.2f} s, fit {phases["fit"]:.2f} s '
-      f'(rows {phases["fit: row evaluations"]:.2f} s), REML {d["reml_score"]:.6f}, edf {edf}, '
+      f'(rows {phases["fit: row evaluations"]:.2f} s, checks {phases.get("fit: data checks", float("nan")):.2f} s, '
+      f'rigid start {phases.get("fit: rigid start", float("nan")):.2f} s), REML {d["reml_score"]:.6f}, edf {edf}, '
       f'max |est-truth|/SE parametric {z({"marginal", "slope"}):.2f}, all {z(blocks):.2f}, '
       f'device peak {(d.get("device_memory") or {}).get("peak_bytes", float("nan")) / 1e9:.2f} GB', flush=True)
 PY
