@@ -213,8 +213,8 @@ pub struct FitTask {
     /// On one GPU, PCG's Hessian products on packed f32 row Hessians.
     pub single_precision_hvp: bool,
     /// mgcv bam's `samfrac`: REML first on this share of the rows, in
-    /// (0, 1], 1 for never (`None`: [`SampleStart`]'s default, a tenth of
-    /// fits of 2M rows or more).
+    /// (0, 1], 1 for never (`None`: [`SampleStart`]'s default, 1 in 50
+    /// rows, at least 200,000, of fits of 2M rows or more).
     pub samfrac: Option<f64>,
     /// The files to write.
     pub outputs: Outputs,
