@@ -70,7 +70,7 @@ pub fn check_data(model: &BmsModel, data: &BmsData, names: Option<ColumnNames<'_
     // they run at once, each sequential within (the same values and
     // messages), and the first failure in this order is reported: on 12M
     // rows they took about a second of the fit one after another.
-    let z_separates = || match separated_by("the score", &data.z, &data.y) {
+    let z_separates = || match separated_by("the score", &data.z, 1, 0, &data.y) {
         Some(rule) => Err(Error::invalid(
             "score",
             "separates the labels",
@@ -161,15 +161,30 @@ pub const MIN_MAGNITUDE: f64 = 1e-100;
 fn check_magnitude(what: &str, x: &[f64], p: usize, names: &[String]) -> Result<()> {
     let p = p.max(1);
     let name = |j: usize| names.get(j).cloned().unwrap_or_default();
-    if let Some(k) = x.iter().position(|v| v.abs() > MAX_MAGNITUDE) {
+    let too_large = |v: &f64| v.abs() > MAX_MAGNITUDE;
+    let first = x.par_chunks(CHUNK_ROWS * p).position_first(|c| c.iter().any(too_large));
+    if let Some(k) = first.and_then(|c| {
+        x[c * CHUNK_ROWS * p..]
+            .iter()
+            .position(too_large)
+            .map(|i| c * CHUNK_ROWS * p + i)
+    }) {
         return Err(Error::invalid(
             format!("{what} '{}', row {}", name(k % p), k / p + 1),
             format!("{:e}", x[k]),
             format!("|value| must be at most {MAX_MAGNITUDE:e} (the model squares and cubes it); rescale the column"),
         ));
     }
-    for j in 0..p {
-        let largest = x.iter().skip(j).step_by(p).fold(0.0f64, |m, v| m.max(v.abs()));
+    // Maxima are exact in any order.
+    let largest = chunk_sums(x, p, p, |row, m| {
+        m.iter_mut()
+            .zip(row)
+            .for_each(|(m, v)| *m = if v.abs() > *m { v.abs() } else { *m });
+    });
+    let largest = largest
+        .into_iter()
+        .reduce(|a, b| a.iter().zip(&b).map(|(a, b)| a.max(*b)).collect());
+    for (j, &largest) in largest.unwrap_or_default().iter().enumerate() {
         if largest > 0.0 && largest < MIN_MAGNITUDE {
             return Err(Error::invalid(
                 format!("{what} '{}'", name(j)),
@@ -188,9 +203,8 @@ fn check_magnitude(what: &str, x: &[f64], p: usize, names: &[String]) -> Result<
 /// say): every estimate would run to infinity, so it is an error.
 fn check_separation(design: &str, x: &[f64], p: usize, y: &[f64], names: &[String]) -> Result<()> {
     for j in 1..p {
-        let column: Vec<f64> = x.chunks_exact(p).map(|row| row[j]).collect();
         let name = names.get(j).cloned().unwrap_or_else(|| format!("column {j}"));
-        if let Some(rule) = separated_by(&format!("{design} covariate '{name}'"), &column, y) {
+        if let Some(rule) = separated_by(&format!("{design} covariate '{name}'"), x, p, j, y) {
             return Err(Error::invalid(
                 format!("{design} covariate '{name}'"),
                 "separates the labels",
@@ -201,17 +215,51 @@ fn check_separation(design: &str, x: &[f64], p: usize, y: &[f64], names: &[Strin
     Ok(())
 }
 
-/// Whether a threshold on `v` splits the labels exactly.
-fn separated_by(what: &str, v: &[f64], y: &[f64]) -> Option<String> {
-    let range = |label: f64| {
-        v.iter()
-            .zip(y)
-            .filter(|(_, &l)| l == label)
-            .fold((f64::INFINITY, f64::NEG_INFINITY), |(lo, hi), (&x, _)| {
-                (lo.min(x), hi.max(x))
-            })
-    };
-    let ((lo0, hi0), (lo1, hi1)) = (range(0.0), range(1.0));
+/// Rows a parallel task of the checks takes: a fixed size, so that sums
+/// combine in the same order whatever the thread count.
+const CHUNK_ROWS: usize = 1 << 16;
+
+/// Per chunk of [`CHUNK_ROWS`] rows of the n x p row-major `x`, `len`
+/// accumulators from 0 updated by `add(row, acc)` row by row; the chunks'
+/// accumulators in row order, for the caller to combine in that order.
+fn chunk_sums(x: &[f64], p: usize, len: usize, add: impl Fn(&[f64], &mut [f64]) + Sync) -> Vec<Vec<f64>> {
+    x.par_chunks(CHUNK_ROWS * p.max(1))
+        .map(|chunk| {
+            let mut acc = vec![0.0; len];
+            chunk.chunks_exact(p.max(1)).for_each(|row| add(row, &mut acc));
+            acc
+        })
+        .collect()
+}
+
+/// The chunks' accumulators of [`chunk_sums`] added in row order.
+fn total(parts: Vec<Vec<f64>>, len: usize) -> Vec<f64> {
+    parts.into_iter().fold(vec![0.0; len], |mut t, part| {
+        t.iter_mut().zip(&part).for_each(|(t, v)| *t += v);
+        t
+    })
+}
+
+/// Whether a threshold on column j of the n x p row-major `x` splits the
+/// labels exactly. Ranges are exact in any order, so the rows are split
+/// across threads.
+fn separated_by(what: &str, x: &[f64], p: usize, j: usize, y: &[f64]) -> Option<String> {
+    type Ranges = [(f64, f64); 2];
+    const EMPTY: Ranges = [(f64::INFINITY, f64::NEG_INFINITY); 2];
+    let merge = |a: Ranges, b: Ranges| [0, 1].map(|k| (a[k].0.min(b[k].0), a[k].1.max(b[k].1)));
+    let ranges = x
+        .par_chunks(CHUNK_ROWS * p)
+        .zip(y.par_chunks(CHUNK_ROWS))
+        .map(|(rows, labels)| {
+            let mut r = EMPTY;
+            for (row, &label) in rows.chunks_exact(p).zip(labels) {
+                let (v, k) = (row[j], usize::from(label == 1.0));
+                r[k] = (r[k].0.min(v), r[k].1.max(v));
+            }
+            r
+        })
+        .reduce(|| EMPTY, merge);
+    let [(lo0, hi0), (lo1, hi1)] = ranges;
     if hi0 < lo1 {
         Some(format!("{what} is below {lo1} exactly where y = 0"))
     } else if hi1 < lo0 {
@@ -231,17 +279,17 @@ pub const MIN_RELATIVE_SPREAD: f64 = 1e-6;
 fn check_design(design: &str, x: &[f64], p: usize, names: &[String]) -> Result<()> {
     let n = x.len() / p.max(1);
     let name = |j: usize| names.get(j).cloned().unwrap_or_else(|| format!("column {j}"));
-    let mut mean = vec![0.0; p];
-    for row in x.chunks_exact(p) {
-        mean.iter_mut().zip(row).for_each(|(m, v)| *m += v / n as f64);
-    }
-    let mut sd = vec![0.0; p];
-    for row in x.chunks_exact(p) {
-        sd.iter_mut()
+    let sums = chunk_sums(x, p, p, |row, m| {
+        m.iter_mut().zip(row).for_each(|(m, v)| *m += v / n as f64)
+    });
+    let mean = total(sums, p);
+    let squares = chunk_sums(x, p, p, |row, s| {
+        s.iter_mut()
             .zip(row)
             .zip(&mean)
-            .for_each(|((s, v), m)| *s += (v - m).powi(2));
-    }
+            .for_each(|((s, v), m)| *s += (v - m).powi(2))
+    });
+    let mut sd = total(squares, p);
     sd.iter_mut().for_each(|s| *s = (*s / n as f64).sqrt());
     for j in 1..p {
         // A NaN spread (cannot happen for finite designs) counts as constant.
@@ -271,15 +319,18 @@ fn check_design(design: &str, x: &[f64], p: usize, names: &[String]) -> Result<(
     // eigenvalue near zero is a linear dependence; its eigenvector names
     // the columns in it.
     let k = p - 1;
-    let mut c = vec![0.0; k * k];
-    for row in x.chunks_exact(p) {
+    let inv_sd: Vec<f64> = sd.iter().map(|s| 1.0 / s).collect();
+    let products = chunk_sums(x, p, k * k, |row, c| {
+        let u = |a: usize| (row[a + 1] - mean[a + 1]) * inv_sd[a + 1];
         for a in 0..k {
-            let u = (row[a + 1] - mean[a + 1]) / sd[a + 1];
-            for b in 0..k {
-                c[a * k + b] += u * (row[b + 1] - mean[b + 1]) / sd[b + 1] / n as f64;
-            }
+            let ua = u(a);
+            c[a * k..(a + 1) * k]
+                .iter_mut()
+                .enumerate()
+                .for_each(|(b, c)| *c += ua * u(b));
         }
-    }
+    });
+    let c: Vec<f64> = total(products, k * k).iter().map(|v| v / n as f64).collect();
     let (values, vectors) = matfree_solvers::symmetric_eigen(k, &c)?;
     if values[0] < 1e-8 * values[k - 1] {
         let involved: Vec<String> = (0..k)
@@ -366,6 +417,49 @@ pub fn standardise_score(z: &mut [f64], column: &str) -> Option<(String, (f64, f
 #[cfg(test)]
 mod tests {
     use super::distinct_up_to;
+    use super::{check_design, check_magnitude, separated_by, CHUNK_ROWS, MAX_MAGNITUDE};
+
+    /// The checks split rows into chunks across threads: what they find
+    /// must not depend on where a chunk ends. The first offending row
+    /// (several chunks in), a separation broken by one row of the last
+    /// chunk, and a dependence among columns are found as a sequential
+    /// pass finds them.
+    #[test]
+    fn chunked_checks_find_what_a_sequential_pass_finds() {
+        let (n, p) = (3 * CHUNK_ROWS + 17, 3);
+        let mut rng = crate::rng::Rng::new(11);
+        let mut x: Vec<f64> = (0..n * p)
+            .map(|k| if k % p == 0 { 1.0 } else { rng.normal() })
+            .collect();
+        let names: Vec<String> = ["(Intercept)", "a", "b"].map(String::from).to_vec();
+        assert!(check_magnitude("marginal", &x, p, &names).is_ok());
+        for row in [2 * CHUNK_ROWS + 5, CHUNK_ROWS + 3] {
+            x[row * p + 2] = 2.0 * MAX_MAGNITUDE;
+        }
+        let err = check_magnitude("marginal", &x, p, &names).unwrap_err().to_string();
+        assert!(err.contains(&format!("'b', row {}", CHUNK_ROWS + 4)), "{err}");
+        x[(CHUNK_ROWS + 3) * p + 2] = 0.5;
+        x[(2 * CHUNK_ROWS + 5) * p + 2] = -0.5;
+
+        // y = 1 exactly where column a is above 0, but for one row near
+        // the end: separated without it, not with it.
+        let mut y: Vec<f64> = (0..n).map(|i| f64::from(x[i * p + 1] > 0.0)).collect();
+        assert!(separated_by("a", &x, p, 1, &y).is_some());
+        let last = n - 3;
+        y[last] = 1.0 - y[last];
+        assert_eq!(separated_by("a", &x, p, 1, &y), None);
+
+        assert!(check_design("marginal", &x, p, &names).is_ok());
+        // b = 2 a - 1 (up to rounding): collinear.
+        for i in 0..n {
+            x[i * p + 2] = 2.0 * x[i * p + 1] - 1.0;
+        }
+        let err = check_design("marginal", &x, p, &names).unwrap_err().to_string();
+        assert!(
+            err.contains("collinear") && err.contains("'a'") && err.contains("'b'"),
+            "{err}"
+        );
+    }
 
     /// Counted up to the cap, the distinct values are those of a sorted,
     /// deduplicated copy: ties, both zeros (equal), values in any order.
