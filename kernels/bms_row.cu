@@ -101,25 +101,33 @@ struct BasesSource {
     const double *row_a, *row_b, *bounds;
 };
 
-// A tile of cells in dynamic shared memory: X ([tile][r][4]), the
-// scalars ([tile][r]), each cell's edges, segments and moments as read
-// ([tile][CELL_READ]), then the row's running sums of D(S_1u), D(X_u) and
-// D(AR_u) ([r] each) and, if g_shared, its Q sums G ([r][r]).
+// A tile of cells in dynamic shared memory: X ([tile][r][4], a cell's
+// vectors xs = 4 r + 1 doubles apart), the scalars ([tile][r], ss = r | 1
+// apart), each cell's edges, segments and moments as read ([tile]
+// [CELL_STRIDE]), then the row's running sums of D(S_1u), D(X_u) and
+// D(AR_u) ([r] each) and, if g_shared, its Q sums G ([r][r]). The
+// (cell, part) pass has a warp's lanes on consecutive cells of one part,
+// so each cell's stride is odd: a stride of 4 r or r doubles (even) put
+// the lanes of a store on one bank (ncu at r = 16: 60% of Stage 2's
+// shared wavefronts were excess, its L1 81% busy).
 struct Tile {
     double *X, *dX, *dXA, *dS, *cell, *sum_S, *sum_X, *sum_XA, *G;
+    int xs, ss;
 };
 
 // A cell as read: lo, hi, the score and link segments (device Stage 1
-// only), the 10 moments.
+// only), the 10 moments; CELL_STRIDE (odd) apart.
 #define CELL_READ 14
+#define CELL_STRIDE 15
 #define CELL_MOMENTS 4
 
 __device__ Tile tile_layout(double* sh, int tile, int r, int g_shared)
 {
     Tile t;
-    t.X = sh; t.dX = t.X + 4 * tile * r;
-    t.dXA = t.dX + tile * r; t.dS = t.dXA + tile * r; t.cell = t.dS + tile * r;
-    t.sum_S = t.cell + CELL_READ * tile;
+    t.xs = 4 * r + 1; t.ss = r | 1;
+    t.X = sh; t.dX = t.X + t.xs * tile;
+    t.dXA = t.dX + t.ss * tile; t.dS = t.dXA + t.ss * tile; t.cell = t.dS + t.ss * tile;
+    t.sum_S = t.cell + CELL_STRIDE * tile;
     t.sum_X = t.sum_S + r; t.sum_XA = t.sum_X + r; t.G = g_shared ? t.sum_XA + r : 0;
     return t;
 }
@@ -132,14 +140,15 @@ __device__ void stage_part(const CellPart& o, const double* moments, int j, int 
     double m[10];
     for (int q = 0; q < 10; ++q) m[q] = moments[q];
     const int u = 1 + part;
-    const i64 ju = (i64)j * r + u;
-    for (int q = 0; q < 4; ++q) t.X[ju * 4 + q] = o.x[q];
+    const i64 ju = (i64)j * t.ss + u;
+    double* X = t.X + (i64)j * t.xs;
+    for (int q = 0; q < 4; ++q) X[u * 4 + q] = o.x[q];
     t.dX[ju] = d_of(o.x, m);
     t.dXA[ju] = d_of(o.ar, m);
     t.dS[ju] = d_of(o.s, m);
     if (part != 0) return;
-    const i64 j0 = (i64)j * r;
-    for (int q = 0; q < 4; ++q) t.X[j0 * 4 + q] = o.A[q];
+    const i64 j0 = (i64)j * t.ss;
+    for (int q = 0; q < 4; ++q) X[q] = o.A[q];
     t.dX[j0] = d_of(o.A, m);
     t.dXA[j0] = d_of(o.AA, m);
     t.dS[j0] = 0.0;
@@ -185,14 +194,14 @@ __device__ void g_block(const Tile& t, const double (*T)[7], int nc, int r, int 
     // W[l/4][q] sits in lane 4 (l/4) + q/2, component q%2.
     const int src = (lane & ~3) | (q >> 1);
     for (int j = 0; j < nc; ++j) {
-        const double x = u < r ? t.X[((i64)j * r + u) * 4 + q] : 0.0;
+        const double x = u < r ? t.X[(i64)j * t.xs + u * 4 + q] : 0.0;
         const double m = n < 4 ? T[j][q + n] : 0.0;
         double w0 = 0.0, w1 = 0.0;
         asm volatile("mma.sync.aligned.m8n8k4.row.col.f64.f64.f64.f64 {%0,%1}, {%2}, {%3}, {%0,%1};"
                      : "+d"(w0), "+d"(w1) : "d"(x), "d"(m));
         const double s0 = __shfl_sync(0xffffffffu, w0, src), s1 = __shfl_sync(0xffffffffu, w1, src);
         const double a = (q & 1) ? s1 : s0;
-        const double b = v < r ? t.X[((i64)j * r + v) * 4 + q] : 0.0;
+        const double b = v < r ? t.X[(i64)j * t.xs + v * 4 + q] : 0.0;
         asm volatile("mma.sync.aligned.m8n8k4.row.col.f64.f64.f64.f64 {%0,%1}, {%2}, {%3}, {%0,%1};"
                      : "+d"(c0), "+d"(c1) : "d"(a), "d"(b));
     }
@@ -200,12 +209,12 @@ __device__ void g_block(const Tile& t, const double (*T)[7], int nc, int r, int 
     const int v0 = 8 * bv + 2 * q;
     for (int j = 0; j < nc; ++j) {
         if (u >= r) break;
-        const double* x = t.X + ((i64)j * r + u) * 4;
+        const double* x = t.X + (i64)j * t.xs + u * 4;
         double w[4];
         for (int p = 0; p < 4; ++p)
             w[p] = x[0] * T[j][p] + x[1] * T[j][p + 1] + x[2] * T[j][p + 2] + x[3] * T[j][p + 3];
-        if (v0 < r) c0 += dot4(w, t.X + ((i64)j * r + v0) * 4);
-        if (v0 + 1 < r) c1 += dot4(w, t.X + ((i64)j * r + v0 + 1) * 4);
+        if (v0 < r) c0 += dot4(w, t.X + (i64)j * t.xs + v0 * 4);
+        if (v0 + 1 < r) c1 += dot4(w, t.X + (i64)j * t.xs + (v0 + 1) * 4);
     }
 #endif
 }
@@ -238,7 +247,7 @@ __device__ __forceinline__ void read_tile(const Cells& k, const BasesSource& src
         double v = 0.0;
         if (q >= CELL_MOMENTS) v = k.m[(t0 + j) * 10 + q - CELL_MOMENTS];
         else if (BASES) v = src.bounds[4 * (t0 + j) + q];
-        cell[e] = v;
+        cell[j * CELL_STRIDE + q] = v;
     }
 }
 
@@ -252,9 +261,9 @@ __device__ __forceinline__ void scalar_sums(const Tile& t, int nc, int r, bool f
         double sxa = first ? 0.0 : (u == 0 ? F_aa_sh : F_au[u]);
         double ss = first ? 0.0 : t.sum_S[u];
         for (int j = 0; j < nc; ++j) {
-            sx += t.dX[(i64)j * r + u];
-            sxa += t.dXA[(i64)j * r + u];
-            ss += t.dS[(i64)j * r + u];
+            sx += t.dX[(i64)j * t.ss + u];
+            sxa += t.dXA[(i64)j * t.ss + u];
+            ss += t.dS[(i64)j * t.ss + u];
         }
         if (u == 0) { F_a_sh = sx; F_aa_sh = sxa; } else { F_u[u] = sx; F_au[u] = sxa; }
         t.sum_S[u] = ss;
@@ -335,7 +344,7 @@ __device__ void bms_row_body(
         for (int e = tid; e < nc * parts; e += nt) {
             int j, part;
             tile_item(e, nc, p_h, p_w, &j, &part);
-            const double* cell = t.cell + j * CELL_READ;
+            const double* cell = t.cell + j * CELL_STRIDE;
             CellPart o;
             if (BASES) {
                 // About the cell's centre, as device Stage 1 took its moments.

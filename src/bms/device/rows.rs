@@ -217,8 +217,9 @@ const STAGE2_TILE: usize = 32;
 // The kernel's static T array holds CELL_TILE = 32 cells.
 const _: () = assert!(STAGE2_TILE <= 32);
 const STAGE2_TILE_BYTES: usize = 12 << 10;
-/// The doubles a cell is read as (CELL_READ in bms_row.cu).
-const CELL_READ: usize = 14;
+/// The doubles a cell's read values take in the tile (CELL_STRIDE in
+/// bms_row.cu: 14 read, padded to an odd stride).
+const CELL_STRIDE: usize = 15;
 
 /// How a Stage-2 block uses its dynamic shared memory (`tile_layout` in
 /// bms_row.cu).
@@ -234,8 +235,10 @@ pub(crate) struct Stage2Tile {
 }
 
 /// The Stage-2 tile for rows of at most `cells` cells: each cell takes
-/// 7 r + CELL_READ doubles (its X vectors, three scalars a coordinate, its
-/// edges, segments and moments), the row 3 r more (the running sums of
+/// (4 r + 1) + 3 (r | 1) + CELL_STRIDE doubles (its X vectors, three
+/// scalars a coordinate, its edges, segments and moments, each stride odd
+/// so that a warp's stores to consecutive cells meet no bank conflict:
+/// `tile_layout` in bms_row.cu), the row 3 r more (the running sums of
 /// D(S_1u), D(X_u), D(AR_u)) and, while r^2 doubles are no more than the
 /// tile's budget (r <= 39), r^2 more for G. (G in shared memory took 0.1 ms
 /// off Stage 2 at seed, r = 20; at larger r it would cost blocks an SM, not
@@ -243,7 +246,7 @@ pub(crate) struct Stage2Tile {
 /// tiles of a row are balanced, so a row of 40 cells is two tiles of 20,
 /// not 32 and 8.
 pub(crate) fn stage2_tile(gpu: &Gpu, r: usize, cells: usize) -> Result<Stage2Tile> {
-    let cell = (7 * r + CELL_READ) * 8;
+    let cell = ((4 * r + 1) + 3 * (r | 1) + CELL_STRIDE) * 8;
     let most = (STAGE2_TILE_BYTES / cell).clamp(1, STAGE2_TILE);
     let tiles = cells.max(1).div_ceil(most);
     let tile = cells.max(1).div_ceil(tiles);
