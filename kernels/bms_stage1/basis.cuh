@@ -2,7 +2,7 @@
 // docs/bms-model.md, "Cells (Stage 1)"; the CPU twin is src/bms/model/cells.rs,
 // calibration.rs and quadrature.rs, which these kernels follow step by step).
 //
-// Three kernels, launched in order on one stream:
+// Four kernels, launched in order on one stream:
 //   bms_calibrate  one thread per row: q, b from the design rows, then the
 //                  intercept a (closed form for rigid rows, else Newton on
 //                  F(a) safeguarded by a bracket, as on the CPU), and the
@@ -13,13 +13,17 @@
 //                  the rest empty, which adds exact zeros in Stage 2. The cells'
 //                  coefficient arrays are built by Stage 2 itself
 //                  (bms_row_bases in bms_row.cu, compiled with this file)
-//                  from the edges and the bases: cell_part below.
+//                  from the edges and the bases: cell_part below. A
+//                  cell that needs the quadrature is queued instead,
+//   bms_cell_quadrature  grid-strided over that queue: its moments.
 //   bms_observed   one thread per row: the observed-point jets and mu_1, mu_2.
-// Each thread works sequentially in a fixed order: no atomics, bitwise
-// repeatable. Quadrature is adaptive, with an explicit stack per thread:
-// the 21-point Gauss-Kronrod rule with its embedded 10-point Gauss rule,
-// whose difference estimates the Kronrod value's error as QUADPACK does
-// (kronrod_error), as on the CPU (quadrature::adaptive_with).
+// Each thread works sequentially in a fixed order, bitwise repeatable; the
+// only atomic is the queue's integer count, whose order decides which lane
+// integrates a queued cell, never its value. Quadrature is adaptive, with
+// an explicit stack per thread: the 21-point Gauss-Kronrod rule with its
+// embedded 10-point Gauss rule, whose difference estimates the Kronrod
+// value's error as QUADPACK does (kronrod_error), as on the CPU
+// (quadrature::adaptive_with).
 
 #define Z_CLIP 40.0
 #define QUAD_TOL 1e-14

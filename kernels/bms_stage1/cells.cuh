@@ -88,45 +88,109 @@ __device__ void shift_part(CellPart& o, double c, int part)
     shift_cubic(o.AA, c);
 }
 
-// Per cell slot (one thread each): the cell's edges, the score and link
-// segments that hold on it (bounds: lo, hi, seg_h, seg_w a slot; Stage 2
-// reads them instead of searching the knots again) and its moments. An
-// empty slot (fewer cells, or a row whose intercept failed: its cells at a
-// possibly non-finite a would only cost quadrature that cannot converge)
-// gets NaN edges and zero moments; Stage 2 (bms_row_bases) builds the
-// cell's coefficient arrays from the edges and adds exact zeros for it.
-// Capped at 128 registers (it took 152: 3 blocks an SM; 2.47 -> 2.26 ms at
-// seed, measured).
-extern "C" __global__ void __launch_bounds__(128, 4) bms_cell_moments(
-    int n, const unsigned int* __restrict__ order, int slots, MODEL_PARAMS, const double* __restrict__ row_b,
-    const double* __restrict__ row_a, const unsigned int* __restrict__ row_status, double* __restrict__ bounds,
-    double* __restrict__ cm)
+// A block of bms_cell_moments takes CELL_ROWS rows consecutive in `order`
+// (a lane each) and CELL_SLOTS consecutive slots of them (a warp each), so
+// a warp's lanes take one slot of rows alike (bms_calibrate), cells that
+// are alike (the tails together, the interior together) and take similar
+// paths; row-major threads mixed a row's tails with its interior cells in
+// a warp (10.9 of 32 lanes active, measured). The lanes' rows lie apart in
+// memory, so each lane storing its own moments wrote a sector a lane and
+// double: the warps waited on those stores more than on anything else
+// (Nsight Compute, session 33). They are staged in shared memory instead
+// and stored a row's slots at a time, CELL_SLOTS x MOMENTS doubles that
+// are contiguous; CELL_STAGE is odd, so the lanes' staging rows fall in
+// different banks.
+#define CELL_ROWS 32
+#define CELL_SLOTS 4
+#define CELL_STAGE (CELL_SLOTS * MOMENTS + 1)
+
+// One cell slot: its segments (written to bounds beside its edges) and its
+// moments where a closed form gives them (cell_moments_closed) into mom;
+// zeros there for an empty slot (fewer cells, or a row whose intercept
+// failed: its cells at a possibly non-finite a would only cost quadrature
+// that cannot converge; Stage 2 adds exact zeros for it) and for a cell
+// that needs the quadrature, which is queued instead (its index c within
+// the part appended to `queue`, `queued` counting) for bms_cell_quadrature:
+// taken here, one lane's quadrature held its warp's other lanes idle.
+__device__ void cell_slot(const Model& m, i64 row, int slot, int slots, const double* __restrict__ row_b,
+                          const double* __restrict__ row_a, const unsigned int* __restrict__ row_status,
+                          double* __restrict__ bounds, double* mom, unsigned int* __restrict__ queue,
+                          unsigned int* __restrict__ queued)
 {
-    const i64 t = (i64)blockIdx.x * blockDim.x + threadIdx.x;
-    if (t >= (i64)n * slots) return;
-    // Slot-major threads: a warp takes one slot of 32 rows consecutive in
-    // `order` (rows alike: bms_calibrate), cells that are alike (the tails
-    // together, the interior together), so its lanes take similar
-    // quadrature paths; row-major threads mixed a row's tails with its
-    // interior cells in a warp (10.9 of 32 lanes active, measured).
-    const int slot = (int)(t / n);
-    const i64 row = order[t - (i64)slot * n], c = row * slots + slot;
-    const Model m = make_model(MODEL_ARGS);
+    const i64 c = row * slots + slot;
+    // lo and hi in one load, with a, b and the status beside it: a chain
+    // of dependent loads was the warps' other long wait.
+    const double2 edge = *reinterpret_cast<const double2*>(bounds + 4 * c);
     const double a = row_a[row], b = row_b[row];
-    const double lo = bounds[4 * c], hi = bounds[4 * c + 1];
-    if (row_status[row] != CAL_OK || isnan(lo)) {
-        bounds[4 * c + 2] = 0.0;
-        bounds[4 * c + 3] = 0.0;
-        for (int k = 0; k < MOMENTS; ++k) cm[c * MOMENTS + k] = 0.0;
+    const unsigned int status = row_status[row];
+    double2* segments = reinterpret_cast<double2*>(bounds + 4 * c + 2);
+    for (int k = 0; k < MOMENTS; ++k) mom[k] = 0.0;
+    if (status != CAL_OK || isnan(edge.x)) {
+        *segments = make_double2(0.0, 0.0);
         return;
     }
     Pieces p;
-    cell_pieces(m, a, b, lo, hi, p);
+    cell_pieces(m, a, b, edge.x, edge.y, p);
     double eta[4], A[4];
     eta_and_a(p, a, b, m.s_f, eta, A);
-    double mom[MOMENTS];
-    cell_moments(eta, lo, hi, mom);
-    bounds[4 * c + 2] = p.seg_h;
-    bounds[4 * c + 3] = p.seg_w;
-    for (int k = 0; k < MOMENTS; ++k) cm[c * MOMENTS + k] = mom[k];
+    *segments = make_double2(p.seg_h, p.seg_w);
+    if (cell_moments_closed(eta, edge.x, edge.y, mom)) return;
+    for (int k = 0; k < MOMENTS; ++k) mom[k] = 0.0;
+    queue[atomicAdd(queued, 1u)] = (unsigned int)c;
+}
+
+// Launched with CELL_ROWS x CELL_SLOTS threads a block (or one, as the
+// host replay does: every loop below strides by the block's size) and
+// ceil(n / CELL_ROWS) x ceil(slots / CELL_SLOTS) blocks, the row groups
+// within each group of slots. The queue's order depends on the lanes'
+// timing, not its contents: each queued cell's moments are computed from
+// that cell alone.
+extern "C" __global__ void __launch_bounds__(128, 4) bms_cell_moments(
+    int n, const unsigned int* __restrict__ order, int slots, MODEL_PARAMS, const double* __restrict__ row_b,
+    const double* __restrict__ row_a, const unsigned int* __restrict__ row_status, double* __restrict__ bounds,
+    double* __restrict__ cm, unsigned int* __restrict__ queue, unsigned int* __restrict__ queued)
+{
+    __shared__ double staged[CELL_ROWS * CELL_STAGE];
+    const int groups = (n + CELL_ROWS - 1) / CELL_ROWS;
+    const int group = (int)(blockIdx.x % groups), first_slot = (int)(blockIdx.x / groups) * CELL_SLOTS;
+    const int first = group * CELL_ROWS, rows = min(CELL_ROWS, n - first);
+    const int here = min(CELL_SLOTS, slots - first_slot);
+    const Model m = make_model(MODEL_ARGS);
+    for (int u = threadIdx.x; u < CELL_ROWS * CELL_SLOTS; u += blockDim.x) {
+        const int lane = u % CELL_ROWS, w = u / CELL_ROWS;
+        if (lane < rows && w < here)
+            cell_slot(m, order[first + lane], first_slot + w, slots, row_b, row_a, row_status, bounds,
+                      staged + lane * CELL_STAGE + w * MOMENTS, queue, queued);
+    }
+    __syncthreads();
+    const int width = here * MOMENTS;
+    for (int i = threadIdx.x; i < rows * width; i += blockDim.x) {
+        const int r = i / width, j = i - r * width;
+        const i64 row = order[first + r];
+        cm[(row * slots + first_slot) * MOMENTS + j] = staged[r * CELL_STAGE + j];
+    }
+}
+
+// The queued cells' moments by adaptive quadrature (cell_moments_quadrature),
+// grid-strided over the queue: consecutive lanes take consecutive entries,
+// cells of one slot and alike rows. eta is rebuilt from the segments
+// bms_cell_moments stored, the same operations as there.
+extern "C" __global__ void __launch_bounds__(128, 4) bms_cell_quadrature(
+    int slots, MODEL_PARAMS, const double* __restrict__ row_b, const double* __restrict__ row_a,
+    const double* __restrict__ bounds, double* __restrict__ cm, const unsigned int* __restrict__ queue,
+    const unsigned int* __restrict__ queued)
+{
+    const Model m = make_model(MODEL_ARGS);
+    const i64 total = *queued, stride = (i64)gridDim.x * blockDim.x;
+    for (i64 t = (i64)blockIdx.x * blockDim.x + threadIdx.x; t < total; t += stride) {
+        const i64 c = queue[t], row = c / slots;
+        const double a = row_a[row], b = row_b[row];
+        Pieces p;
+        cell_pieces_at(m, a, b, (int)bounds[4 * c + 2], (int)bounds[4 * c + 3], p);
+        double eta[4], A[4];
+        eta_and_a(p, a, b, m.s_f, eta, A);
+        double mom[MOMENTS];
+        cell_moments_quadrature(eta, bounds[4 * c], bounds[4 * c + 1], mom);
+        for (int k = 0; k < MOMENTS; ++k) cm[c * MOMENTS + k] = mom[k];
+    }
 }

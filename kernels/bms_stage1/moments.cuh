@@ -83,6 +83,25 @@ __device__ __constant__ double SERIES_W[SERIES_TERMS + MOMENTS] = {
     0.0273972602739726, 0.0,
 };
 
+// 1 / n for n <= SERIES_TERMS (entry 0 unused; series.rs: INVERSES, checked
+// bitwise there): a double division a term cost more FP64 instructions than
+// the term's sums.
+__device__ __constant__ double SERIES_INV[SERIES_TERMS + 1] = {
+    0.0, 1.0, 0.5, 0.3333333333333333, 0.25, 0.2, 0.16666666666666666, 0.14285714285714285, 0.125,
+    0.1111111111111111, 0.1, 0.09090909090909091, 0.08333333333333333, 0.07692307692307693,
+    0.07142857142857142, 0.06666666666666667, 0.0625, 0.058823529411764705, 0.05555555555555555,
+    0.05263157894736842, 0.05, 0.047619047619047616, 0.045454545454545456, 0.043478260869565216,
+    0.041666666666666664, 0.04, 0.038461538461538464, 0.037037037037037035, 0.03571428571428571,
+    0.034482758620689655, 0.03333333333333333, 0.03225806451612903, 0.03125, 0.030303030303030304,
+    0.029411764705882353, 0.02857142857142857, 0.027777777777777776, 0.02702702702702703, 0.02631578947368421,
+    0.02564102564102564, 0.025, 0.024390243902439025, 0.023809523809523808, 0.023255813953488372,
+    0.022727272727272728, 0.022222222222222223, 0.021739130434782608, 0.02127659574468085,
+    0.020833333333333332, 0.02040816326530612, 0.02, 0.0196078431372549, 0.019230769230769232,
+    0.018867924528301886, 0.018518518518518517, 0.01818181818181818, 0.017857142857142856,
+    0.017543859649122806, 0.017241379310344827, 0.01694915254237288, 0.016666666666666666,
+    0.01639344262295082, 0.016129032258064516, 0.015873015873015872, 0.015625,
+};
+
 // The last six terms of a series, newest first, and the next:
 // (sum_i c_i w_i) / (j + 1) in series.rs's order (inv = 1 / (j + 1)).
 __device__ __forceinline__ double series_next(const double* c, const double* w, double inv)
@@ -97,7 +116,23 @@ __device__ __forceinline__ bool series_tail(const double* g, double big)
     return tail;
 }
 
+// f_{j+1} and g_{j+1} from the last six (inv = 1 / (j + 1)), shifted in.
+__device__ __forceinline__ void series_step(const double* ip, const double* ipa, double* f, double* g, double* big,
+                                            double inv)
+{
+    const double fj = series_next(ip, f, inv), gj = series_next(ipa, g, inv);
+    for (int i = 5; i > 0; --i) { f[i] = f[i - 1]; g[i] = g[i - 1]; }
+    f[0] = fj; g[0] = gj;
+    *big += gj;
+}
+
 // eta: the cubic in z - c. Returns false where the series declines.
+// Term j adds f_j w_{k+j} to the sums of k of j's parity (w_n is 0 for odd
+// n). The loop takes the terms in pairs, an even j then j + 1, so that each
+// half adds to five fixed sums (registers) and both read w at even indices
+// j, j + 2, ..., j + 10, kept in a window that slides by one entry a pair:
+// each sum receives the same products in the same order as one term at a
+// time would give.
 __device__ bool series_moments(const double* eta, double c, double rho, double* m)
 {
     const double h[4] = {eta[0], eta[1] * rho, eta[2] * (rho * rho), eta[3] * (rho * rho * rho)};
@@ -110,22 +145,23 @@ __device__ bool series_moments(const double* eta, double c, double rho, double* 
     for (int i = 0; i < 7; ++i) p[i] = -0.5 * p[i];
     double ip[6], ipa[6], f[6] = {1.0, 0.0, 0.0, 0.0, 0.0, 0.0}, g[6] = {1.0, 0.0, 0.0, 0.0, 0.0, 0.0};
     for (int i = 0; i < 6; ++i) { ip[i] = (i + 1) * p[i + 1]; ipa[i] = fabs(ip[i]); }
-    double big = 1.0, sums[MOMENTS];
+    double big = 1.0, sums[MOMENTS], win[6];
     for (int k = 0; k < MOMENTS; ++k) sums[k] = 0.0;
+    for (int i = 0; i < 6; ++i) win[i] = SERIES_W[2 * i];
     int terms = 0;
-    for (int j = 0; j < SERIES_TERMS; ++j) {
-        // Every k in turn (sums[k] at a fixed index stays in registers),
-        // those of j's parity added.
-#pragma unroll
-        for (int k = 0; k < MOMENTS; ++k)
-            if (((k + j) & 1) == 0) sums[k] += f[0] * SERIES_W[k + j];
+    for (int j = 0; j < SERIES_TERMS; j += 2) {
+        for (int i = 0; i < 5; ++i) sums[2 * i] += f[0] * win[i];
         terms = j + 1;
         if (j >= 5 && series_tail(g, big)) break;
-        const double inv = 1.0 / (j + 1);
-        const double fj = series_next(ip, f, inv), gj = series_next(ipa, g, inv);
-        for (int i = 5; i > 0; --i) { f[i] = f[i - 1]; g[i] = g[i - 1]; }
-        f[0] = fj; g[0] = gj;
-        big += gj;
+        series_step(ip, ipa, f, g, &big, SERIES_INV[j + 1]);
+        for (int i = 0; i < 5; ++i) sums[2 * i + 1] += f[0] * win[i + 1];
+        terms = j + 2;
+        if (j + 1 >= 5 && series_tail(g, big)) break;
+        series_step(ip, ipa, f, g, &big, SERIES_INV[j + 2]);
+        for (int i = 0; i < 5; ++i) win[i] = win[i + 1];
+        // Past the last pair the entry is never read; the index stays in
+        // the table.
+        win[5] = SERIES_W[min(j + 12, SERIES_TERMS + MOMENTS - 2)];
     }
     const bool converged = terms < SERIES_TERMS || series_tail(g, big);
     const double rounding = 4.0 * terms * DBL_EPS * big;
@@ -157,21 +193,30 @@ __device__ __forceinline__ double moment_center(double lo, double hi)
     return c;
 }
 
-// The moments about c (cells.rs: moments): the series on a finite cell
-// that is its whole frame, inside the clip, where it is accurate; else the
-// affine closed form; else the quadrature, which takes eta about c, or for
-// a tail about its local_center, and scales a finite cell's powers by
-// 1 / rho (cells.rs: quadrature_moments).
-__device__ void cell_moments(const double* eta, double lo, double hi, double* m)
+// The moments about c (cells.rs: moments), in two steps so that a warp
+// never waits on one lane's quadrature: cell_moments_closed takes the
+// series on a finite cell that is its whole frame, inside the clip, where
+// it is accurate, else the affine closed form, and returns false where
+// neither holds (about 6% of the fit shape's cells); then
+// cell_moments_quadrature integrates, taking eta about c, or for a tail
+// about its local_center, and scaling a finite cell's powers by 1 / rho
+// (cells.rs: quadrature_moments).
+__device__ bool cell_moments_closed(const double* eta, double lo, double hi, double* m)
 {
     double c, rho;
     const bool whole = moment_frame(lo, hi, &c, &rho);
     if (whole && rho > 0.0 && fmax(fabs(lo), fabs(hi)) <= Z_CLIP) {
         double about[4] = {eta[0], eta[1], eta[2], eta[3]};
         shift_cubic(about, c);
-        if (series_moments(about, c, rho, m)) return;
+        if (series_moments(about, c, rho, m)) return true;
     }
-    if (eta[2] == 0.0 && eta[3] == 0.0 && affine_moments(eta[0], eta[1], lo, hi, c, m)) return;
+    return eta[2] == 0.0 && eta[3] == 0.0 && affine_moments(eta[0], eta[1], lo, hi, c, m);
+}
+
+__device__ void cell_moments_quadrature(const double* eta, double lo, double hi, double* m)
+{
+    double c, rho;
+    moment_frame(lo, hi, &c, &rho);
     const double l = fmax(lo, -Z_CLIP), r = fmin(hi, Z_CLIP);
     const double at = rho > 0.0 ? c : local_center(eta, l, r);
     double local[4] = {eta[0], eta[1], eta[2], eta[3]};

@@ -8,9 +8,9 @@
 // rows' Q sums in the Hessian output instead of shared memory.
 //
 // Both stages: reads the problem that tests/kernel_replay.rs wrote, launches
-// bms_calibrate, bms_observed and bms_cell_moments a block (of one thread)
-// at a time, then bms_row_bases with the tile size given, and writes the
-// intercepts, per-row neglog, gradient, Hessian and status. Bundle: reads a
+// bms_calibrate, bms_observed, bms_cell_moments and bms_cell_quadrature a
+// block (of one thread) at a time, then bms_row_bases with the tile size
+// given, and writes the intercepts, per-row neglog, gradient, Hessian and status. Bundle: reads a
 // RowKernelInputs bundle, launches bms_row, and writes the same minus the
 // intercepts (an empty array in their place).
 #include "shim.h"
@@ -121,10 +121,18 @@ int main(int argc, char** argv)
         bms_observed(n, p_h, p_w, MODEL, bh.data(), bw.data(), q.data(), b.data(), a.data(), z.data(), e.data(),
                      chi.data(), xi.data(), rho.data(), tau.data(), r1v.data(), m1.data(), m2.data());
     }
-    for (long long c = 0; c < cells; ++c) {
+    std::vector<unsigned> queue(cells);
+    unsigned queued = 0;
+    // The blocks of CELL_ROWS rows by CELL_SLOTS slots (bms_cell_moments).
+    const long long cell_blocks = (long long)((n + CELL_ROWS - 1) / CELL_ROWS) * ((slots + CELL_SLOTS - 1) / CELL_SLOTS);
+    for (long long c = 0; c < cell_blocks; ++c) {
         blockIdx.x = (unsigned)c;
-        bms_cell_moments(n, order.data(), slots, MODEL, b.data(), a.data(), st.data(), bounds.data(), moments.data());
+        bms_cell_moments(n, order.data(), slots, MODEL, b.data(), a.data(), st.data(), bounds.data(), moments.data(),
+                         queue.data(), &queued);
     }
+    // One block of one thread strides the whole queue.
+    blockIdx.x = 0;
+    bms_cell_quadrature(slots, MODEL, b.data(), a.data(), bounds.data(), moments.data(), queue.data(), &queued);
     std::vector<unsigned> offsets(n + 1);
     for (int i = 0; i <= n; ++i) offsets[i] = (unsigned)i * slots;
     V neglog(n), grad((size_t)n * r), hess((size_t)n * r * r);

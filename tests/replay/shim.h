@@ -21,6 +21,9 @@ using std::isinf; using std::isnan; using std::log; using std::log1p; using std:
 using std::expm1; using std::nan; using std::pow;
 using std::max; using std::min;
 
+struct double2 { double x, y; };
+inline double2 make_double2(double x, double y) { return {x, y}; }
+
 struct Dim3 { unsigned x, y, z; };
 static Dim3 blockIdx{0, 0, 0}, blockDim{1, 1, 1}, threadIdx{0, 0, 0}, gridDim{1, 1, 1};
 
@@ -50,6 +53,13 @@ inline unsigned atomicOr(unsigned* p, unsigned v)
 {
     const unsigned old = *p;
     *p |= v;
+    return old;
+}
+
+inline unsigned atomicAdd(unsigned* p, unsigned v)
+{
+    const unsigned old = *p;
+    *p += v;
     return old;
 }
 

@@ -46,6 +46,7 @@ pub static BMS_KERNELS: KernelModule = KernelModule {
         "bms_row_bases",
         "bms_calibrate",
         "bms_cell_moments",
+        "bms_cell_quadrature",
         "bms_observed",
         "merge_status",
         "first_rejected",

@@ -37,9 +37,10 @@ use crate::layout::Layout;
 use crate::{Error, Result};
 
 /// Threads per block of the Stage-1 kernels (one thread per row or cell).
-/// `bms_calibrate` and `bms_cell_moments` are compiled with
-/// `__launch_bounds__(128, 4)`: a larger block would fail to launch, so
-/// change them together.
+/// `bms_calibrate` (at least 5 blocks an SM) and `bms_cell_quadrature` (4)
+/// are compiled with `__launch_bounds__(128, ...)`, as is
+/// `bms_cell_moments`, whose blocks are CELL_ROWS x CELL_SLOTS threads: a
+/// larger block would fail to launch, so change them together.
 const THREADS: u32 = 128;
 
 /// An evaluation splits its rows into this many contiguous parts, each on a
@@ -67,8 +68,9 @@ fn rows_of_mut<'a, T>(x: &'a mut CudaSlice<T>, rows: &Range<usize>, width: usize
     x.slice_mut(rows.start * width..rows.end * width)
 }
 
-/// The rows one stream takes.
+/// The rows one stream takes: part `index` of [`part_ranges`].
 struct Part<'a> {
+    index: usize,
     rows: Range<usize>,
     stream: &'a Arc<CudaStream>,
 }
@@ -78,6 +80,27 @@ impl Part<'_> {
         self.rows.len()
     }
 }
+
+/// Rows and slots a block of `bms_cell_moments` takes (CELL_ROWS and
+/// CELL_SLOTS in kernels/bms_stage1/cells.cuh): a lane a row, a warp a slot.
+const CELL_ROWS: usize = 32;
+const CELL_SLOTS: usize = 4;
+
+/// `bms_cell_moments`' blocks: the row groups of each group of slots.
+fn cell_grid(n: usize, slots: usize) -> LaunchConfig {
+    let blocks = n.div_ceil(CELL_ROWS) * slots.div_ceil(CELL_SLOTS);
+    LaunchConfig {
+        grid_dim: (blocks as u32, 1, 1),
+        block_dim: ((CELL_ROWS * CELL_SLOTS) as u32, 1, 1),
+        shared_mem_bytes: 0,
+    }
+}
+
+/// Blocks an SM of `bms_cell_quadrature`, whose threads stride over the
+/// queued cells (about one in sixteen at the fit's shape): the
+/// `__launch_bounds__(128, 4)` minimum, so one wave covers the device (8
+/// and 16 measured the same, benches/RESULTS.md session 33).
+const QUADRATURE_BLOCKS_PER_SM: usize = 4;
 
 /// Rows a block of `bms_observed` takes (OBS_ROWS in bms_stage1.cu).
 const OBS_ROWS: usize = 128;
@@ -141,6 +164,12 @@ struct Work {
     /// moments: `[n slots, 4]` (lo, hi, seg_h, seg_w), `[n slots, 10]`.
     bounds: CudaSlice<f64>,
     moments: CudaSlice<f64>,
+    /// The cells whose moments need the quadrature, by index within their
+    /// part (`[n slots]`, each part's at its rows' slots), and how many each
+    /// part queued (`[ROW_PARTS]`): `bms_cell_moments` fills them,
+    /// `bms_cell_quadrature` takes them.
+    queue: CudaSlice<u32>,
+    queued: CudaSlice<u32>,
     /// chi, xi, rho, tau, r_1v (row 1 of r_uv, its only non-zero row and
     /// column), e_obs at the observed points.
     observed: [CudaSlice<f64>; 6],
@@ -330,14 +359,23 @@ impl DeviceStage1 {
         let main = &self.gpu().stream;
         let ranges = part_ranges(self.designs.n());
         if self.streams.is_empty() {
-            return Ok(ranges.into_iter().map(|rows| Part { rows, stream: main }).collect());
+            return Ok(ranges
+                .into_iter()
+                .enumerate()
+                .map(|(index, rows)| Part {
+                    index,
+                    rows,
+                    stream: main,
+                })
+                .collect());
         }
         ranges
             .into_iter()
+            .enumerate()
             .zip(&self.streams)
-            .map(|(rows, stream)| {
+            .map(|((index, rows), stream)| {
                 stream.join(main).map_err(|e| cuda_err("stream order", e))?;
-                Ok(Part { rows, stream })
+                Ok(Part { index, rows, stream })
             })
             .collect()
     }
@@ -509,28 +547,69 @@ impl DeviceStage1 {
         Ok(())
     }
 
+    /// The cells' segments and moments: the closed forms a thread a slot,
+    /// then the queued cells' quadrature.
     fn cells(&self, parts: &BetaParts, work: &mut Work, part: &Part) -> Result<()> {
         let (rows, slots) = (&part.rows, self.slots);
         let n = part.n() as i32;
         let s = self.scalars();
-        let (row_b, a, status) = (
-            rows_of(&work.b, rows, 1),
-            rows_of(&work.a, rows, 1),
-            rows_of(&work.status, rows, 1),
-        );
-        let mut bounds = rows_of_mut(&mut work.bounds, rows, 4 * slots);
-        let mut moments = rows_of_mut(&mut work.moments, rows, 10 * slots);
+        let Work {
+            b: row_b,
+            a,
+            status,
+            bounds,
+            moments,
+            order,
+            queue,
+            queued,
+            ..
+        } = work;
+        let (row_b, a, status) = (rows_of(row_b, rows, 1), rows_of(a, rows, 1), rows_of(status, rows, 1));
+        let mut bounds = rows_of_mut(bounds, rows, 4 * slots);
+        let mut moments = rows_of_mut(moments, rows, 10 * slots);
+        let mut queue = rows_of_mut(queue, rows, slots);
+        let mut count = queued.slice_mut(part.index..part.index + 1);
+        let order = rows_of(order, rows, 1);
+        part.stream
+            .memset_zeros(&mut count)
+            .map_err(|e| cuda_err("bms_cell_moments queue", e))?;
         let slots32 = slots as i32;
-        let order = rows_of(&work.order, rows, 1);
         let mut b = part.stream.launch_builder(self.kernels.get("bms_cell_moments")?);
         b.arg(&n).arg(&order).arg(&slots32);
         self.push_model(&mut b, &s, parts);
         b.arg(&row_b).arg(&a).arg(&status);
-        b.arg(&mut bounds).arg(&mut moments);
-        // SAFETY: the part's rows: bounds 4 and moments 10 values per cell
-        // slot, `slots` slots a row (Work::allocate); one thread per slot.
-        unsafe { b.launch(grid(part.n() * slots)) }.map_err(|e| cuda_err("bms_cell_moments", e))?;
+        b.arg(&mut bounds).arg(&mut moments).arg(&mut queue).arg(&mut count);
+        // SAFETY: the part's rows: bounds 4, moments 10 values and a queue
+        // entry per cell slot, `slots` slots a row (Work::allocate), and its
+        // count; a block per CELL_ROWS rows and CELL_SLOTS slots.
+        unsafe { b.launch(cell_grid(part.n(), slots)) }.map_err(|e| cuda_err("bms_cell_moments", e))?;
+        let mut b = part.stream.launch_builder(self.kernels.get("bms_cell_quadrature")?);
+        b.arg(&slots32);
+        self.push_model(&mut b, &s, parts);
+        b.arg(&row_b)
+            .arg(&a)
+            .arg(&mut bounds)
+            .arg(&mut moments)
+            .arg(&mut queue)
+            .arg(&mut count);
+        // SAFETY: as above; the kernel reads at most `count` (<= the part's
+        // slots) queue entries, each a slot of the part.
+        unsafe { b.launch(self.quadrature_grid(part.n() * slots)) }.map_err(|e| cuda_err("bms_cell_quadrature", e))?;
         Ok(())
+    }
+
+    /// `bms_cell_quadrature`'s blocks: a grid-strided loop over a queue that
+    /// holds at most `cells` entries, QUADRATURE_BLOCKS_PER_SM blocks an SM.
+    fn quadrature_grid(&self, cells: usize) -> LaunchConfig {
+        let blocks = cells
+            .div_ceil(THREADS as usize)
+            .min(self.gpu().sm_count * QUADRATURE_BLOCKS_PER_SM)
+            .max(1);
+        LaunchConfig {
+            grid_dim: (blocks as u32, 1, 1),
+            block_dim: (THREADS, 1, 1),
+            shared_mem_bytes: 0,
+        }
     }
 
     /// Stage 2 from the slots' edges and moments: each row's cells' arrays
@@ -652,11 +731,11 @@ fn part_indices(n: usize, within: impl Fn(Range<usize>) -> Vec<u32>) -> Vec<u32>
 
 /// Device bytes a row takes: [`Work`] (Stage 1's `slots` cells and the
 /// observed jets) and one evaluation's [`RowOutputs`] with its operator's
-/// n x r scratch (at the fit's shape, 23 slots and r = 16, 5,368 bytes;
+/// n x r scratch (at the fit's shape, 23 slots and r = 16, 5,460 bytes;
 /// the memory pool's peak over a 12M-row fit was 5,413 a row, data and
-/// designs included).
+/// designs included, before the 92 bytes of the quadrature queue).
 fn bytes_per_row(r: usize, slots: usize) -> u64 {
-    let (f64s, u32s) = (3 + 4 + 14 * slots + 3 + 3 * r, 3);
+    let (f64s, u32s) = (3 + 4 + 14 * slots + 3 + 3 * r, 3 + slots);
     let outputs = 8 * (1 + r + r * r + r) + 4;
     (8 * f64s + 4 * u32s + outputs) as u64
 }
@@ -703,6 +782,8 @@ impl Work {
             offsets: gpu.upload(&offsets)?,
             bounds: z(4 * c)?,
             moments: z(10 * c)?,
+            queue: gpu.zeros(c)?,
+            queued: gpu.zeros(ROW_PARTS)?,
             observed: [z(n)?, z(n)?, z(n * r)?, z(n * r)?, z(n * r)?, z(n)?],
             order: gpu.upload(&part_indices(n, |rows| (0..rows.len() as u32).collect()))?,
             launches: 0,
@@ -714,11 +795,11 @@ impl Work {
 mod tests {
     use super::*;
 
-    /// 12M rows at the fit's shape (r = 16, 23 slots) need 64.4 GB: they fit
+    /// 12M rows at the fit's shape (r = 16, 23 slots) need 65.5 GB: they fit
     /// 79 GB available and are refused, naming n and the bytes a row, with 40.
     #[test]
     fn rows_beyond_the_device_memory_are_refused_by_name() {
-        assert_eq!(bytes_per_row(16, 23), 5_368);
+        assert_eq!(bytes_per_row(16, 23), 5_460);
         let gb = 1_000_000_000;
         assert!(memory_rule(12_000_000, 16, 23, (79 * gb, 85 * gb), "H100").is_ok());
         let err = memory_rule(12_000_000, 16, 23, (40 * gb, 85 * gb), "H100").unwrap_err();
@@ -726,8 +807,8 @@ mod tests {
         for part in [
             "n",
             "12000000",
-            "64.42 GB",
-            "5368 bytes a row",
+            "65.52 GB",
+            "5460 bytes a row",
             "40.00 GB available on H100",
             "--gpus",
         ] {

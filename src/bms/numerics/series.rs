@@ -49,7 +49,9 @@ pub const POWER_INTEGRALS: [f64; MAX_TERMS + MOMENTS] = {
 };
 
 /// 1 / n for n <= MAX_TERMS (entry 0 unused): a conversion and a division
-/// a term were a third of the series' time.
+/// a term were a third of the series' time. The device holds the same
+/// literals (SERIES_INV in kernels/bms_stage1/moments.cuh; a test compares
+/// them bitwise).
 const INVERSES: [f64; MAX_TERMS + 1] = {
     let mut v = [0.0; MAX_TERMS + 1];
     let mut n = 1;
@@ -245,23 +247,36 @@ mod tests {
         );
     }
 
-    /// The device holds POWER_INTEGRALS as literals (SERIES_W in
-    /// kernels/bms_stage1/moments.cuh), bit for bit.
-    #[test]
-    fn device_power_integrals_are_these_bitwise() {
+    /// The entries of the device table that `key` opens in
+    /// kernels/bms_stage1/moments.cuh.
+    fn device_table(key: &str) -> Vec<f64> {
         let src = include_str!("../../../kernels/bms_stage1/moments.cuh");
-        let key = "SERIES_W[SERIES_TERMS + MOMENTS] = {";
-        let start = src.find(key).expect("SERIES_W in bms_stage1/moments.cuh") + key.len();
-        let body = &src[start..start + src[start..].find("};").expect("SERIES_W's closing brace")];
-        let device: Vec<f64> = body
-            .split(',')
+        let start = src
+            .find(key)
+            .unwrap_or_else(|| panic!("{key} in bms_stage1/moments.cuh"))
+            + key.len();
+        let body = &src[start..start + src[start..].find("};").expect("the table's closing brace")];
+        body.split(',')
             .map(str::trim)
             .filter(|t| !t.is_empty())
-            .map(|t| t.parse::<f64>().unwrap_or_else(|e| panic!("SERIES_W entry {t:?}: {e}")))
-            .collect();
-        assert_eq!(device.len(), POWER_INTEGRALS.len());
-        for (n, (d, h)) in device.iter().zip(&POWER_INTEGRALS).enumerate() {
-            assert_eq!(d.to_bits(), h.to_bits(), "SERIES_W[{n}]: {d:e} vs {h:e}");
+            .map(|t| t.parse::<f64>().unwrap_or_else(|e| panic!("{key} entry {t:?}: {e}")))
+            .collect()
+    }
+
+    /// The device holds POWER_INTEGRALS and INVERSES as literals (SERIES_W
+    /// and SERIES_INV in kernels/bms_stage1/moments.cuh), bit for bit.
+    #[test]
+    fn device_series_tables_are_these_bitwise() {
+        let tables: [(&str, &[f64]); 2] = [
+            ("SERIES_W[SERIES_TERMS + MOMENTS] = {", &POWER_INTEGRALS),
+            ("SERIES_INV[SERIES_TERMS + 1] = {", &INVERSES),
+        ];
+        for (key, host) in tables {
+            let device = device_table(key);
+            assert_eq!(device.len(), host.len(), "{key}");
+            for (n, (d, h)) in device.iter().zip(host).enumerate() {
+                assert_eq!(d.to_bits(), h.to_bits(), "{key} entry {n}: {d:e} vs {h:e}");
+            }
         }
     }
 }
