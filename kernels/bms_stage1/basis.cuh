@@ -87,6 +87,15 @@ struct Model {
     double s_f;
 };
 
+// A cubic's four coefficients from global memory in two 16-byte loads (its
+// arrays hold cubics 32 bytes apart from an aligned start): a lane's
+// separate 8-byte loads each cost the warp a request a lane.
+__device__ __forceinline__ void load_cubic(const double* p, double* out)
+{
+    const double2 lo = reinterpret_cast<const double2*>(p)[0], hi = reinterpret_cast<const double2*>(p)[1];
+    out[0] = lo.x; out[1] = lo.y; out[2] = hi.x; out[3] = hi.y;
+}
+
 __device__ __forceinline__ double horner(const double* p, double x)
 {
     return ((p[3] * x + p[2]) * x + p[1]) * x + p[0];

@@ -57,15 +57,16 @@ __device__ void cell_part(const Model& m, double a, double b, double lo, int seg
     }
     if (part <= p_h) {
         const int j = part - 1;
-        const double* bh = m.h.pieces + ((i64)seg_h * m.h.dim + j) * 4;
+        double bh[4];
+        load_cubic(m.h.pieces + ((i64)seg_h * m.h.dim + j) * 4, bh);
         scale4(o.x, bh, s_f * b);
         scale4(o.s, bh, s_f);
         for (int k = 0; k < 4; ++k) o.ar[k] = 0.0;
         return;
     }
     const int l = part - 1 - p_h;
-    const double* bw = m.w.pieces + ((i64)seg_w * m.w.dim + l) * 4;
-    double bwz[4], bw1t[4], bw1[4];
+    double bw[4], bwz[4], bw1t[4], bw1[4];
+    load_cubic(m.w.pieces + ((i64)seg_w * m.w.dim + l) * 4, bw);
     compose_affine(bw, a, b, bwz);
     deriv(bw, bw1t);
     compose_affine(bw1t, a, b, bw1);

@@ -45,11 +45,13 @@ __device__ void row_edges(const Model& m, double a, double b, bool ok, double* b
         for (bool more = true; more && c < slots; ++c) {
             more = next_edge(m, a, b, it, &e);
             const double right = more ? e : INF_D;
-            bounds[4 * c] = left;
-            bounds[4 * c + 1] = right;
+            // One 16-byte store a slot (a slot's four values are 32 bytes
+            // apart from an aligned start): each lane's row lies elsewhere,
+            // so every store is a request a lane.
+            *reinterpret_cast<double2*>(bounds + 4 * c) = make_double2(left, right);
             left = right;
         }
     }
     const double nan = __longlong_as_double(0x7ff8000000000000LL);
-    for (; c < slots; ++c) { bounds[4 * c] = nan; bounds[4 * c + 1] = nan; }
+    for (; c < slots; ++c) *reinterpret_cast<double2*>(bounds + 4 * c) = make_double2(nan, nan);
 }

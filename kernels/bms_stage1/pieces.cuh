@@ -22,11 +22,10 @@ __device__ void cell_pieces_at(const Model& m, double a, double b, int seg_h, in
     for (int k = 0; k < 4; ++k) { p.h[k] = 0.0; p.l[k] = 0.0; p.l1[k] = 0.0; p.l2[k] = 0.0; }
     p.seg_h = seg_h;
     p.seg_w = seg_w;
-    if (m.h.k > 0)
-        for (int k = 0; k < 4; ++k) p.h[k] = m.h.comb[seg_h * 4 + k];
+    if (m.h.k > 0) load_cubic(m.h.comb + seg_h * 4, p.h);
     if (m.w.k > 0) {
-        const double* lt = m.w.comb + seg_w * 4;
-        double l1t[4], l2t[4];
+        double lt[4], l1t[4], l2t[4];
+        load_cubic(m.w.comb + seg_w * 4, lt);
         deriv(lt, l1t);
         deriv(l1t, l2t);
         compose_affine(lt, a, b, p.l);

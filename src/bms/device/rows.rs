@@ -55,7 +55,7 @@ pub static BMS_KERNELS: KernelModule = KernelModule {
 };
 
 /// Threads per row block of the row kernel. Two warps with small tiles
-/// measured fastest at seed (see STAGE2_TILE_BYTES; earlier, 128 threads
+/// measured fastest at seed (see STAGE2_BLOCK_BYTES; earlier, 128 threads
 /// with one 27-cell tile were 13% slower and 256 threads 41%): more
 /// resident blocks hide the latency of each block's barrier-separated
 /// phases. `bms_row_bases` is compiled with `__launch_bounds__(64, 10)`: a
@@ -207,17 +207,29 @@ impl RowOutputs {
     }
 }
 
-/// Most cells a Stage-2 block takes at a time, and the shared-memory bytes
-/// its per-cell arrays aim at (the kernel's static arrays, 1.8 KiB, come on
-/// top): 9 cells of r = 20, so a seed row's 27 cells are 3 tiles of 171
-/// (cell, part) items, 2.7 rounds of 64 threads each. Measured at seed
+/// Most cells a Stage-2 block takes at a time (the kernel's static T array
+/// holds CELL_TILE = 32 cells).
+const STAGE2_TILE: usize = 32;
+const _: () = assert!(STAGE2_TILE <= 32);
+/// The kernel's static shared memory: T (CELL_TILE x 7 doubles), F_a,
+/// F_aa and a flag.
+const STAGE2_STATIC_BYTES: usize = (STAGE2_TILE * 7 + 4) * 8;
+/// The shared memory a Stage-2 block may take so that the 10 blocks an SM
+/// that its registers allow (`__launch_bounds__(64, 10)`) still fit: an
+/// H100's or H200's 228 KiB an SM over 10, less the 1 KiB the driver
+/// reserves a block. A row takes the fewest tiles that stay within it:
+/// at the fit's shape (r = 16, 23 cells) 2 tiles of 12 where a 12-KiB
+/// budget for the cells gave 3 of 8 (Stage 2 at 1M rows 15.36 -> 13.90 ms;
+/// one tile of 23, 8 blocks an SM, 16.56), at the seed shape (r = 20, 27
+/// cells) 3 tiles of 9 as before (2 of 14, 9 blocks an SM: 21.2 -> 21.6
+/// ms); H100, benches/RESULTS.md session 33. Measured at seed before
 /// (Stage 2 ms, one process): 64 threads with 9-cell tiles 7.49 and 7.52,
 /// 7-cell 8.20, 14-cell 7.64; 96 threads 9.12 (9 cells), 8.86 (14); 128
 /// threads 9.20 (9), 8.83 (14).
-const STAGE2_TILE: usize = 32;
-// The kernel's static T array holds CELL_TILE = 32 cells.
-const _: () = assert!(STAGE2_TILE <= 32);
-const STAGE2_TILE_BYTES: usize = 12 << 10;
+const STAGE2_BLOCK_BYTES: usize = (228 << 10) / 10 - (1 << 10);
+/// A row's Q sums G (r x r) live in shared memory up to this size (r <= 39),
+/// in the row's Hessian output beyond.
+const G_SHARED_BYTES: usize = 12 << 10;
 /// The doubles a cell's read values take in the tile (CELL_STRIDE in
 /// bms_row.cu: 14 read, padded to an odd stride).
 const CELL_STRIDE: usize = 15;
@@ -240,20 +252,19 @@ pub(crate) struct Stage2Tile {
 /// scalars a coordinate, its edges, segments and moments, each stride odd
 /// so that a warp's stores to consecutive cells meet no bank conflict:
 /// `tile_layout` in bms_row.cu), the row 3 r more (the running sums of
-/// D(S_1u), D(X_u), D(AR_u)) and, while r^2 doubles are no more than the
-/// tile's budget (r <= 39), r^2 more for G. (G in shared memory took 0.1 ms
+/// D(S_1u), D(X_u), D(AR_u)) and, while r^2 doubles are no more than
+/// G_SHARED_BYTES (r <= 39), r^2 more for G. (G in shared memory took 0.1 ms
 /// off Stage 2 at seed, r = 20; at larger r it would cost blocks an SM, not
 /// measured, so G stays in global memory there, as it always was.) The
 /// tiles of a row are balanced, so a row of 40 cells is two tiles of 20,
 /// not 32 and 8.
 pub(crate) fn stage2_tile(gpu: &Gpu, r: usize, cells: usize) -> Result<Stage2Tile> {
-    let cell = ((4 * r + 1) + 3 * (r | 1) + CELL_STRIDE) * 8;
-    let most = (STAGE2_TILE_BYTES / cell).clamp(1, STAGE2_TILE);
-    let tiles = cells.max(1).div_ceil(most);
-    let tile = cells.max(1).div_ceil(tiles);
-    let g_shared = r * r * 8 <= STAGE2_TILE_BYTES;
-    let bytes = tile * cell + (3 * r + if g_shared { r * r } else { 0 }) * 8;
-    if bytes + (STAGE2_TILE * 7 + 4) * 8 > gpu.shared_optin {
+    let cell = cell_bytes(r);
+    let g_shared = r * r * 8 <= G_SHARED_BYTES;
+    let row = (3 * r + if g_shared { r * r } else { 0 }) * 8;
+    let tile = tile_cells(cell, row, cells);
+    let bytes = tile * cell + row;
+    if bytes + STAGE2_STATIC_BYTES > gpu.shared_optin {
         let rule = format!("one cell's Stage-2 arrays ({cell} bytes) must fit the device's shared memory");
         return Err(Error::invalid("r", r, rule));
     }
@@ -262,6 +273,23 @@ pub(crate) fn stage2_tile(gpu: &Gpu, r: usize, cells: usize) -> Result<Stage2Til
         bytes,
         g_shared: g_shared as i32,
     })
+}
+
+/// The bytes a cell takes in a Stage-2 tile (see [`stage2_tile`]).
+fn cell_bytes(r: usize) -> usize {
+    ((4 * r + 1) + 3 * (r | 1) + CELL_STRIDE) * 8
+}
+
+/// The cells of a balanced tile for rows of `cells` cells: the fewest
+/// tiles whose block (tile, the row's `row` bytes and the static arrays)
+/// stays within STAGE2_BLOCK_BYTES, at most STAGE2_TILE cells; one cell
+/// where even that does not fit.
+fn tile_cells(cell: usize, row: usize, cells: usize) -> usize {
+    let cells = cells.max(1);
+    (cells.div_ceil(STAGE2_TILE)..=cells)
+        .map(|tiles| cells.div_ceil(tiles))
+        .find(|tile| tile * cell + row + STAGE2_STATIC_BYTES <= STAGE2_BLOCK_BYTES)
+        .unwrap_or(1)
 }
 
 /// One block per row.
@@ -359,7 +387,39 @@ pub fn evaluate_device(
 
 #[cfg(test)]
 mod module_tests {
-    use super::BMS_KERNELS;
+    use super::*;
+
+    /// The fit's shape takes 2 tiles of 12 cells, the seed shape 3 of 9;
+    /// every tile but a single cell keeps 10 blocks an SM, and takes the
+    /// fewest tiles that do.
+    #[test]
+    fn tiles_are_the_fewest_that_keep_ten_blocks_an_sm() {
+        let row = |r: usize| (3 * r + if r * r * 8 <= G_SHARED_BYTES { r * r } else { 0 }) * 8;
+        assert_eq!(tile_cells(cell_bytes(16), row(16), 23), 12);
+        assert_eq!(tile_cells(cell_bytes(20), row(20), 27), 9);
+        assert_eq!(tile_cells(cell_bytes(4), row(4), 40), 20);
+        for r in [2, 4, 16, 20, 33, 64, 200] {
+            for cells in [1, 5, 23, 27, 64] {
+                let (cell, row) = (cell_bytes(r), row(r));
+                let tile = tile_cells(cell, row, cells);
+                let fits = |t: usize| t * cell + row + STAGE2_STATIC_BYTES <= STAGE2_BLOCK_BYTES;
+                assert!(
+                    (1..=STAGE2_TILE.min(cells)).contains(&tile),
+                    "r {r}, {cells} cells: {tile}"
+                );
+                assert!(tile == 1 || fits(tile), "r {r}, {cells} cells: tile {tile} too large");
+                // One tile fewer would not fit.
+                let tiles = cells.div_ceil(tile);
+                if tiles > 1 {
+                    let fewer = cells.div_ceil(tiles - 1);
+                    assert!(
+                        fewer > STAGE2_TILE || !fits(fewer),
+                        "r {r}, {cells} cells: {tiles} tiles of {tile}"
+                    );
+                }
+            }
+        }
+    }
 
     /// NVRTC gets kernels/bms_stage1.cu's parts in the order that file
     /// includes them (what the C++ replay compiles), then bms_row.cu.
