@@ -471,9 +471,11 @@ extern "C" __global__ void bms_row(
 
 // Stage 2 over cell slots described by their edges and moments, building
 // the arrays from the bases in shared memory, `tile` cells at a time.
-// At most 96 registers, so 10 blocks of ROW_THREADS = 64 fit an SM (bms.rs;
-// unbounded it took 118 and 8 blocks: 0.1 ms slower at seed).
-extern "C" __global__ void __launch_bounds__(64, 10) bms_row_bases(
+// At most 85 registers, so 12 blocks of ROW_THREADS = 64 fit an SM (rows.rs:
+// STAGE2_BLOCK_BYTES keeps their shared memory within the SM's). Unbounded
+// it took 118 and 8 blocks: 0.1 ms slower at seed; at the fit's shape and
+// 1M rows (H100, session 33) 8 blocks 15.96 ms, 10 13.95, 12 13.13.
+extern "C" __global__ void __launch_bounds__(64, 12) bms_row_bases(
     ROW_COMMON_PARAMS, MODEL_PARAMS, int tile, int g_shared, const double* __restrict__ row_a_in,
     const double* __restrict__ row_b_in, const double* __restrict__ bounds,
     const double* __restrict__ cell_moments, ROW_TAIL_PARAMS)

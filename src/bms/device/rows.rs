@@ -58,7 +58,7 @@ pub static BMS_KERNELS: KernelModule = KernelModule {
 /// measured fastest at seed (see STAGE2_BLOCK_BYTES; earlier, 128 threads
 /// with one 27-cell tile were 13% slower and 256 threads 41%): more
 /// resident blocks hide the latency of each block's barrier-separated
-/// phases. `bms_row_bases` is compiled with `__launch_bounds__(64, 10)`: a
+/// phases. `bms_row_bases` is compiled with `__launch_bounds__(64, 12)`: a
 /// larger block would fail to launch, so change them together.
 const ROW_THREADS: u32 = 64;
 // The Q sums' tensor-core steps take whole warps.
@@ -214,19 +214,19 @@ const _: () = assert!(STAGE2_TILE <= 32);
 /// The kernel's static shared memory: T (CELL_TILE x 7 doubles), F_a,
 /// F_aa and a flag.
 const STAGE2_STATIC_BYTES: usize = (STAGE2_TILE * 7 + 4) * 8;
-/// The shared memory a Stage-2 block may take so that the 10 blocks an SM
-/// that its registers allow (`__launch_bounds__(64, 10)`) still fit: an
-/// H100's or H200's 228 KiB an SM over 10, less the 1 KiB the driver
-/// reserves a block. A row takes the fewest tiles that stay within it:
-/// at the fit's shape (r = 16, 23 cells) 2 tiles of 12 where a 12-KiB
-/// budget for the cells gave 3 of 8 (Stage 2 at 1M rows 15.36 -> 13.90 ms;
-/// one tile of 23, 8 blocks an SM, 16.56), at the seed shape (r = 20, 27
-/// cells) 3 tiles of 9 as before (2 of 14, 9 blocks an SM: 21.2 -> 21.6
-/// ms); H100, benches/RESULTS.md session 33. Measured at seed before
-/// (Stage 2 ms, one process): 64 threads with 9-cell tiles 7.49 and 7.52,
-/// 7-cell 8.20, 14-cell 7.64; 96 threads 9.12 (9 cells), 8.86 (14); 128
-/// threads 9.20 (9), 8.83 (14).
-const STAGE2_BLOCK_BYTES: usize = (228 << 10) / 10 - (1 << 10);
+/// The shared memory a Stage-2 block may take so that the 12 blocks an SM
+/// that its registers allow (`__launch_bounds__(64, 12)`) still fit: an
+/// H100's or H200's 228 KiB an SM over 12, less the 1 KiB the driver
+/// reserves a block. A row takes the fewest tiles that stay within it: at
+/// the fit's shape (r = 16, 23 cells) 2 tiles of 12 where a 12-KiB budget
+/// for the cells gave 3 of 8 (Stage 2 at 1M rows, 10 blocks an SM then:
+/// 15.36 -> 13.90 ms; one tile of 23, 8 blocks an SM, 16.56), at the seed
+/// shape (r = 20, 27 cells) 3 tiles of 9 as before (2 of 14, 9 blocks an
+/// SM: 21.2 -> 21.6 ms); H100, benches/RESULTS.md session 33. Measured at
+/// seed before (Stage 2 ms, one process): 64 threads with 9-cell tiles 7.49
+/// and 7.52, 7-cell 8.20, 14-cell 7.64; 96 threads 9.12 (9 cells), 8.86
+/// (14); 128 threads 9.20 (9), 8.83 (14).
+const STAGE2_BLOCK_BYTES: usize = (228 << 10) / 12 - (1 << 10);
 /// A row's Q sums G (r x r) live in shared memory up to this size (r <= 39),
 /// in the row's Hessian output beyond.
 const G_SHARED_BYTES: usize = 12 << 10;
@@ -390,10 +390,10 @@ mod module_tests {
     use super::*;
 
     /// The fit's shape takes 2 tiles of 12 cells, the seed shape 3 of 9;
-    /// every tile but a single cell keeps 10 blocks an SM, and takes the
+    /// every tile but a single cell keeps 12 blocks an SM, and takes the
     /// fewest tiles that do.
     #[test]
-    fn tiles_are_the_fewest_that_keep_ten_blocks_an_sm() {
+    fn tiles_are_the_fewest_that_keep_twelve_blocks_an_sm() {
         let row = |r: usize| (3 * r + if r * r * 8 <= G_SHARED_BYTES { r * r } else { 0 }) * 8;
         assert_eq!(tile_cells(cell_bytes(16), row(16), 23), 12);
         assert_eq!(tile_cells(cell_bytes(20), row(20), 27), 9);
