@@ -19,10 +19,17 @@ pub struct Designs {
 /// plain `position` scan was 3% of a CPU fit, and a serial one left the
 /// other cores idle).
 pub(crate) fn first_non_finite(values: &[f64]) -> Option<usize> {
+    first_where(values, |v| !v.is_finite())
+}
+
+/// The index of the first value for which `bad` holds, found as
+/// [`first_non_finite`] finds its own: a branch-free test a chunk at a
+/// time, the chunks in parallel, the first chunk that has one searched.
+pub(crate) fn first_where(values: &[f64], bad: impl Fn(f64) -> bool + Sync) -> Option<usize> {
     const CHUNK: usize = 4096;
     values.par_chunks(CHUNK).enumerate().find_map_first(|(c, chunk)| {
-        let bad = chunk.iter().fold(false, |acc, v| acc | !v.is_finite());
-        bad.then(|| c * CHUNK + chunk.iter().position(|v| !v.is_finite()).unwrap_or(0))
+        let any = chunk.iter().fold(false, |acc, &v| acc | bad(v));
+        any.then(|| c * CHUNK + chunk.iter().position(|&v| bad(v)).unwrap_or(0))
     })
 }
 

@@ -6,6 +6,8 @@ use rayon::prelude::*;
 
 use crate::bms::MarginalSlope;
 use crate::bms::{BmsData, BmsModel};
+use crate::designs::first_where;
+use crate::row_hessian::reduce_chunks;
 use crate::{Error, Result};
 
 /// Column names of the two designs (intercepts included), for messages.
@@ -161,14 +163,7 @@ pub const MIN_MAGNITUDE: f64 = 1e-100;
 fn check_magnitude(what: &str, x: &[f64], p: usize, names: &[String]) -> Result<()> {
     let p = p.max(1);
     let name = |j: usize| names.get(j).cloned().unwrap_or_default();
-    let too_large = |v: &f64| v.abs() > MAX_MAGNITUDE;
-    let first = x.par_chunks(CHUNK_ROWS * p).position_first(|c| c.iter().any(too_large));
-    if let Some(k) = first.and_then(|c| {
-        x[c * CHUNK_ROWS * p..]
-            .iter()
-            .position(too_large)
-            .map(|i| c * CHUNK_ROWS * p + i)
-    }) {
+    if let Some(k) = first_where(x, |v| v.abs() > MAX_MAGNITUDE) {
         return Err(Error::invalid(
             format!("{what} '{}', row {}", name(k % p), k / p + 1),
             format!("{:e}", x[k]),
@@ -176,15 +171,20 @@ fn check_magnitude(what: &str, x: &[f64], p: usize, names: &[String]) -> Result<
         ));
     }
     // Maxima are exact in any order.
-    let largest = chunk_sums(x, p, p, |row, m| {
-        m.iter_mut()
-            .zip(row)
-            .for_each(|(m, v)| *m = if v.abs() > *m { v.abs() } else { *m });
-    });
-    let largest = largest
-        .into_iter()
-        .reduce(|a, b| a.iter().zip(&b).map(|(a, b)| a.max(*b)).collect());
-    for (j, &largest) in largest.unwrap_or_default().iter().enumerate() {
+    let largest = x
+        .par_chunks(CHUNK_ROWS * p)
+        .map(|rows| {
+            let mut m = vec![0.0f64; p];
+            for row in rows.chunks_exact(p) {
+                m.iter_mut().zip(row).for_each(|(m, v)| *m = m.max(v.abs()));
+            }
+            m
+        })
+        .reduce(
+            || vec![0.0; p],
+            |a, b| a.iter().zip(&b).map(|(a, b)| a.max(*b)).collect(),
+        );
+    for (j, &largest) in largest.iter().enumerate() {
         if largest > 0.0 && largest < MIN_MAGNITUDE {
             return Err(Error::invalid(
                 format!("{what} '{}'", name(j)),
@@ -220,23 +220,14 @@ fn check_separation(design: &str, x: &[f64], p: usize, y: &[f64], names: &[Strin
 const CHUNK_ROWS: usize = 1 << 16;
 
 /// Per chunk of [`CHUNK_ROWS`] rows of the n x p row-major `x`, `len`
-/// accumulators from 0 updated by `add(row, acc)` row by row; the chunks'
-/// accumulators in row order, for the caller to combine in that order.
-fn chunk_sums(x: &[f64], p: usize, len: usize, add: impl Fn(&[f64], &mut [f64]) + Sync) -> Vec<Vec<f64>> {
-    x.par_chunks(CHUNK_ROWS * p.max(1))
-        .map(|chunk| {
-            let mut acc = vec![0.0; len];
-            chunk.chunks_exact(p.max(1)).for_each(|row| add(row, &mut acc));
-            acc
-        })
-        .collect()
-}
-
-/// The chunks' accumulators of [`chunk_sums`] added in row order.
-fn total(parts: Vec<Vec<f64>>, len: usize) -> Vec<f64> {
-    parts.into_iter().fold(vec![0.0; len], |mut t, part| {
-        t.iter_mut().zip(&part).for_each(|(t, v)| *t += v);
-        t
+/// accumulators from 0 updated by `add(row, acc)` row by row, added in
+/// chunk order ([`reduce_chunks`]).
+fn chunk_sums(x: &[f64], p: usize, len: usize, add: impl Fn(&[f64], &mut [f64]) + Sync) -> Vec<f64> {
+    let p = p.max(1);
+    reduce_chunks(x.len() / p, len, CHUNK_ROWS, |rows, acc| {
+        x[rows.start * p..rows.end * p]
+            .chunks_exact(p)
+            .for_each(|row| add(row, acc))
     })
 }
 
@@ -279,17 +270,15 @@ pub const MIN_RELATIVE_SPREAD: f64 = 1e-6;
 fn check_design(design: &str, x: &[f64], p: usize, names: &[String]) -> Result<()> {
     let n = x.len() / p.max(1);
     let name = |j: usize| names.get(j).cloned().unwrap_or_else(|| format!("column {j}"));
-    let sums = chunk_sums(x, p, p, |row, m| {
+    let mean = chunk_sums(x, p, p, |row, m| {
         m.iter_mut().zip(row).for_each(|(m, v)| *m += v / n as f64)
     });
-    let mean = total(sums, p);
-    let squares = chunk_sums(x, p, p, |row, s| {
+    let mut sd = chunk_sums(x, p, p, |row, s| {
         s.iter_mut()
             .zip(row)
             .zip(&mean)
             .for_each(|((s, v), m)| *s += (v - m).powi(2))
     });
-    let mut sd = total(squares, p);
     sd.iter_mut().for_each(|s| *s = (*s / n as f64).sqrt());
     for j in 1..p {
         // A NaN spread (cannot happen for finite designs) counts as constant.
@@ -330,7 +319,7 @@ fn check_design(design: &str, x: &[f64], p: usize, names: &[String]) -> Result<(
                 .for_each(|(b, c)| *c += ua * u(b));
         }
     });
-    let c: Vec<f64> = total(products, k * k).iter().map(|v| v / n as f64).collect();
+    let c: Vec<f64> = products.iter().map(|v| v / n as f64).collect();
     let (values, vectors) = matfree_solvers::symmetric_eigen(k, &c)?;
     if values[0] < 1e-8 * values[k - 1] {
         let involved: Vec<String> = (0..k)
