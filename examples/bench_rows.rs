@@ -164,16 +164,23 @@ mod gpu {
             .into_iter()
             .map(|(k, s)| serde_json::json!({ "kernel": k, "s": s }))
             .collect();
+        let resources: Vec<_> = stage1
+            .kernel_resources()?
+            .into_iter()
+            .map(|(k, regs, local)| serde_json::json!({ "kernel": k, "registers": regs, "local_bytes": local }))
+            .collect();
         let b = g.model.bases();
         let (n, r, slots) = (g.data.n(), b.r(), stage1.slots());
         // Each slot's edges, segments and moments; Stage 2 builds the rest in
         // shared memory.
         let slot_bytes = (8 * n * slots * (4 + 10)) as f64;
-        let hess_bytes = (8 * n * r * r) as f64;
+        // Packed: each row's upper triangle.
+        let hess_bytes = (8 * n * r * (r + 1) / 2) as f64;
         Ok(serde_json::json!({
             "setup_upload_and_allocate_s": setup_s, "evaluate_median_s": times[2], "evaluate_all_s": times,
             "cell_slots_per_row": slots, "slot_bytes_written_then_read": slot_bytes,
             "row_hessian_bytes_written": hess_bytes, "per_kernel_synchronised": kernels,
+            "kernel_resources": resources,
         }))
     }
 }

@@ -5,16 +5,18 @@
 // cores, 8 x 8 at a time) and runs over the row's cells in cell order: no
 // atomics, bitwise repeatable. The running sums live in shared memory
 // beside the tile (3 r doubles): sum_X holds F_u, then a_u. The Q sums G
-// (r x r) do too where the host asks for it (g_shared), and otherwise sit
-// in the row's Hessian output, which the pair pass then overwrites entry by
-// entry (each pair's F_uv and a_uv live only in its thread).
+// (the upper triangle, packed) do too where the host asks for it
+// (g_shared), and otherwise sit in the row's Hessian output, which the pair
+// pass then overwrites entry by entry (each pair's F_uv and a_uv live only
+// in its thread). The row's Hessian is written packed: its upper triangle
+// row by row, r (r + 1) / 2 values (the order of packed_index.cuh), which
+// the operator reads as DeviceRowHessian's packed storage.
 
 #define INV_TWO_PI 0.15915494309189535
 #define SQRT_2_OVER_PI 0.7978845608028654
 #define LN_SQRT_2PI 0.9189385332046728
 #define LN_2 0.6931471805599453
 #define FRAC_1_SQRT_2 0.7071067811865476
-#define CELL_TILE 32
 
 typedef long long i64;
 
@@ -104,16 +106,24 @@ struct BasesSource {
 // A tile of cells in dynamic shared memory: X ([tile][r][4], a cell's
 // vectors xs = 4 r + 1 doubles apart), the scalars ([tile][r], ss = r | 1
 // apart), each cell's edges, segments and moments as read ([tile]
-// [CELL_STRIDE]), then the row's running sums of D(S_1u), D(X_u) and
-// D(AR_u) ([r] each) and, if g_shared, its Q sums G ([r][r]). The
+// [CELL_STRIDE]), its T_n ([tile][7]), then the row's running sums of
+// D(S_1u), D(X_u) and D(AR_u) ([r] each) and, if g_shared, its Q sums G
+// (the upper triangle, packed: r (r + 1) / 2). The
 // (cell, part) pass has a warp's lanes on consecutive cells of one part,
 // so each cell's stride is odd: a stride of 4 r or r doubles (even) put
 // the lanes of a store on one bank (ncu at r = 16: 60% of Stage 2's
 // shared wavefronts were excess, its L1 81% busy).
 struct Tile {
-    double *X, *dX, *dXA, *dS, *cell, *sum_S, *sum_X, *sum_XA, *G;
+    double *X, *dX, *dXA, *dS, *cell, *T, *sum_S, *sum_X, *sum_XA, *G;
     int xs, ss;
 };
+
+// Where (u, v), u <= v, lies in a packed upper triangle of width r: row u
+// starts at u r - u (u - 1) / 2.
+__device__ __forceinline__ int upper_index(int u, int v, int r)
+{
+    return u * r - u * (u - 1) / 2 + (v - u);
+}
 
 // A cell as read: lo, hi, the score and link segments (device Stage 1
 // only), the 10 moments; CELL_STRIDE (odd) apart.
@@ -127,7 +137,8 @@ __device__ Tile tile_layout(double* sh, int tile, int r, int g_shared)
     t.xs = 4 * r + 1; t.ss = r | 1;
     t.X = sh; t.dX = t.X + t.xs * tile;
     t.dXA = t.dX + t.ss * tile; t.dS = t.dXA + t.ss * tile; t.cell = t.dS + t.ss * tile;
-    t.sum_S = t.cell + CELL_STRIDE * tile;
+    t.T = t.cell + CELL_STRIDE * tile;
+    t.sum_S = t.T + 7 * tile;
     t.sum_X = t.sum_S + r; t.sum_XA = t.sum_X + r; t.G = g_shared ? t.sum_XA + r : 0;
     return t;
 }
@@ -185,9 +196,9 @@ __device__ __forceinline__ void tile_item(int e, int nc, int p_h, int p_w, int* 
 // block's rows of X times M (padded to 4 x 8 with zeros), and shuffles move
 // its result from the accumulator layout to the operand layout of the
 // second, W X^T.
-__device__ void g_block(const Tile& t, const double (*T)[7], int nc, int r, int bu, int bv, int lane, double& c0,
-                        double& c1)
+__device__ void g_block(const Tile& t, int nc, int r, int bu, int bv, int lane, double& c0, double& c1)
 {
+    const double* T = t.T;
     const int u = 8 * bu + (lane >> 2), q = lane & 3;
 #if __CUDA_ARCH__ >= 800
     const int v = 8 * bv + (lane >> 2), n = lane >> 2;
@@ -195,7 +206,7 @@ __device__ void g_block(const Tile& t, const double (*T)[7], int nc, int r, int 
     const int src = (lane & ~3) | (q >> 1);
     for (int j = 0; j < nc; ++j) {
         const double x = u < r ? t.X[(i64)j * t.xs + u * 4 + q] : 0.0;
-        const double m = n < 4 ? T[j][q + n] : 0.0;
+        const double m = n < 4 ? T[j * 7 + q + n] : 0.0;
         double w0 = 0.0, w1 = 0.0;
         asm volatile("mma.sync.aligned.m8n8k4.row.col.f64.f64.f64.f64 {%0,%1}, {%2}, {%3}, {%0,%1};"
                      : "+d"(w0), "+d"(w1) : "d"(x), "d"(m));
@@ -212,7 +223,7 @@ __device__ void g_block(const Tile& t, const double (*T)[7], int nc, int r, int 
         const double* x = t.X + (i64)j * t.xs + u * 4;
         double w[4];
         for (int p = 0; p < 4; ++p)
-            w[p] = x[0] * T[j][p] + x[1] * T[j][p + 1] + x[2] * T[j][p + 2] + x[3] * T[j][p + 3];
+            w[p] = x[0] * T[j * 7 + p] + x[1] * T[j * 7 + p + 1] + x[2] * T[j * 7 + p + 2] + x[3] * T[j * 7 + p + 3];
         if (v0 < r) c0 += dot4(w, t.X + (i64)j * t.xs + v0 * 4);
         if (v0 + 1 < r) c1 += dot4(w, t.X + (i64)j * t.xs + (v0 + 1) * 4);
     }
@@ -271,32 +282,34 @@ __device__ __forceinline__ void scalar_sums(const Tile& t, int nc, int r, bool f
 }
 
 // One 8 x 8 block (bu, bv) of the Q sums, lane l's two entries, added to the
-// running ones in F_uv.
-__device__ __forceinline__ void g_lane(const Tile& t, const double (*T_sh)[7], int nc, int r, bool first, int bu,
-                                       int bv, int l, double* F_uv)
+// running ones in F_uv (packed; a diagonal block's entries below the
+// diagonal are computed and dropped).
+__device__ __forceinline__ void g_lane(const Tile& t, int nc, int r, bool first, int bu, int bv, int l, double* F_uv)
 {
     const int u = 8 * bu + (l >> 2), v = 8 * bv + 2 * (l & 3);
-    const bool in0 = u < r && v < r, in1 = u < r && v + 1 < r;
+    const bool in0 = u < r && v < r && u <= v, in1 = u < r && v + 1 < r && u <= v + 1;
+    // (u, v) and (u, v + 1) are neighbours in the packed row u where both
+    // are in; where only (u, v + 1) is, it is u's diagonal.
+    const int e = in1 ? upper_index(u, v + 1, r) - 1 : in0 ? upper_index(u, v, r) : 0;
     double c0 = 0.0, c1 = 0.0;
-    if (!first && in0) c0 = F_uv[(i64)u * r + v];
-    if (!first && in1) c1 = F_uv[(i64)u * r + v + 1];
-    g_block(t, T_sh, nc, r, bu, bv, l, c0, c1);
-    if (in0) F_uv[(i64)u * r + v] = c0;
-    if (in1) F_uv[(i64)u * r + v + 1] = c1;
+    if (!first && in0) c0 = F_uv[e];
+    if (!first && in1) c1 = F_uv[e + 1];
+    g_block(t, nc, r, bu, bv, l, c0, c1);
+    if (in0) F_uv[e] = c0;
+    if (in1) F_uv[e + 1] = c1;
 }
 
 // The G blocks bu <= bv of a tile: a warp per block, from the last warp
 // down. (A block narrower than a warp, as a single-threaded replay runs it,
 // takes the lanes in turn.)
-__device__ __forceinline__ void g_sums(const Tile& t, const double (*T_sh)[7], int nc, int r, bool first, int tid,
-                                       int nt, double* F_uv)
+__device__ __forceinline__ void g_sums(const Tile& t, int nc, int r, bool first, int tid, int nt, double* F_uv)
 {
     const int lane = tid & 31, warps = (nt + 31) / 32, warp = tid / 32;
     const int nb = (r + 7) / 8, blocks = nb * (nb + 1) / 2;
     for (int g = warps - 1 - warp; g < blocks; g += warps) {
         int bu = 0, rest = g;
         while (rest >= nb - bu) { rest -= nb - bu; ++bu; }
-        for (int l = lane; l < 32; l += min(nt, 32)) g_lane(t, T_sh, nc, r, first, bu, bu + rest, l, F_uv);
+        for (int l = lane; l < 32; l += min(nt, 32)) g_lane(t, nc, r, first, bu, bu + rest, l, F_uv);
     }
 }
 
@@ -316,19 +329,19 @@ __device__ void bms_row_body(
     const int row = blockIdx.x;
     if (row >= n_rows) return;
     const int tid = threadIdx.x, nt = blockDim.x;
-    const i64 rr = (i64)r * r;
+    const i64 rr = (i64)r * r, rp = (i64)r * (r + 1) / 2;
     // Running sums, each owned by one thread across tiles: F_u (sum
     // D(X_u)) in sum_X and sum D(AR_u) in sum_XA (u = 0 in F_a_sh,
-    // F_aa_sh), sum D(S_1u) in sum_S, the Q sums G (upper blocks) in shared
-    // memory or in the row's Hessian. (All in the outputs in global memory,
-    // each tile read and wrote them there: Stage 2 at seed 0.1 ms slower.)
-    __shared__ double T_sh[CELL_TILE][7];
+    // F_aa_sh), sum D(S_1u) in sum_S, the Q sums G (packed upper triangle)
+    // in shared memory or in the row's Hessian. (All in the outputs in
+    // global memory, each tile read and wrote them there: Stage 2 at seed
+    // 0.1 ms slower.)
     __shared__ double F_a_sh, F_aa_sh;
     __shared__ unsigned int bad;
     const Tile t = tile_layout(dyn, tile, r, g_shared);
     double* F_u = t.sum_X;
     double* F_au = t.sum_XA;
-    double* H = out_hess + (i64)row * rr;
+    double* H = out_hess + (i64)row * rp;
     double* F_uv = g_shared ? t.G : H;
     double* grad = out_grad + (i64)row * r;
     const double a_row = BASES ? src.row_a[row] : 0.0, b_row = BASES ? src.row_b[row] : 0.0;
@@ -352,15 +365,15 @@ __device__ void bms_row_body(
                 shift_part(o, moment_center(cell[0], cell[1]), part);
             } else
                 bundle_part(k, t0 + j, r, p_h, p_w, part, o);
-            stage_part(o, cell + CELL_MOMENTS, j, r, part, t, T_sh[j]);
+            stage_part(o, cell + CELL_MOMENTS, j, r, part, t, t.T + j * 7);
         }
         __syncthreads();
         scalar_sums(t, nc, r, first, tid, nt, F_a_sh, F_aa_sh, F_u, F_au);
-        g_sums(t, T_sh, nc, r, first, tid, nt, F_uv);
+        g_sums(t, nc, r, first, tid, nt, F_uv);
         __syncthreads();
     }
     if (hi == lo) {
-        for (i64 e = tid; e < rr; e += nt) F_uv[e] = 0.0;
+        for (i64 e = tid; e < rp; e += nt) F_uv[e] = 0.0;
         for (int u = tid; u < r; u += nt) { F_u[u] = 0.0; F_au[u] = 0.0; t.sum_S[u] = 0.0; }
         if (tid == 0) { F_a_sh = 0.0; F_aa_sh = 0.0; }
     }
@@ -370,7 +383,7 @@ __device__ void bms_row_body(
     // coordinate 0 zero), then the implicit function theorem.
     const double F_a = F_a_sh;
     if (!(F_a > 0.0 && isfinite(F_a))) {
-        for (i64 e = tid; e < rr; e += nt) H[e] = 0.0;
+        for (i64 e = tid; e < rp; e += nt) H[e] = 0.0;
         for (int u = tid; u < r; u += nt) grad[u] = 0.0;
         if (tid == 0) { out_neglog[row] = 0.0; out_status[row] = ROW_BAD_FA; }
         return;
@@ -403,23 +416,23 @@ __device__ void bms_row_body(
     double log_cdf, lambda, curv;
     log_ndtr_mills_curvature(s * row_e_obs[row], &log_cdf, &lambda, &curv);
     const double A = -w * s * lambda, B = w * curv;
-    // A thread per pair u <= v, each reading only its own G entry: F_uv =
-    // [u = 1] sum D(S_1v) - Q(X_u, X_v) (row 0: the override), then a_uv,
-    // then the Hessian entry, written to both triangles.
+    // A thread per pair u <= v (packed entry k), each reading only its own
+    // G entry: F_uv = [u = 1] sum D(S_1v) - Q(X_u, X_v) (row 0: the
+    // override), then a_uv, then the Hessian entry, written once (the
+    // packed rows' stores are a warp's consecutive doubles; both triangles
+    // in full took a scattered store per entry and twice the bytes).
     const double mu2 = row_mu2[row];
-    for (int k = tid; k < r * (r + 1) / 2; k += nt) {
+    for (int k = tid; k < rp; k += nt) {
         int u, v;
         upper_pair(k, r, &u, &v);
-        const i64 e = (i64)u * r + v;
-        const double f_uv = u == 0 ? (v == 0 ? -mu2 : 0.0) : (u == 1 ? t.sum_S[v] : 0.0) - F_uv[e];
+        const double f_uv = u == 0 ? (v == 0 ? -mu2 : 0.0) : (u == 1 ? t.sum_S[v] : 0.0) - F_uv[k];
         const double term = f_uv + F_au[v] * a_u[u] + F_au[u] * a_u[v] + F_aa * a_u[u] * a_u[v];
         const double a_uv = -term * inv_Fa;
-        const double r_uv = BASES ? (u == 1 ? ruv[v] : 0.0) : ruv[e];
+        const double r_uv = BASES ? (u == 1 ? ruv[v] : 0.0) : ruv[(i64)u * r + v];
         const double eu = chi * a_u[u] + rho[u], ev = chi * a_u[v] + rho[v];
         const double euv = chi * a_uv + xi * a_u[u] * a_u[v] + tau[u] * a_u[v] + a_u[u] * tau[v] + r_uv;
         const double h = B * eu * ev + A * euv;
-        H[e] = h;
-        H[(i64)v * r + u] = h;
+        H[k] = h;
         if (!isfinite(h)) atomicOr(&bad, 1u);
     }
     __syncthreads();
@@ -471,11 +484,15 @@ extern "C" __global__ void bms_row(
 
 // Stage 2 over cell slots described by their edges and moments, building
 // the arrays from the bases in shared memory, `tile` cells at a time.
-// At most 85 registers, so 12 blocks of ROW_THREADS = 64 fit an SM (rows.rs:
-// STAGE2_BLOCK_BYTES keeps their shared memory within the SM's). Unbounded
-// it took 118 and 8 blocks: 0.1 ms slower at seed; at the fit's shape and
-// 1M rows (H100, session 33) 8 blocks 15.96 ms, 10 13.95, 12 13.13.
-extern "C" __global__ void __launch_bounds__(64, 12) bms_row_bases(
+// Registers capped so that STAGE2_BLOCKS blocks of ROW_THREADS = 64 fit an
+// SM (rows.rs: STAGE2_BLOCKS, whose shared-memory budget keeps the blocks'
+// tiles within the SM's). Unbounded it took 118 registers and 8 blocks:
+// 0.1 ms slower at seed; at the fit's shape and 1M rows (H100, session 33)
+// 8 blocks 15.96 ms, 10 13.95, 12 13.13.
+#ifndef STAGE2_BLOCKS
+#define STAGE2_BLOCKS 12
+#endif
+extern "C" __global__ void __launch_bounds__(64, STAGE2_BLOCKS) bms_row_bases(
     ROW_COMMON_PARAMS, MODEL_PARAMS, int tile, int g_shared, const double* __restrict__ row_a_in,
     const double* __restrict__ row_b_in, const double* __restrict__ bounds,
     const double* __restrict__ cell_moments, ROW_TAIL_PARAMS)

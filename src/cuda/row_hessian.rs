@@ -367,15 +367,31 @@ impl DeviceRowHessian {
     }
 
     /// Wrap per-row Hessians already on the device (`n * r * r`, row-major,
-    /// produced there, e.g. by the BMS row kernel) over uploaded designs.
+    /// produced there) over uploaded designs.
     pub fn from_device(layout: Layout, designs: Arc<DeviceDesigns>, hess: CudaSlice<f64>) -> Result<Self> {
+        Self::wrap(layout, designs, hess, false)
+    }
+
+    /// Wrap packed per-row Hessians already on the device (`n * r (r + 1) /
+    /// 2`: each row's upper triangle row by row, as the BMS row kernel
+    /// writes them) over uploaded designs: the operator of
+    /// [`DeviceRowHessian::packed`].
+    pub fn from_device_packed(layout: Layout, designs: Arc<DeviceDesigns>, hess: CudaSlice<f64>) -> Result<Self> {
+        Self::wrap(layout, designs, hess, true)
+    }
+
+    fn wrap(layout: Layout, designs: Arc<DeviceDesigns>, hess: CudaSlice<f64>, packed: bool) -> Result<Self> {
         let (n, r) = (designs.n, layout.r());
         check_design_widths(&layout, designs.widths())?;
-        if hess.len() != n * r * r {
+        let (per, rule) = match packed {
+            true => (r * (r + 1) / 2, "n r (r + 1) / 2"),
+            false => (r * r, "n r^2"),
+        };
+        if hess.len() != n * per {
             return Err(Error::invalid(
                 "hess.len",
                 hess.len(),
-                format!("must equal n r^2 = {}", n * r * r),
+                format!("must equal {rule} = {}", n * per),
             ));
         }
         check_ranges(&layout, n)?;
@@ -391,7 +407,7 @@ impl DeviceRowHessian {
             scratch: Mutex::new(scratch),
             staged: None,
             single: None,
-            packed: false,
+            packed,
             tensor_dense: true,
             dense_cache: Mutex::new(None),
             designs,

@@ -10,7 +10,7 @@
 // Both stages: reads the problem that tests/kernel_replay.rs wrote, launches
 // bms_calibrate, bms_observed, bms_cell_moments and bms_cell_quadrature a
 // block (of one thread) at a time, then bms_row_bases with the tile size
-// given, and writes the intercepts, per-row neglog, gradient, Hessian and status. Bundle: reads a
+// given, and writes the intercepts, per-row neglog, gradient, Hessian (packed) and status. Bundle: reads a
 // RowKernelInputs bundle, launches bms_row, and writes the same minus the
 // intercepts (an empty array in their place).
 #include "shim.h"
@@ -71,7 +71,7 @@ static int bundle(FILE* f, const char* out, int tile, int g_shared)
     fclose(f);
     // Zero-length arrays (no h or w block) still need a valid pointer.
     for (V& v : cells) if (v.empty()) v.push_back(0.0);
-    V neglog(n), grad((size_t)n * r), hess((size_t)n * r * r);
+    V neglog(n), grad((size_t)n * r), hess((size_t)n * r * (r + 1) / 2);
     std::vector<unsigned> st(n);
     for (int i = 0; i < n; ++i) {
         blockIdx.x = i;
@@ -135,7 +135,7 @@ int main(int argc, char** argv)
     bms_cell_quadrature(slots, MODEL, b.data(), a.data(), bounds.data(), moments.data(), queue.data(), &queued);
     std::vector<unsigned> offsets(n + 1);
     for (int i = 0; i <= n; ++i) offsets[i] = (unsigned)i * slots;
-    V neglog(n), grad((size_t)n * r), hess((size_t)n * r * r);
+    V neglog(n), grad((size_t)n * r), hess((size_t)n * r * (r + 1) / 2);
     for (int i = 0; i < n; ++i) {
         blockIdx.x = i;
         bms_row_bases(n, r, p_h, p_w, m1.data(), m2.data(), y.data(), w.data(), offsets.data(), MODEL, tile, g_shared,

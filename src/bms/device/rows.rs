@@ -124,7 +124,8 @@ pub fn evaluate_rows_device(
     Ok(rows)
 }
 
-/// Stage 2's outputs: per-row neglog, gradient, Hessian and status.
+/// Stage 2's outputs: per-row neglog, gradient, Hessian (packed: its upper
+/// triangle row by row, r (r + 1) / 2 values) and status.
 pub(crate) struct RowOutputs {
     pub neglog: CudaSlice<f64>,
     pub grad: CudaSlice<f64>,
@@ -152,9 +153,9 @@ impl RowOutputViews<'_> {
 
 impl RowOutputs {
     /// Outputs for n rows of width r, not initialised: the row kernels
-    /// write every value of every row they take (the Hessian in full, also
-    /// for a rejected row), and zeroing the n r^2 Hessians first cost a
-    /// memset of 624 MB an evaluation at seed.
+    /// write every value of every row they take (the whole packed Hessian,
+    /// also for a rejected row), and zeroing the n r^2 Hessians first cost
+    /// a memset of 624 MB an evaluation at seed.
     pub(crate) fn allocate(gpu: &Gpu, n: usize, r: usize) -> Result<Self> {
         if n > i32::MAX as usize {
             return Err(Error::invalid("n_rows", n, "must be < 2^31 for the row kernel's grid"));
@@ -165,7 +166,7 @@ impl RowOutputs {
             Ok(Self {
                 neglog: gpu.unset(n)?,
                 grad: gpu.unset(n * r)?,
-                hess: gpu.unset(n * r * r)?,
+                hess: gpu.unset(n * packed_len(r))?,
                 status: gpu.unset(n)?,
             })
         }
@@ -177,7 +178,7 @@ impl RowOutputs {
         RowOutputViews {
             neglog: self.neglog.slice_mut(span(1)),
             grad: self.grad.slice_mut(span(r)),
-            hess: self.hess.slice_mut(span(r * r)),
+            hess: self.hess.slice_mut(span(packed_len(r))),
             status: self.status.slice_mut(span(1)),
         }
     }
@@ -196,7 +197,7 @@ impl RowOutputs {
         designs: &Arc<DeviceDesigns>,
         layout: &Layout,
     ) -> Result<(DeviceRowEvaluation, CudaSlice<u32>)> {
-        let hessian = DeviceRowHessian::from_device(layout.clone(), designs.clone(), self.hess)?;
+        let hessian = DeviceRowHessian::from_device_packed(layout.clone(), designs.clone(), self.hess)?;
         let rows = DeviceRowEvaluation {
             neglog: self.neglog,
             grad: self.grad,
@@ -207,17 +208,23 @@ impl RowOutputs {
     }
 }
 
-/// Most cells a Stage-2 block takes at a time (the kernel's static T array
-/// holds CELL_TILE = 32 cells).
+/// The values of a packed row Hessian of width r (its upper triangle).
+pub(crate) fn packed_len(r: usize) -> usize {
+    r * (r + 1) / 2
+}
+
+/// Most cells a Stage-2 block takes at a time.
 const STAGE2_TILE: usize = 32;
-const _: () = assert!(STAGE2_TILE <= 32);
-/// The kernel's static shared memory: T (CELL_TILE x 7 doubles), F_a,
-/// F_aa and a flag.
-const STAGE2_STATIC_BYTES: usize = (STAGE2_TILE * 7 + 4) * 8;
-/// The shared memory a Stage-2 block may take so that the 12 blocks an SM
-/// that its registers allow (`__launch_bounds__(64, 12)`) still fit: an
-/// H100's or H200's 228 KiB an SM over 12, less the 1 KiB the driver
-/// reserves a block. A row takes the fewest tiles that stay within it: at
+/// The kernel's static shared memory: F_a, F_aa and a flag.
+const STAGE2_STATIC_BYTES: usize = 4 * 8;
+/// The Stage-2 blocks an SM holds: `bms_row_bases`' registers are capped
+/// for them (`__launch_bounds__(64, STAGE2_BLOCKS)` in bms_row.cu, which
+/// defines the same number), and STAGE2_BLOCK_BYTES keeps their shared
+/// memory within the SM's.
+const STAGE2_BLOCKS: usize = 12;
+/// The shared memory a Stage-2 block may take so that STAGE2_BLOCKS blocks
+/// still fit an SM: an H100's or H200's 228 KiB over STAGE2_BLOCKS, less
+/// the 1 KiB the driver reserves a block. A row takes the fewest tiles that stay within it: at
 /// the fit's shape (r = 16, 23 cells) 2 tiles of 12 where a 12-KiB budget
 /// for the cells gave 3 of 8 (Stage 2 at 1M rows, 10 blocks an SM then:
 /// 15.36 -> 13.90 ms; one tile of 23, 8 blocks an SM, 16.56), at the seed
@@ -226,13 +233,14 @@ const STAGE2_STATIC_BYTES: usize = (STAGE2_TILE * 7 + 4) * 8;
 /// seed before (Stage 2 ms, one process): 64 threads with 9-cell tiles 7.49
 /// and 7.52, 7-cell 8.20, 14-cell 7.64; 96 threads 9.12 (9 cells), 8.86
 /// (14); 128 threads 9.20 (9), 8.83 (14).
-const STAGE2_BLOCK_BYTES: usize = (228 << 10) / 12 - (1 << 10);
-/// A row's Q sums G (r x r) live in shared memory up to this size (r <= 39),
-/// in the row's Hessian output beyond.
-const G_SHARED_BYTES: usize = 12 << 10;
+const STAGE2_BLOCK_BYTES: usize = (228 << 10) / STAGE2_BLOCKS - (1 << 10);
+/// A row's Q sums G (their packed upper triangle) live in shared memory up
+/// to this width, in the row's Hessian output beyond.
+const G_SHARED_MAX_R: usize = 39;
 /// The doubles a cell's read values take in the tile (CELL_STRIDE in
-/// bms_row.cu: 14 read, padded to an odd stride).
+/// bms_row.cu: 14 read, padded to an odd stride), and its T_n.
 const CELL_STRIDE: usize = 15;
+const CELL_T: usize = 7;
 
 /// How a Stage-2 block uses its dynamic shared memory (`tile_layout` in
 /// bms_row.cu).
@@ -242,26 +250,26 @@ pub(crate) struct Stage2Tile {
     pub cells: usize,
     /// Dynamic shared-memory bytes.
     pub bytes: usize,
-    /// Whether the row's Q sums G (r^2 doubles) sit in shared memory (1) or
-    /// in the row's Hessian output (0).
+    /// Whether the row's Q sums G (r (r + 1) / 2 doubles) sit in shared
+    /// memory (1) or in the row's Hessian output (0).
     pub g_shared: i32,
 }
 
 /// The Stage-2 tile for rows of at most `cells` cells: each cell takes
-/// (4 r + 1) + 3 (r | 1) + CELL_STRIDE doubles (its X vectors, three
-/// scalars a coordinate, its edges, segments and moments, each stride odd
-/// so that a warp's stores to consecutive cells meet no bank conflict:
-/// `tile_layout` in bms_row.cu), the row 3 r more (the running sums of
-/// D(S_1u), D(X_u), D(AR_u)) and, while r^2 doubles are no more than
-/// G_SHARED_BYTES (r <= 39), r^2 more for G. (G in shared memory took 0.1 ms
-/// off Stage 2 at seed, r = 20; at larger r it would cost blocks an SM, not
-/// measured, so G stays in global memory there, as it always was.) The
+/// (4 r + 1) + 3 (r | 1) + CELL_STRIDE + CELL_T doubles (its X vectors,
+/// three scalars a coordinate, its edges, segments and moments, its T_n,
+/// each stride odd so that a warp's stores to consecutive cells meet no
+/// bank conflict: `tile_layout` in bms_row.cu), the row 3 r more (the
+/// running sums of D(S_1u), D(X_u), D(AR_u)) and, up to r = G_SHARED_MAX_R,
+/// r (r + 1) / 2 more for G. (G in shared memory took 0.1 ms off Stage 2 at
+/// seed, r = 20; at larger r it would cost blocks an SM, not measured, so G
+/// stays in global memory there, as it always was.) The
 /// tiles of a row are balanced, so a row of 40 cells is two tiles of 20,
 /// not 32 and 8.
 pub(crate) fn stage2_tile(gpu: &Gpu, r: usize, cells: usize) -> Result<Stage2Tile> {
     let cell = cell_bytes(r);
-    let g_shared = r * r * 8 <= G_SHARED_BYTES;
-    let row = (3 * r + if g_shared { r * r } else { 0 }) * 8;
+    let g_shared = r <= G_SHARED_MAX_R;
+    let row = row_bytes(r);
     let tile = tile_cells(cell, row, cells);
     let bytes = tile * cell + row;
     if bytes + STAGE2_STATIC_BYTES > gpu.shared_optin {
@@ -277,7 +285,13 @@ pub(crate) fn stage2_tile(gpu: &Gpu, r: usize, cells: usize) -> Result<Stage2Til
 
 /// The bytes a cell takes in a Stage-2 tile (see [`stage2_tile`]).
 fn cell_bytes(r: usize) -> usize {
-    ((4 * r + 1) + 3 * (r | 1) + CELL_STRIDE) * 8
+    ((4 * r + 1) + 3 * (r | 1) + CELL_STRIDE + CELL_T) * 8
+}
+
+/// The bytes a row's running sums take in a Stage-2 block (see
+/// [`stage2_tile`]).
+fn row_bytes(r: usize) -> usize {
+    (3 * r + if r <= G_SHARED_MAX_R { r * (r + 1) / 2 } else { 0 }) * 8
 }
 
 /// The cells of a balanced tile for rows of `cells` cells: the fewest
@@ -327,7 +341,7 @@ pub(crate) fn stage2(
     }
     out.push(&mut b);
     // SAFETY: every bundle array holds its n, r, p_h, p_w and cell-count
-    // length (validated on upload); outputs are sized n, n r, n r^2; one
+    // length (validated on upload); outputs are sized n, n r, n r (r + 1) / 2; one
     // block per row, with the shared memory stage2_tile sized.
     unsafe { b.launch(row_grid(n, tile.bytes)) }.map_err(|e| cuda_err("bms_row", e))?;
     drop(b);
@@ -394,7 +408,9 @@ mod module_tests {
     /// fewest tiles that do.
     #[test]
     fn tiles_are_the_fewest_that_keep_twelve_blocks_an_sm() {
-        let row = |r: usize| (3 * r + if r * r * 8 <= G_SHARED_BYTES { r * r } else { 0 }) * 8;
+        let define = format!("#define STAGE2_BLOCKS {STAGE2_BLOCKS}\n");
+        assert!(BMS_KERNELS.source.contains(&define), "bms_row.cu must {define:?}");
+        let row = row_bytes;
         assert_eq!(tile_cells(cell_bytes(16), row(16), 23), 12);
         assert_eq!(tile_cells(cell_bytes(20), row(20), 27), 9);
         assert_eq!(tile_cells(cell_bytes(4), row(4), 40), 20);

@@ -456,6 +456,28 @@ impl DeviceStage1 {
         ])
     }
 
+    /// The row kernels' registers and local (spilled) bytes a thread, as
+    /// the driver compiled them for this device: what a register cap
+    /// (`__launch_bounds__`) costs shows here first.
+    pub fn kernel_resources(&self) -> Result<Vec<(&'static str, i32, i32)>> {
+        let kernels = self.gpu().kernels(&BMS_KERNELS)?;
+        let names = [
+            "bms_calibrate",
+            "bms_cell_moments",
+            "bms_cell_quadrature",
+            "bms_observed",
+            "bms_row_bases",
+        ];
+        names
+            .into_iter()
+            .map(|name| {
+                let f = kernels.get(name)?;
+                let attr = |v: std::result::Result<i32, _>| v.map_err(|e| cuda_err(name, e));
+                Ok((name, attr(f.num_regs())?, attr(f.local_size_bytes())?))
+            })
+            .collect()
+    }
+
     /// The intercepts a_i of the last evaluation (a download, for tests and
     /// summaries).
     pub fn intercepts(&self) -> Result<Vec<f64>> {
@@ -650,7 +672,7 @@ impl DeviceStage1 {
         outs.push(&mut b);
         // SAFETY: the part's rows of every array: a value a row, bounds and
         // moments 4 and 10 per slot, the observed jets n and n r, outputs
-        // n, n r and n r^2; offsets n + 1; the dynamic shared memory is the
+        // n, n r and n r (r + 1) / 2; offsets n + 1; the dynamic shared memory is the
         // tile stage2_tile sized (the kernel carves `tile` cells' vectors
         // and scalars); one block per row.
         unsafe { b.launch(row_grid(part.n(), self.tile.bytes)) }.map_err(|e| cuda_err("bms_row_bases", e))?;
@@ -731,12 +753,13 @@ fn part_indices(n: usize, within: impl Fn(Range<usize>) -> Vec<u32>) -> Vec<u32>
 
 /// Device bytes a row takes: [`Work`] (Stage 1's `slots` cells and the
 /// observed jets) and one evaluation's [`RowOutputs`] with its operator's
-/// n x r scratch (at the fit's shape, 23 slots and r = 16, 5,460 bytes;
+/// n x r scratch (at the fit's shape, 23 slots and r = 16, 4,500 bytes;
 /// the memory pool's peak over a 12M-row fit was 5,413 a row, data and
-/// designs included, before the 92 bytes of the quadrature queue).
+/// designs included, before the 92 bytes of the quadrature queue and with
+/// the row Hessians in full, 960 bytes more than packed).
 fn bytes_per_row(r: usize, slots: usize) -> u64 {
     let (f64s, u32s) = (3 + 4 + 14 * slots + 3 + 3 * r, 3 + slots);
-    let outputs = 8 * (1 + r + r * r + r) + 4;
+    let outputs = 8 * (1 + r + r * (r + 1) / 2 + r) + 4;
     (8 * f64s + 4 * u32s + outputs) as u64
 }
 
@@ -795,11 +818,11 @@ impl Work {
 mod tests {
     use super::*;
 
-    /// 12M rows at the fit's shape (r = 16, 23 slots) need 65.5 GB: they fit
+    /// 12M rows at the fit's shape (r = 16, 23 slots) need 54.0 GB: they fit
     /// 79 GB available and are refused, naming n and the bytes a row, with 40.
     #[test]
     fn rows_beyond_the_device_memory_are_refused_by_name() {
-        assert_eq!(bytes_per_row(16, 23), 5_460);
+        assert_eq!(bytes_per_row(16, 23), 4_500);
         let gb = 1_000_000_000;
         assert!(memory_rule(12_000_000, 16, 23, (79 * gb, 85 * gb), "H100").is_ok());
         let err = memory_rule(12_000_000, 16, 23, (40 * gb, 85 * gb), "H100").unwrap_err();
@@ -807,8 +830,8 @@ mod tests {
         for part in [
             "n",
             "12000000",
-            "65.52 GB",
-            "5460 bytes a row",
+            "54.00 GB",
+            "4500 bytes a row",
             "40.00 GB available on H100",
             "--gpus",
         ] {
