@@ -754,9 +754,8 @@ fn part_indices(n: usize, within: impl Fn(Range<usize>) -> Vec<u32>) -> Vec<u32>
 /// Device bytes a row takes: [`Work`] (Stage 1's `slots` cells and the
 /// observed jets) and one evaluation's [`RowOutputs`] with its operator's
 /// n x r scratch (at the fit's shape, 23 slots and r = 16, 4,500 bytes;
-/// the memory pool's peak over a 12M-row fit was 5,413 a row, data and
-/// designs included, before the 92 bytes of the quadrature queue and with
-/// the row Hessians in full, 960 bytes more than packed).
+/// the memory pool's peak over a 12M-row fit was 4,549 a row, data and
+/// designs included: 54.59 GB, H100, benches/RESULTS.md session 34).
 fn bytes_per_row(r: usize, slots: usize) -> u64 {
     let (f64s, u32s) = (3 + 4 + 14 * slots + 3 + 3 * r, 3 + slots);
     let outputs = 8 * (1 + r + r * (r + 1) / 2 + r) + 4;
