@@ -26,7 +26,8 @@
 // (quadrature::adaptive_with).
 
 #define Z_CLIP 40.0
-#define QUAD_TOL 1e-14
+// F's tolerance in the calibration (calibration.rs: F_TOL).
+#define QUAD_TOL 1e-10
 // The moments' (cells.rs: MOMENT_TOL).
 #define MOMENT_TOL 1e-12
 // The calibration's F_a and F_aa only steer its iteration (a relative error
