@@ -489,9 +489,7 @@ extern "C" __global__ void bms_row(
 // tiles within the SM's). Unbounded it took 118 registers and 8 blocks:
 // 0.1 ms slower at seed; at the fit's shape and 1M rows (H100, session 33)
 // 8 blocks 15.96 ms, 10 13.95, 12 13.13.
-#ifndef STAGE2_BLOCKS
 #define STAGE2_BLOCKS 12
-#endif
 extern "C" __global__ void __launch_bounds__(64, STAGE2_BLOCKS) bms_row_bases(
     ROW_COMMON_PARAMS, MODEL_PARAMS, int tile, int g_shared, const double* __restrict__ row_a_in,
     const double* __restrict__ row_b_in, const double* __restrict__ bounds,

@@ -291,7 +291,7 @@ fn cell_bytes(r: usize) -> usize {
 /// The bytes a row's running sums take in a Stage-2 block (see
 /// [`stage2_tile`]).
 fn row_bytes(r: usize) -> usize {
-    (3 * r + if r <= G_SHARED_MAX_R { r * (r + 1) / 2 } else { 0 }) * 8
+    (3 * r + if r <= G_SHARED_MAX_R { packed_len(r) } else { 0 }) * 8
 }
 
 /// The cells of a balanced tile for rows of `cells` cells: the fewest

@@ -28,7 +28,7 @@ use std::sync::{Arc, Mutex};
 use cudarc::driver::{CudaSlice, CudaStream, CudaView, CudaViewMut, LaunchArgs, LaunchConfig, PushKernelArg};
 
 use super::order::work_order;
-use super::rows::{check_status, row_grid, stage2_tile, RowOutputs, Stage2Tile, BMS_KERNELS};
+use super::rows::{check_status, packed_len, row_grid, stage2_tile, RowOutputs, Stage2Tile, BMS_KERNELS};
 use crate::bms::{BmsData, BmsModel, CubicBasis};
 use crate::cuda::{cuda_err, DeviceDesigns, DeviceRowEvaluation, DeviceRowEvaluator, Gpu, LoadedKernels, PendingRows};
 use crate::designs::check_matrix;
@@ -758,7 +758,7 @@ fn part_indices(n: usize, within: impl Fn(Range<usize>) -> Vec<u32>) -> Vec<u32>
 /// designs included: 54.59 GB, H100, benches/RESULTS.md session 34).
 fn bytes_per_row(r: usize, slots: usize) -> u64 {
     let (f64s, u32s) = (3 + 4 + 14 * slots + 3 + 3 * r, 3 + slots);
-    let outputs = 8 * (1 + r + r * (r + 1) / 2 + r) + 4;
+    let outputs = 8 * (1 + r + packed_len(r) + r) + 4;
     (8 * f64s + 4 * u32s + outputs) as u64
 }
 
