@@ -149,18 +149,18 @@ impl Bases {
     fn cell_with(&self, rb: &RowBases, a: f64, lo: f64, hi: f64) -> Cell {
         let mut parts = CellParts::default();
         self.cell_parts_with(rb, a, lo, hi, &mut parts);
-        let (r, p_h) = (parts.v.len(), self.p_h());
+        let (r, p_h) = (parts.v.c[0].len(), self.p_h());
         let mut coef = Vec::with_capacity(2 * (r - 1) + r - 2);
-        coef.extend_from_slice(&parts.v[1..]);
-        coef.extend_from_slice(&parts.ar[1..]);
-        coef.extend_from_slice(&parts.s1[2..]);
+        coef.extend((1..r).map(|u| parts.v.get(u)));
+        coef.extend((1..r).map(|u| parts.ar.get(u)));
+        coef.extend((2..r).map(|u| parts.s1.get(u)));
         Cell {
             lo,
             hi,
             eta: parts.eta,
-            a: parts.v[0],
-            aa: parts.ar[0],
-            sbb: parts.s1[1],
+            a: parts.v.get(0),
+            aa: parts.ar.get(0),
+            sbb: parts.s1.get(1),
             coef,
             parts: r - 1,
             p_h,
@@ -181,9 +181,54 @@ pub(crate) struct CellParts {
     pub lo: f64,
     pub hi: f64,
     pub eta: Cubic,
-    pub v: Vec<Cubic>,
-    pub ar: Vec<Cubic>,
-    pub s1: Vec<Cubic>,
+    pub v: Coefs,
+    pub ar: Coefs,
+    pub s1: Coefs,
+}
+
+/// r cubics stored by coefficient: `c[p][u]` is coefficient p of cubic u,
+/// so that the fused evaluation's loops over u (the shift, the D sums, the
+/// rows of V and W) run on whole vectors.
+#[derive(Clone, Debug, Default)]
+pub(crate) struct Coefs {
+    pub c: [Vec<f64>; 4],
+}
+
+impl Coefs {
+    /// r cubics (new ones zero).
+    #[inline(always)]
+    fn resize(&mut self, r: usize) {
+        for c in &mut self.c {
+            c.resize(r, 0.0);
+        }
+    }
+
+    /// Cubic u.
+    #[inline(always)]
+    pub fn get(&self, u: usize) -> Cubic {
+        [self.c[0][u], self.c[1][u], self.c[2][u], self.c[3][u]]
+    }
+
+    /// Set cubic u.
+    #[inline(always)]
+    fn set(&mut self, u: usize, p: Cubic) {
+        for (c, v) in self.c.iter_mut().zip(p) {
+            c[u] = v;
+        }
+    }
+
+    /// Every cubic about `center`: [`shift_cubic`]'s operations, so its
+    /// bits, a coefficient at a time.
+    #[inline(always)]
+    fn shift(&mut self, center: f64) {
+        let [c0, c1, c2, c3] = &mut self.c;
+        let rows = c0.iter_mut().zip(c1.iter_mut()).zip(c2.iter_mut()).zip(c3.iter());
+        for (((p0, p1), p2), p3) in rows {
+            let p = [*p0, *p1, *p2, *p3];
+            let s = 3.0 * center * p[3];
+            (*p0, *p1, *p2) = (poly_eval(&p, center), (s + 2.0 * p[2]) * center + p[1], s + p[2]);
+        }
+    }
 }
 
 impl Bases {
@@ -204,30 +249,29 @@ impl Bases {
         };
         let sf = |q: Cubic| poly_scale(&q, s_f);
         let z = [0.0, 1.0, 0.0, 0.0];
-        // Written in place (every entry; no iterator extends), so the loops
-        // compile into the caller's vector code (`fused::sum_cells`).
+        // Written in place (no iterator extends), so the loops compile into
+        // the caller's vector code (`fused::sum_cells`).
         for buf in [&mut out.v, &mut out.ar, &mut out.s1] {
-            buf.resize(r, [0.0; 4]);
+            buf.resize(r);
         }
         (out.lo, out.hi, out.eta) = (lo, hi, jet.eta);
         let (v, ar, s1) = (&mut out.v, &mut out.ar, &mut out.s1);
-        v[0] = jet.a;
-        v[1] = sf(poly_add(&poly_add(&z, &p.h), &poly_times_z(&p.l1)));
-        ar[0] = jet.aa;
-        ar[1] = sf(poly_times_z(&p.l2));
-        s1[0] = [0.0; 4];
-        s1[1] = sf(poly_times_z(&poly_times_z(&p.l2)));
-        let h = 2..2 + p_h;
-        for (((v, ar), s1), q) in v[h.clone()].iter_mut().zip(&mut ar[h.clone()]).zip(&mut s1[h]).zip(bh) {
-            *v = sf(poly_scale(q, b));
-            *ar = [0.0; 4];
-            *s1 = sf(*q);
+        v.set(0, jet.a);
+        v.set(1, sf(poly_add(&poly_add(&z, &p.h), &poly_times_z(&p.l1))));
+        ar.set(0, jet.aa);
+        ar.set(1, sf(poly_times_z(&p.l2)));
+        s1.set(0, [0.0; 4]);
+        s1.set(1, sf(poly_times_z(&poly_times_z(&p.l2))));
+        for (u, q) in (2..2 + p_h).zip(bh) {
+            v.set(u, sf(poly_scale(q, b)));
+            ar.set(u, [0.0; 4]);
+            s1.set(u, sf(*q));
         }
-        let w = 2 + p_h..r;
-        for (((v, ar), s1), q) in v[w.clone()].iter_mut().zip(&mut ar[w.clone()]).zip(&mut s1[w]).zip(bw) {
-            *v = sf(poly_compose_affine(q, a, b));
-            *ar = sf(poly_compose_affine(&poly_deriv(q), a, b));
-            *s1 = poly_times_z(ar);
+        for (u, q) in (2 + p_h..r).zip(bw) {
+            let d = sf(poly_compose_affine(&poly_deriv(q), a, b));
+            v.set(u, sf(poly_compose_affine(q, a, b)));
+            ar.set(u, d);
+            s1.set(u, poly_times_z(&d));
         }
     }
 }
@@ -240,8 +284,8 @@ impl CellParts {
             return;
         }
         self.eta = shift_cubic(&self.eta, center);
-        for p in self.v.iter_mut().chain(&mut self.ar).chain(&mut self.s1) {
-            *p = shift_cubic(p, center);
+        for p in [&mut self.v, &mut self.ar, &mut self.s1] {
+            p.shift(center);
         }
     }
 }

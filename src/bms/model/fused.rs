@@ -22,7 +22,7 @@ use faer::{Accum, MatMut, MatRef, Par};
 use rayon::prelude::*;
 
 use crate::bms::model::calibration::solve_root;
-use crate::bms::model::cells::{moment_center, moments, CellParts, RowBases, MOMENTS};
+use crate::bms::model::cells::{moment_center, moments, CellParts, Coefs, RowBases, MOMENTS};
 use crate::bms::model::stage2::{finish_row, ObservedRow, RowSums};
 use crate::bms::numerics::probit::norm_pdf;
 use crate::bms::{BmsData, BmsModel, RowEvaluation};
@@ -47,6 +47,8 @@ struct Sums {
     /// V_0..V_{r-1}), and W = M V in the same layout.
     v: Vec<f64>,
     w: Vec<f64>,
+    /// The entries of `v` and `w` this row's cells fill.
+    used: usize,
     /// Q(V_k, V_l) = sum over cells of V_k . W_l, r x r.
     q: Vec<f64>,
 }
@@ -60,6 +62,7 @@ impl Sums {
             s1: vec![0.0; r],
             v: Vec::new(),
             w: Vec::new(),
+            used: 0,
             q: vec![0.0; r * r],
         }
     }
@@ -68,8 +71,7 @@ impl Sums {
         for v in [&mut self.d, &mut self.e, &mut self.s1] {
             v.fill(0.0);
         }
-        self.v.clear();
-        self.w.clear();
+        self.used = 0;
     }
 
     /// Add one cell with moments m: its D sums, and its V and W rows for
@@ -82,21 +84,36 @@ impl Sums {
         for (n, tn) in t.iter_mut().enumerate() {
             *tn = c.eta[0] * m[n] + c.eta[1] * m[n + 1] + c.eta[2] * m[n + 2] + c.eta[3] * m[n + 3];
         }
-        let dot = |r: &[f64; 4]| r[0] * m[0] + r[1] * m[1] + r[2] * m[2] + r[3] * m[3];
-        let sums = self.d.iter_mut().zip(&mut self.e).zip(&mut self.s1);
-        for (((d, e), s1), ((v, ar), s)) in sums.zip(c.v.iter().zip(&c.ar).zip(&c.s1)) {
-            *d += dot(v);
-            *e += dot(ar);
-            *s1 += dot(s);
+        // D(p) = sum_k p_k m_k for every cubic u at once (vectors over u).
+        let dots = |out: &mut [f64], p: &Coefs| {
+            let [p0, p1, p2, p3] = &p.c;
+            let terms = out.iter_mut().zip(p0).zip(p1).zip(p2).zip(p3);
+            for ((((o, p0), p1), p2), p3) in terms {
+                *o += p0 * m[0] + p1 * m[1] + p2 * m[2] + p3 * m[3];
+            }
+        };
+        dots(&mut self.d, &c.v);
+        dots(&mut self.e, &c.ar);
+        dots(&mut self.s1, &c.s1);
+        // V's rows are the cell's coefficient rows as they are; W's
+        // (W = M V) are formed from them. The buffers only grow (zeroed
+        // once, for a row with more cells than any before).
+        let (r, at) = (self.r, self.used);
+        self.used += 4 * r;
+        if self.v.len() < self.used {
+            self.v.resize(self.used, 0.0);
+            self.w.resize(self.used, 0.0);
         }
-        let (r, at) = (self.r, self.v.len());
-        self.v.resize(at + 4 * r, 0.0);
-        self.w.resize(at + 4 * r, 0.0);
-        let rows = self.v[at..].chunks_exact_mut(r).zip(self.w[at..].chunks_exact_mut(r));
+        let [v0, v1, v2, v3] = &c.v.c;
+        let rows = self.v[at..self.used]
+            .chunks_exact_mut(r)
+            .zip(self.w[at..self.used].chunks_exact_mut(r));
         for (p, (vp, wp)) in rows.enumerate() {
-            for ((vp, wp), v) in vp.iter_mut().zip(wp.iter_mut()).zip(&c.v) {
-                *vp = v[p];
-                *wp = t[p] * v[0] + t[p + 1] * v[1] + t[p + 2] * v[2] + t[p + 3] * v[3];
+            vp.copy_from_slice(&c.v.c[p]);
+            let (t0, t1, t2, t3) = (t[p], t[p + 1], t[p + 2], t[p + 3]);
+            let terms = wp.iter_mut().zip(v0).zip(v1).zip(v2).zip(v3);
+            for ((((w, a), b), c), d) in terms {
+                *w = t0 * a + t1 * b + t2 * c + t3 * d;
             }
         }
     }
@@ -104,9 +121,9 @@ impl Sums {
     /// Q = V^T W over all the row's cells, one small matrix product (faer
     /// picks the CPU's widest vectors at run time).
     fn finish(&mut self) {
-        let (r, rows) = (self.r, self.v.len() / self.r);
-        let v = MatRef::from_row_major_slice(&self.v, rows, r);
-        let w = MatRef::from_row_major_slice(&self.w, rows, r);
+        let (r, rows) = (self.r, self.used / self.r);
+        let v = MatRef::from_row_major_slice(&self.v[..self.used], rows, r);
+        let w = MatRef::from_row_major_slice(&self.w[..self.used], rows, r);
         let q = MatMut::from_row_major_slice_mut(&mut self.q, r, r);
         matmul(q, Accum::Replace, v.transpose(), w, 1.0, Par::Seq);
     }

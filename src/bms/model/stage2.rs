@@ -192,24 +192,37 @@ pub(crate) fn finish_row(
     if !(s.f_a.is_finite() && s.f_a > 0.0) {
         return Err(format!("F_a = {}: must be finite and > 0", s.f_a));
     }
-    let a_u: Vec<f64> = s.f_u.iter().map(|f| -f / s.f_a).collect();
-    let (chi, xi, tau) = (obs.chi, obs.xi, obs.tau);
+    let (chi, xi, tau, rho) = (obs.chi, obs.xi, obs.tau, obs.rho);
     let sign = 2.0 * obs.y - 1.0;
     let (log_cdf, lambda, curvature) = log_ndtr_mills_curvature(sign * obs.e);
     let (big_a, big_b) = (-obs.weights * sign * lambda, obs.weights * curvature);
-    let e_u: Vec<f64> = (0..r).map(|u| chi * a_u[u] + obs.rho[u]).collect();
-    for (g, e) in grad.iter_mut().zip(&e_u) {
-        *g = big_a * e;
+    // a_u lives in `grad` until the gradient replaces it, and e_u = chi
+    // a_u + rho_u is formed where it is used: no buffers a row. Each
+    // Hessian row is written left to right from its diagonal (a loop the
+    // compiler vectorises), then mirrored below it.
+    for (a, f) in grad.iter_mut().zip(&s.f_u) {
+        *a = -f / s.f_a;
+    }
+    let a_u = &*grad;
+    for u in 0..r {
+        let (au, fau, tu) = (a_u[u], s.f_au[u], tau[u]);
+        let eu = chi * au + rho[u];
+        let row = u * r;
+        for v in u..r {
+            let uv = row + v;
+            let f = s.f_uv[uv] + s.f_au[v] * au + fau * a_u[v] + s.f_aa * au * a_u[v];
+            let a_uv = -f / s.f_a;
+            let e_uv = chi * a_uv + xi * au * a_u[v] + tu * a_u[v] + au * tau[v] + obs.r_uv[uv];
+            hess[uv] = big_b * eu * (chi * a_u[v] + rho[v]) + big_a * e_uv;
+        }
     }
     for u in 0..r {
-        for v in u..r {
-            let uv = u * r + v;
-            let f = s.f_uv[uv] + s.f_au[v] * a_u[u] + s.f_au[u] * a_u[v] + s.f_aa * a_u[u] * a_u[v];
-            let a_uv = -f / s.f_a;
-            let e_uv = chi * a_uv + xi * a_u[u] * a_u[v] + tau[u] * a_u[v] + a_u[u] * tau[v] + obs.r_uv[uv];
-            hess[uv] = big_b * e_u[u] * e_u[v] + big_a * e_uv;
-            hess[v * r + u] = hess[uv];
+        for v in u + 1..r {
+            hess[v * r + u] = hess[u * r + v];
         }
+    }
+    for (g, rho) in grad.iter_mut().zip(rho) {
+        *g = big_a * (chi * *g + rho);
     }
     let neglog = -obs.weights * log_cdf;
     let finite = neglog.is_finite() && grad.iter().chain(hess.iter()).all(|v| v.is_finite());
