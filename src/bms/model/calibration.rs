@@ -214,7 +214,7 @@ fn residual_and_slopes(rb: &RowBases, a: f64, rule: Rule) -> Residual {
     let q = rb.theta[0];
     let upper = q > 0.0;
     let (mut mass, mut f_a, mut f_aa) = (0.0, 0.0, 0.0);
-    for c in rb.jets(a) {
+    for c in rb.each_jet(a) {
         let v = match rule {
             Rule::Adaptive => adaptive_slopes(&c, upper),
             Rule::Quick => {

@@ -73,43 +73,35 @@ impl Bases {
     /// the same values in the same order as sorting by `total_cmp` and
     /// dropping repeats, without the sort.
     pub fn breakpoints(&self, b: f64, a: f64) -> Vec<f64> {
+        self.edges(b, a)
+            .filter_map(|(_, hi)| hi.is_finite().then_some(hi))
+            .collect()
+    }
+
+    /// The cells [lo, hi] between consecutive [`Bases::breakpoints`], the
+    /// tails included.
+    pub(crate) fn bounds(&self, b: f64, a: f64) -> Vec<(f64, f64)> {
+        self.edges(b, a).collect()
+    }
+
+    /// [`Bases::bounds`] one at a time, merged as they come (nothing
+    /// allocated: the calibration walks them at every trial intercept).
+    pub(crate) fn edges(&self, b: f64, a: f64) -> CellEdges<'_> {
         let score = self.score.as_ref().map_or(&[][..], |s| s.knots());
         let link = match &self.link {
             Some(l) if b != 0.0 => l.knots(),
             _ => &[][..],
         };
-        let mapped = |k: usize| {
-            let t = if b > 0.0 { link[k] } else { link[link.len() - 1 - k] };
-            (t - a) / b
-        };
-        let mut z = Vec::with_capacity(score.len() + link.len());
-        let (mut i, mut j) = (0, 0);
-        while i < score.len() || j < link.len() {
-            let from_score = j == link.len() || (i < score.len() && score[i].total_cmp(&mapped(j)).is_le());
-            let v = if from_score { score[i] } else { mapped(j) };
-            if from_score {
-                i += 1;
-            } else {
-                j += 1;
-            }
-            if v.is_finite() && z.last() != Some(&v) {
-                z.push(v);
-            }
+        CellEdges {
+            score,
+            link,
+            a,
+            b,
+            i: 0,
+            j: 0,
+            lo: f64::NEG_INFINITY,
+            done: false,
         }
-        z
-    }
-
-    /// The cells' edges (lo, hi) of row theta at intercept a, left to right.
-    pub(crate) fn bounds(&self, b: f64, a: f64) -> Vec<(f64, f64)> {
-        let edges = self.breakpoints(b, a);
-        let mut bounds = Vec::with_capacity(edges.len() + 1);
-        let mut lo = f64::NEG_INFINITY;
-        for &e in &edges {
-            bounds.push((lo, e));
-            lo = e;
-        }
-        bounds.push((lo, f64::INFINITY));
-        bounds
     }
 
     /// How many cells a row of slope b has at intercept a.
@@ -148,7 +140,7 @@ impl Bases {
     /// repacked, so that both evaluations build the same cubics.
     fn cell_with(&self, rb: &RowBases, a: f64, lo: f64, hi: f64) -> Cell {
         let mut parts = CellParts::default();
-        self.cell_parts_with(rb, a, lo, hi, &mut parts);
+        self.cell_parts_with(rb, a, lo, hi, &mut SegmentHint::default(), &mut parts);
         let (r, p_h) = (parts.v.c[0].len(), self.p_h());
         let mut coef = Vec::with_capacity(2 * (r - 1) + r - 2);
         coef.extend((1..r).map(|u| parts.v.get(u)));
@@ -168,6 +160,85 @@ impl Bases {
             center: 0.0,
         }
     }
+}
+
+/// The cells of a row at one intercept, from the merge of the score knots
+/// and the mapped link knots ([`Bases::edges`]).
+pub(crate) struct CellEdges<'k> {
+    score: &'k [f64],
+    link: &'k [f64],
+    a: f64,
+    b: f64,
+    i: usize,
+    j: usize,
+    /// The last edge given (-inf before the first).
+    lo: f64,
+    done: bool,
+}
+
+impl CellEdges<'_> {
+    /// Link knot k mapped to z, in increasing z.
+    fn mapped(&self, k: usize) -> f64 {
+        let t = if self.b > 0.0 {
+            self.link[k]
+        } else {
+            self.link[self.link.len() - 1 - k]
+        };
+        (t - self.a) / self.b
+    }
+}
+
+impl Iterator for CellEdges<'_> {
+    type Item = (f64, f64);
+
+    fn next(&mut self) -> Option<(f64, f64)> {
+        if self.done {
+            return None;
+        }
+        let (score, link) = (self.score, self.link);
+        while self.i < score.len() || self.j < link.len() {
+            let take_score =
+                self.j == link.len() || (self.i < score.len() && score[self.i].total_cmp(&self.mapped(self.j)).is_le());
+            let v = if take_score { score[self.i] } else { self.mapped(self.j) };
+            if take_score {
+                self.i += 1;
+            } else {
+                self.j += 1;
+            }
+            // Repeats and non-finite values are dropped.
+            if v.is_finite() && v != self.lo {
+                let lo = std::mem::replace(&mut self.lo, v);
+                return Some((lo, v));
+            }
+        }
+        self.done = true;
+        Some((self.lo, f64::INFINITY))
+    }
+}
+
+/// Where the last cell's basis segments were: cells come in increasing z,
+/// so each search starts from the last answer (a step or two) instead of
+/// bisecting every knot list again; the answers are `segment_of`'s.
+#[derive(Clone, Copy, Default)]
+pub(crate) struct SegmentHint {
+    score: Option<usize>,
+    link: Option<usize>,
+}
+
+/// `knots.partition_point(|t| t <= x)` (knots ascending) from a guess.
+#[inline(always)]
+fn segment_from(knots: &[f64], guess: Option<usize>, x: f64) -> usize {
+    let Some(mut s) = guess else {
+        return knots.partition_point(|&t| t <= x);
+    };
+    s = s.min(knots.len());
+    while s < knots.len() && knots[s] <= x {
+        s += 1;
+    }
+    while s > 0 && !(knots[s - 1] <= x) {
+        s -= 1;
+    }
+    s
 }
 
 /// One cell's cubics in the fused evaluation's order (`fused`): `v` holds
@@ -234,10 +305,10 @@ impl Coefs {
 impl Bases {
     /// [`CellParts`] of the cell [lo, hi] of row rb at intercept a.
     #[inline(always)]
-    fn cell_parts_with(&self, rb: &RowBases, a: f64, lo: f64, hi: f64, out: &mut CellParts) {
+    fn cell_parts_with(&self, rb: &RowBases, a: f64, lo: f64, hi: f64, hint: &mut SegmentHint, out: &mut CellParts) {
         let theta = rb.theta;
         let (b, s_f, r, p_h) = (theta[1], self.s_f, self.r(), self.p_h());
-        let p = rb.pieces(a, lo, hi);
+        let p = rb.pieces(a, lo, hi, hint);
         let jet = self.jet(theta, a, &p, lo, hi);
         let bh: &[Cubic] = match (&self.score, p.score_seg) {
             (Some(basis), Some(seg)) => basis.segment(seg),
@@ -323,7 +394,7 @@ impl<'a> RowBases<'a> {
 
     /// The polynomial pieces that hold on [lo, hi], picked at a point inside.
     #[inline(always)]
-    fn pieces(&self, a: f64, lo: f64, hi: f64) -> Pieces {
+    fn pieces(&self, a: f64, lo: f64, hi: f64, hint: &mut SegmentHint) -> Pieces {
         let b = self.theta[1];
         let zm = representative(lo, hi);
         let zero = [0.0; 4];
@@ -336,12 +407,14 @@ impl<'a> RowBases<'a> {
             link_seg: None,
         };
         if let Some(basis) = &self.bases.score {
-            let seg = basis.segment_of(zm);
+            let seg = segment_from(basis.knots(), hint.score, zm);
+            hint.score = Some(seg);
             p.h = self.h[seg];
             p.score_seg = Some(seg);
         }
         if let Some(basis) = &self.bases.link {
-            let seg = basis.segment_of(a + b * zm);
+            let seg = segment_from(basis.knots(), hint.link, a + b * zm);
+            hint.link = Some(seg);
             let [lt, l1t, l2t] = &self.l[seg];
             p.l = poly_compose_affine(lt, a, b);
             p.l1 = poly_compose_affine(l1t, a, b);
@@ -353,11 +426,16 @@ impl<'a> RowBases<'a> {
 
     /// [`Bases::jets`] of this row at intercept a.
     pub fn jets(&self, a: f64) -> Vec<CellJet> {
-        let bounds = self.bases.bounds(self.theta[1], a);
-        bounds
-            .into_iter()
-            .map(|(lo, hi)| self.bases.jet(self.theta, a, &self.pieces(a, lo, hi), lo, hi))
-            .collect()
+        self.each_jet(a).collect()
+    }
+
+    /// [`RowBases::jets`] one at a time (nothing allocated).
+    pub fn each_jet(&self, a: f64) -> impl Iterator<Item = CellJet> + '_ {
+        let mut hint = SegmentHint::default();
+        self.bases.edges(self.theta[1], a).map(move |(lo, hi)| {
+            self.bases
+                .jet(self.theta, a, &self.pieces(a, lo, hi, &mut hint), lo, hi)
+        })
     }
 
     /// [`Bases::cells`] of this row at intercept a.
@@ -369,10 +447,11 @@ impl<'a> RowBases<'a> {
             .collect()
     }
 
-    /// [`CellParts`] of the cell [lo, hi] at intercept a.
+    /// [`CellParts`] of the cell [lo, hi] at intercept a (`hint` carries
+    /// the segments from the cell before, in increasing z).
     #[inline(always)]
-    pub fn cell_parts(&self, a: f64, lo: f64, hi: f64, out: &mut CellParts) {
-        self.bases.cell_parts_with(self, a, lo, hi, out)
+    pub fn cell_parts(&self, a: f64, lo: f64, hi: f64, hint: &mut SegmentHint, out: &mut CellParts) {
+        self.bases.cell_parts_with(self, a, lo, hi, hint, out)
     }
 }
 
@@ -747,6 +826,34 @@ pub fn affine_moments(alpha: f64, beta: f64, lo: f64, hi: f64, center: f64) -> O
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A segment found from any guess is `partition_point`'s, wherever the
+    /// guess is (beyond the end included) and for x on, between and beyond
+    /// the knots, NaN too.
+    #[test]
+    fn segment_from_a_guess_is_partition_points() {
+        let knots = [-3.0, -1.5, 0.0, 0.0, 2.0, 3.5];
+        let xs = [
+            -9.0,
+            -3.0,
+            -2.0,
+            -1.5,
+            -0.1,
+            0.0,
+            1.0,
+            2.0,
+            3.5,
+            4.0,
+            f64::NAN,
+            f64::INFINITY,
+        ];
+        for x in xs {
+            let want = knots.partition_point(|&t| t <= x);
+            for guess in [None, Some(0), Some(2), Some(3), Some(6), Some(9)] {
+                assert_eq!(segment_from(&knots, guess, x), want, "x = {x}, guess {guess:?}");
+            }
+        }
+    }
 
     /// The merged breakpoints equal the collected, sorted (by `total_cmp`)
     /// and deduplicated list, bit for bit: slopes of both signs, slopes so

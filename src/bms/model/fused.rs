@@ -22,7 +22,7 @@ use faer::{Accum, MatMut, MatRef, Par};
 use rayon::prelude::*;
 
 use crate::bms::model::calibration::solve_root;
-use crate::bms::model::cells::{moment_center, moments, CellParts, Coefs, RowBases, MOMENTS};
+use crate::bms::model::cells::{moment_center, moments, CellParts, Coefs, RowBases, SegmentHint, MOMENTS};
 use crate::bms::model::stage2::{finish_row, ObservedRow, RowSums};
 use crate::bms::numerics::probit::norm_pdf;
 use crate::bms::{BmsData, BmsModel, RowEvaluation};
@@ -163,8 +163,9 @@ by_cpu! {
 #[inline(always)]
 fn sum_cells_body(rb: &RowBases, a: f64, cells: &[(f64, f64)], s: &mut Scratch) {
     s.sums.clear();
+    let mut hint = SegmentHint::default();
     for &(lo, hi) in cells {
-        rb.cell_parts(a, lo, hi, &mut s.cell);
+        rb.cell_parts(a, lo, hi, &mut hint, &mut s.cell);
         // Moments and cubics about the cell's centre (see moment_center).
         let c = moment_center(lo, hi);
         let m = moments(&s.cell.eta, lo, hi);
