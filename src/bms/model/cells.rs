@@ -235,7 +235,7 @@ fn segment_from(knots: &[f64], guess: Option<usize>, x: f64) -> usize {
     while s < knots.len() && knots[s] <= x {
         s += 1;
     }
-    while s > 0 && !(knots[s - 1] <= x) {
+    while s > 0 && (knots[s - 1] > x || x.is_nan()) {
         s -= 1;
     }
     s
