@@ -22,10 +22,11 @@ use std::f64::consts::PI;
 use crate::bms::model::cells::{local_center, Bases, Cell, CellJet, RowBases, Z_CLIP};
 use crate::bms::model::cubic_basis::poly_eval;
 use crate::bms::numerics::nodes;
-use crate::bms::numerics::probit::{cdf_pdf_and_gauss, inv_sqrt_2pi, norm_cdf, norm_sf};
+use crate::bms::numerics::probit::{cdf_pdf_and_gauss, cdf_pdf_and_gauss_in, inv_sqrt_2pi, norm_cdf, norm_sf};
 use crate::bms::numerics::quadrature::{
-    abs_poly, adaptive_bounded, adaptive_bounded_nodes, gauss5_panels_nodes, radius,
+    abs_poly, adaptive_bounded, adaptive_bounded_nodes, gauss5, initial_edges, radius,
 };
+use crate::dispatch::by_cpu;
 use crate::{Error, Result};
 
 /// Newton iterations allowed (bisection steps included).
@@ -213,23 +214,19 @@ struct Residual {
 fn residual_and_slopes(rb: &RowBases, a: f64, rule: Rule) -> Residual {
     let q = rb.theta[0];
     let upper = q > 0.0;
-    let (mut mass, mut f_a, mut f_aa) = (0.0, 0.0, 0.0);
-    for c in rb.each_jet(a) {
-        let v = match rule {
-            Rule::Adaptive => adaptive_slopes(&c, upper),
-            Rule::Quick => {
-                let f = nodes::Slopes {
-                    cell: &c,
-                    center: 0.0,
-                    upper,
-                };
-                gauss5_panels_nodes(c.lo.max(-QUICK_CLIP), c.hi.min(QUICK_CLIP), &f)
+    let [mass, f_a, f_aa] = match rule {
+        Rule::Adaptive => {
+            let (mut mass, mut f_a, mut f_aa) = (0.0, 0.0, 0.0);
+            for c in rb.each_jet(a) {
+                let v = adaptive_slopes(&c, upper);
+                mass += v[0];
+                f_a += v[1] / (2.0 * PI);
+                f_aa += v[2] / (2.0 * PI);
             }
-        };
-        mass += v[0];
-        f_a += v[1] / (2.0 * PI);
-        f_aa += v[2] / (2.0 * PI);
-    }
+            [mass, f_a, f_aa]
+        }
+        Rule::Quick => quick_slopes(rb, a, upper),
+    };
     let target = if upper { norm_sf(q) } else { norm_cdf(q) };
     let f = if upper { target - mass } else { mass - target };
     Residual {
@@ -238,6 +235,146 @@ fn residual_and_slopes(rb: &RowBases, a: f64, rule: Rule) -> Residual {
         f_aa,
         mass,
         target,
+    }
+}
+
+/// Panels whose 5 nodes the quick rule evaluates side by side.
+const QUICK_BATCH: usize = 8;
+
+by_cpu! {
+    /// The quick rule's mass, F_a and F_aa at a: the 5-point Gauss rule on
+    /// each of every cell's first panels (within QUICK_CLIP), the panels'
+    /// nodes evaluated QUICK_BATCH panels at a time (5 nodes a panel filled
+    /// a vector of 8 one panel at a time), then summed panel by panel and
+    /// cell by cell in the order and with the operations of
+    /// `gauss5_panels_nodes` on `nodes::Slopes`, so with their bits.
+    fn quick_slopes / quick_slopes_avx2 / quick_slopes_avx512(rb: &RowBases, a: f64, upper: bool) -> [f64; 3] = quick_slopes_body
+}
+
+#[inline(always)]
+fn quick_slopes_body(rb: &RowBases, a: f64, upper: bool) -> [f64; 3] {
+    const NODES: usize = 5 * QUICK_BATCH;
+    let (x, w) = gauss5();
+    let mut batch = QuickBatch {
+        z: [0.0; NODES],
+        e: [0.0; NODES],
+        d1: [0.0; NODES],
+        d2: [0.0; NODES],
+        half: [0.0; QUICK_BATCH],
+        cell: [0; QUICK_BATCH],
+        panels: 0,
+    };
+    let mut sums = QuickSums::default();
+    for (k, c) in rb.each_jet(a).enumerate() {
+        let (lo, hi) = (c.lo.max(-QUICK_CLIP), c.hi.min(QUICK_CLIP));
+        if hi <= lo {
+            continue;
+        }
+        let (edges, n, right) = initial_edges(lo, hi);
+        for e in edges[..=n].windows(2) {
+            let (pl, ph) = if right { (e[0], e[1]) } else { (e[1], e[0]) };
+            let (mid, half) = (0.5 * (pl + ph), 0.5 * (ph - pl));
+            let at = 5 * batch.panels;
+            for (i, xi) in x.iter().enumerate() {
+                // Slopes' cubics at z - center, center 0: z itself.
+                let z = mid + half * xi;
+                batch.z[at + i] = z;
+                batch.e[at + i] = poly_eval(&c.eta, z - 0.0);
+                batch.d1[at + i] = poly_eval(&c.a, z - 0.0);
+                batch.d2[at + i] = poly_eval(&c.aa, z - 0.0);
+            }
+            (batch.half[batch.panels], batch.cell[batch.panels]) = (half, k);
+            batch.panels += 1;
+            if batch.panels == QUICK_BATCH {
+                batch.sum_into(&mut sums, w, upper);
+            }
+        }
+    }
+    batch.sum_into(&mut sums, w, upper);
+    sums.flush();
+    [sums.mass, sums.f_a, sums.f_aa]
+}
+
+/// Up to QUICK_BATCH panels' nodes with their cubics' values.
+struct QuickBatch {
+    z: [f64; 5 * QUICK_BATCH],
+    e: [f64; 5 * QUICK_BATCH],
+    d1: [f64; 5 * QUICK_BATCH],
+    d2: [f64; 5 * QUICK_BATCH],
+    half: [f64; QUICK_BATCH],
+    cell: [usize; QUICK_BATCH],
+    panels: usize,
+}
+
+impl QuickBatch {
+    /// The integrands at the batch's nodes (`nodes::slopes`' operations),
+    /// summed into `sums` panel by panel; the batch is then empty.
+    #[inline(always)]
+    fn sum_into(&mut self, sums: &mut QuickSums, w: &[f64; 5], upper: bool) {
+        const NODES: usize = 5 * QUICK_BATCH;
+        let mut out = [[0.0; NODES]; 3];
+        let near = self.e.iter().all(|e| e.abs() * std::f64::consts::FRAC_1_SQRT_2 <= 4.0);
+        if near {
+            slope_values::<false>(self, upper, &mut out);
+        } else {
+            slope_values::<true>(self, upper, &mut out);
+        }
+        for p in 0..self.panels {
+            sums.enter(self.cell[p]);
+            for (i, wi) in w.iter().enumerate() {
+                for (sum, out) in sums.cell.iter_mut().zip(&out) {
+                    *sum += wi * self.half[p] * out[5 * p + i];
+                }
+            }
+        }
+        self.panels = 0;
+    }
+}
+
+/// The three integrands at every node of a batch (stale nodes past its
+/// panels are evaluated too, unread).
+#[inline(always)]
+fn slope_values<const FAR: bool>(b: &QuickBatch, upper: bool, out: &mut [[f64; 5 * QUICK_BATCH]; 3]) {
+    let [o0, o1, o2] = out;
+    let nodes = b.e.iter().zip(&b.d1).zip(&b.d2).zip(&b.z);
+    for ((((e, d1), d2), z), ((o0, o1), o2)) in nodes.zip(o0.iter_mut().zip(o1.iter_mut()).zip(o2.iter_mut())) {
+        let (phi, g) = cdf_pdf_and_gauss_in::<FAR>(if upper { -e } else { *e }, *z);
+        *o0 = phi;
+        *o1 = d1 * g;
+        *o2 = (d2 - d1 * d1 * e) * g;
+    }
+}
+
+/// The quick rule's running sums: the current cell's three integrals, and
+/// the row's totals they join (as `residual_and_slopes` adds a cell's).
+#[derive(Default)]
+struct QuickSums {
+    current: Option<usize>,
+    cell: [f64; 3],
+    mass: f64,
+    f_a: f64,
+    f_aa: f64,
+}
+
+impl QuickSums {
+    /// Start cell k's sums, adding the last cell's to the totals.
+    #[inline(always)]
+    fn enter(&mut self, k: usize) {
+        if self.current != Some(k) {
+            self.flush();
+            self.current = Some(k);
+        }
+    }
+
+    /// Add the current cell's sums to the totals.
+    #[inline(always)]
+    fn flush(&mut self) {
+        if self.current.take().is_some() {
+            self.mass += self.cell[0];
+            self.f_a += self.cell[1] / (2.0 * PI);
+            self.f_aa += self.cell[2] / (2.0 * PI);
+        }
+        self.cell = [0.0; 3];
     }
 }
 
@@ -493,6 +630,50 @@ mod tests {
                 (seed - a).abs() < STEP_STOP * (1.0 + a.abs()),
                 "q = {q}: seed {seed} vs {a}"
             );
+        }
+    }
+
+    /// The batched quick rule gives each F, F_a and F_aa the bits of the
+    /// rule cell by cell (`gauss5_panels_nodes` on `nodes::Slopes`, summed
+    /// as the cells come), on rows with tails, steep and flat links, both
+    /// signs of q and a range of intercepts.
+    #[test]
+    fn quick_slopes_equal_the_rule_cell_by_cell() {
+        use crate::bms::numerics::quadrature::gauss5_panels_nodes;
+        let bs = bases();
+        let rows = [
+            vec![0.3, 0.8, 0.2, -0.15, 0.1, 0.05, 0.06, -0.04, 0.03],
+            vec![-2.5, -1.4, 0.5, 0.3, -0.2, 0.1, 0.9, -0.6, 0.4],
+            vec![1.7, 3.0, -0.05, 0.02, 0.0, 0.01, -2.0, 1.5, 0.2],
+        ];
+        for theta in &rows {
+            let rb = RowBases::new(&bs, theta);
+            let upper = theta[0] > 0.0;
+            for a in [-9.0, -2.0, -0.3, 0.0, 0.7, 4.0, 12.0] {
+                let (mut mass, mut f_a, mut f_aa) = (0.0, 0.0, 0.0);
+                for c in rb.each_jet(a) {
+                    let f = nodes::Slopes {
+                        cell: &c,
+                        center: 0.0,
+                        upper,
+                    };
+                    let v = gauss5_panels_nodes(c.lo.max(-QUICK_CLIP), c.hi.min(QUICK_CLIP), &f);
+                    mass += v[0];
+                    f_a += v[1] / (2.0 * PI);
+                    f_aa += v[2] / (2.0 * PI);
+                }
+                let want = [mass, f_a, f_aa].map(f64::to_bits);
+                let got = quick_slopes(&rb, a, upper);
+                assert_eq!(got.map(f64::to_bits), want, "theta {theta:?}, a = {a}");
+                let got = quick_slopes_body(&rb, a, upper);
+                assert_eq!(got.map(f64::to_bits), want, "baseline: theta {theta:?}, a = {a}");
+                #[cfg(target_arch = "x86_64")]
+                if std::is_x86_feature_detected!("avx2") {
+                    // SAFETY: the CPU has AVX2, checked just above.
+                    let got = unsafe { quick_slopes_avx2(&rb, a, upper) };
+                    assert_eq!(got.map(f64::to_bits), want, "AVX2: theta {theta:?}, a = {a}");
+                }
+            }
         }
     }
 

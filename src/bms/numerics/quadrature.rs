@@ -220,7 +220,7 @@ fn initial_panels(a: f64, b: f64) -> Panels {
 /// The edges of [`initial_panels`] from the end nearest 0 outwards: the
 /// panels are the windows of `edges[..=k]`, each (lo, hi) as is where
 /// `right`, reversed otherwise.
-fn initial_edges(a: f64, b: f64) -> ([f64; MAX_INITIAL + 1], usize, bool) {
+pub(crate) fn initial_edges(a: f64, b: f64) -> ([f64; MAX_INITIAL + 1], usize, bool) {
     let mut edges = [0.0; MAX_INITIAL + 1];
     if b - a <= 2.0 || (a < 0.0 && b > 0.0) {
         (edges[0], edges[1]) = (a, b);
@@ -290,7 +290,7 @@ impl Panels {
 }
 
 /// The 5-point Gauss-Legendre rule, once.
-fn gauss5() -> &'static ([f64; 5], [f64; 5]) {
+pub(crate) fn gauss5() -> &'static ([f64; 5], [f64; 5]) {
     static RULE: OnceLock<([f64; 5], [f64; 5])> = OnceLock::new();
     RULE.get_or_init(|| {
         let (x, w) = gauss_legendre(5);
