@@ -218,27 +218,11 @@ impl Iterator for CellEdges<'_> {
 
 /// Where the last cell's basis segments were: cells come in increasing z,
 /// so each search starts from the last answer (a step or two) instead of
-/// bisecting every knot list again; the answers are `segment_of`'s.
+/// bisecting every knot list again ([`CubicBasis::segment_near`]).
 #[derive(Clone, Copy, Default)]
 pub(crate) struct SegmentHint {
     score: Option<usize>,
     link: Option<usize>,
-}
-
-/// `knots.partition_point(|t| t <= x)` (knots ascending) from a guess.
-#[inline(always)]
-fn segment_from(knots: &[f64], guess: Option<usize>, x: f64) -> usize {
-    let Some(mut s) = guess else {
-        return knots.partition_point(|&t| t <= x);
-    };
-    s = s.min(knots.len());
-    while s < knots.len() && knots[s] <= x {
-        s += 1;
-    }
-    while s > 0 && (knots[s - 1] > x || x.is_nan()) {
-        s -= 1;
-    }
-    s
 }
 
 /// One cell's cubics in the fused evaluation's order (`fused`): `v` holds
@@ -407,13 +391,13 @@ impl<'a> RowBases<'a> {
             link_seg: None,
         };
         if let Some(basis) = &self.bases.score {
-            let seg = segment_from(basis.knots(), hint.score, zm);
+            let seg = basis.segment_near(zm, hint.score);
             hint.score = Some(seg);
             p.h = self.h[seg];
             p.score_seg = Some(seg);
         }
         if let Some(basis) = &self.bases.link {
-            let seg = segment_from(basis.knots(), hint.link, a + b * zm);
+            let seg = basis.segment_near(a + b * zm, hint.link);
             hint.link = Some(seg);
             let [lt, l1t, l2t] = &self.l[seg];
             p.l = poly_compose_affine(lt, a, b);
@@ -826,34 +810,6 @@ pub fn affine_moments(alpha: f64, beta: f64, lo: f64, hi: f64, center: f64) -> O
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    /// A segment found from any guess is `partition_point`'s, wherever the
-    /// guess is (beyond the end included) and for x on, between and beyond
-    /// the knots, NaN too.
-    #[test]
-    fn segment_from_a_guess_is_partition_points() {
-        let knots = [-3.0, -1.5, 0.0, 0.0, 2.0, 3.5];
-        let xs = [
-            -9.0,
-            -3.0,
-            -2.0,
-            -1.5,
-            -0.1,
-            0.0,
-            1.0,
-            2.0,
-            3.5,
-            4.0,
-            f64::NAN,
-            f64::INFINITY,
-        ];
-        for x in xs {
-            let want = knots.partition_point(|&t| t <= x);
-            for guess in [None, Some(0), Some(2), Some(3), Some(6), Some(9)] {
-                assert_eq!(segment_from(&knots, guess, x), want, "x = {x}, guess {guess:?}");
-            }
-        }
-    }
 
     /// The merged breakpoints equal the collected, sorted (by `total_cmp`)
     /// and deduplicated list, bit for bit: slopes of both signs, slopes so

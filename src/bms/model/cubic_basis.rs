@@ -182,6 +182,25 @@ impl CubicBasis {
     pub fn segment_of(&self, x: f64) -> usize {
         self.knots.partition_point(|&t| t <= x)
     }
+    /// [`CubicBasis::segment_of`] searched from `guess` (the answer for a
+    /// nearby x) by steps instead of bisection; the same answer from any
+    /// guess, None bisecting.
+    #[inline(always)]
+    pub fn segment_near(&self, x: f64, guess: Option<usize>) -> usize {
+        let Some(mut s) = guess else {
+            return self.segment_of(x);
+        };
+        let knots = &self.knots;
+        s = s.min(knots.len());
+        while s < knots.len() && knots[s] <= x {
+            s += 1;
+        }
+        // The knots are finite: !(t <= x) is t > x or x NaN.
+        while s > 0 && (knots[s - 1] > x || x.is_nan()) {
+            s -= 1;
+        }
+        s
+    }
     /// Every function's cubic on segment s (global monomials in x).
     pub fn segment(&self, s: usize) -> &[Cubic] {
         &self.pieces[s]
@@ -256,6 +275,36 @@ fn second_derivative_gram(t: &[f64], pieces: &[Vec<Cubic>]) -> Vec<f64> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A segment found from any guess is `segment_of`'s (`partition_point`), wherever the
+    /// guess is (beyond the end included) and for x on, between and beyond
+    /// the knots, NaN too.
+    #[test]
+    fn segment_near_a_guess_is_segment_of() {
+        let basis = CubicBasis::new(vec![-3.0, -1.5, 0.0, 2.0, 3.5]).unwrap();
+        let knots = basis.knots();
+        let xs = [
+            -9.0,
+            -3.0,
+            -2.0,
+            -1.5,
+            -0.1,
+            0.0,
+            1.0,
+            2.0,
+            3.5,
+            4.0,
+            f64::NAN,
+            f64::INFINITY,
+        ];
+        for x in xs {
+            let want = knots.partition_point(|&t| t <= x);
+            for guess in [None, Some(0), Some(2), Some(3), Some(5), Some(9)] {
+                assert_eq!(basis.segment_near(x, guess), want, "x = {x}, guess {guess:?}");
+            }
+        }
+    }
+
     use matfree_solvers::dense::Cholesky;
 
     /// B_j(x) by the pointwise Cox-de Boor recursion (independent of the
