@@ -22,7 +22,7 @@ use std::f64::consts::PI;
 use crate::bms::model::cells::{local_center, Bases, Cell, CellJet, RowBases, Z_CLIP};
 use crate::bms::model::cubic_basis::poly_eval;
 use crate::bms::numerics::nodes;
-use crate::bms::numerics::probit::{cdf_pdf_and_gauss, cdf_pdf_and_gauss_in, inv_sqrt_2pi, norm_cdf, norm_sf};
+use crate::bms::numerics::probit::{cdf_pdf_and_gauss, inv_sqrt_2pi, norm_cdf, norm_sf};
 use crate::bms::numerics::quadrature::{
     abs_poly, adaptive_bounded, adaptive_bounded_nodes, gauss5, initial_edges, radius,
 };
@@ -214,16 +214,13 @@ struct Residual {
 fn residual_and_slopes(rb: &RowBases, a: f64, rule: Rule) -> Residual {
     let q = rb.theta[0];
     let upper = q > 0.0;
-    let [mass, f_a, f_aa] = match rule {
+    let SlopeTotals { mass, f_a, f_aa } = match rule {
         Rule::Adaptive => {
-            let (mut mass, mut f_a, mut f_aa) = (0.0, 0.0, 0.0);
+            let mut totals = SlopeTotals::default();
             for c in rb.each_jet(a) {
-                let v = adaptive_slopes(&c, upper);
-                mass += v[0];
-                f_a += v[1] / (2.0 * PI);
-                f_aa += v[2] / (2.0 * PI);
+                totals.add(adaptive_slopes(&c, upper));
             }
-            [mass, f_a, f_aa]
+            totals
         }
         Rule::Quick => quick_slopes(rb, a, upper),
     };
@@ -238,8 +235,28 @@ fn residual_and_slopes(rb: &RowBases, a: f64, rule: Rule) -> Residual {
     }
 }
 
-/// Panels whose 5 nodes the quick rule evaluates side by side.
+/// The row's mass, F_a and F_aa, summed a cell at a time.
+#[derive(Clone, Copy, Default)]
+struct SlopeTotals {
+    mass: f64,
+    f_a: f64,
+    f_aa: f64,
+}
+
+impl SlopeTotals {
+    /// Add one cell's three integrals (F_a's and F_aa's over 2 pi).
+    #[inline(always)]
+    fn add(&mut self, v: [f64; 3]) {
+        self.mass += v[0];
+        self.f_a += v[1] / (2.0 * PI);
+        self.f_aa += v[2] / (2.0 * PI);
+    }
+}
+
+/// Panels whose 5 nodes the quick rule evaluates side by side, and so
+/// nodes a batch.
 const QUICK_BATCH: usize = 8;
+const QUICK_NODES: usize = 5 * QUICK_BATCH;
 
 by_cpu! {
     /// The quick rule's mass, F_a and F_aa at a: the 5-point Gauss rule on
@@ -248,18 +265,17 @@ by_cpu! {
     /// a vector of 8 one panel at a time), then summed panel by panel and
     /// cell by cell in the order and with the operations of
     /// `gauss5_panels_nodes` on `nodes::Slopes`, so with their bits.
-    fn quick_slopes / quick_slopes_avx2 / quick_slopes_avx512(rb: &RowBases, a: f64, upper: bool) -> [f64; 3] = quick_slopes_body
+    fn quick_slopes / quick_slopes_avx2 / quick_slopes_avx512(rb: &RowBases, a: f64, upper: bool) -> SlopeTotals = quick_slopes_body
 }
 
 #[inline(always)]
-fn quick_slopes_body(rb: &RowBases, a: f64, upper: bool) -> [f64; 3] {
-    const NODES: usize = 5 * QUICK_BATCH;
+fn quick_slopes_body(rb: &RowBases, a: f64, upper: bool) -> SlopeTotals {
     let (x, w) = gauss5();
     let mut batch = QuickBatch {
-        z: [0.0; NODES],
-        e: [0.0; NODES],
-        d1: [0.0; NODES],
-        d2: [0.0; NODES],
+        z: [0.0; QUICK_NODES],
+        e: [0.0; QUICK_NODES],
+        d1: [0.0; QUICK_NODES],
+        d2: [0.0; QUICK_NODES],
         half: [0.0; QUICK_BATCH],
         cell: [0; QUICK_BATCH],
         panels: 0,
@@ -292,15 +308,15 @@ fn quick_slopes_body(rb: &RowBases, a: f64, upper: bool) -> [f64; 3] {
     }
     batch.sum_into(&mut sums, w, upper);
     sums.flush();
-    [sums.mass, sums.f_a, sums.f_aa]
+    sums.totals
 }
 
 /// Up to QUICK_BATCH panels' nodes with their cubics' values.
 struct QuickBatch {
-    z: [f64; 5 * QUICK_BATCH],
-    e: [f64; 5 * QUICK_BATCH],
-    d1: [f64; 5 * QUICK_BATCH],
-    d2: [f64; 5 * QUICK_BATCH],
+    z: [f64; QUICK_NODES],
+    e: [f64; QUICK_NODES],
+    d1: [f64; QUICK_NODES],
+    d2: [f64; QUICK_NODES],
     half: [f64; QUICK_BATCH],
     cell: [usize; QUICK_BATCH],
     panels: usize,
@@ -311,13 +327,11 @@ impl QuickBatch {
     /// summed into `sums` panel by panel; the batch is then empty.
     #[inline(always)]
     fn sum_into(&mut self, sums: &mut QuickSums, w: &[f64; 5], upper: bool) {
-        const NODES: usize = 5 * QUICK_BATCH;
-        let mut out = [[0.0; NODES]; 3];
-        let near = self.e.iter().all(|e| e.abs() * std::f64::consts::FRAC_1_SQRT_2 <= 4.0);
-        if near {
-            slope_values::<false>(self, upper, &mut out);
+        let mut out = [[0.0; QUICK_NODES]; 3];
+        if nodes::all_near(&self.e) {
+            self.values::<false>(upper, &mut out);
         } else {
-            slope_values::<true>(self, upper, &mut out);
+            self.values::<true>(upper, &mut out);
         }
         for p in 0..self.panels {
             sums.enter(self.cell[p]);
@@ -331,17 +345,17 @@ impl QuickBatch {
     }
 }
 
-/// The three integrands at every node of a batch (stale nodes past its
-/// panels are evaluated too, unread).
-#[inline(always)]
-fn slope_values<const FAR: bool>(b: &QuickBatch, upper: bool, out: &mut [[f64; 5 * QUICK_BATCH]; 3]) {
-    let [o0, o1, o2] = out;
-    let nodes = b.e.iter().zip(&b.d1).zip(&b.d2).zip(&b.z);
-    for ((((e, d1), d2), z), ((o0, o1), o2)) in nodes.zip(o0.iter_mut().zip(o1.iter_mut()).zip(o2.iter_mut())) {
-        let (phi, g) = cdf_pdf_and_gauss_in::<FAR>(if upper { -e } else { *e }, *z);
-        *o0 = phi;
-        *o1 = d1 * g;
-        *o2 = (d2 - d1 * d1 * e) * g;
+impl QuickBatch {
+    /// The three integrands at every node (stale nodes past the batch's
+    /// panels are evaluated too, unread).
+    #[inline(always)]
+    fn values<const FAR: bool>(&self, upper: bool, out: &mut [[f64; QUICK_NODES]; 3]) {
+        let [o0, o1, o2] = out;
+        let at = self.e.iter().zip(&self.d1).zip(&self.d2).zip(&self.z);
+        let outs = o0.iter_mut().zip(o1.iter_mut()).zip(o2.iter_mut());
+        for ((((e, d1), d2), z), ((o0, o1), o2)) in at.zip(outs) {
+            [*o0, *o1, *o2] = nodes::slope_values::<FAR>(*e, *d1, *d2, *z, upper);
+        }
     }
 }
 
@@ -351,9 +365,7 @@ fn slope_values<const FAR: bool>(b: &QuickBatch, upper: bool, out: &mut [[f64; 5
 struct QuickSums {
     current: Option<usize>,
     cell: [f64; 3],
-    mass: f64,
-    f_a: f64,
-    f_aa: f64,
+    totals: SlopeTotals,
 }
 
 impl QuickSums {
@@ -370,9 +382,7 @@ impl QuickSums {
     #[inline(always)]
     fn flush(&mut self) {
         if self.current.take().is_some() {
-            self.mass += self.cell[0];
-            self.f_a += self.cell[1] / (2.0 * PI);
-            self.f_aa += self.cell[2] / (2.0 * PI);
+            self.totals.add(self.cell);
         }
         self.cell = [0.0; 3];
     }
@@ -663,15 +673,15 @@ mod tests {
                     f_aa += v[2] / (2.0 * PI);
                 }
                 let want = [mass, f_a, f_aa].map(f64::to_bits);
-                let got = quick_slopes(&rb, a, upper);
-                assert_eq!(got.map(f64::to_bits), want, "theta {theta:?}, a = {a}");
+                let bits = |t: SlopeTotals| [t.mass, t.f_a, t.f_aa].map(f64::to_bits);
+                assert_eq!(bits(quick_slopes(&rb, a, upper)), want, "theta {theta:?}, a = {a}");
                 let got = quick_slopes_body(&rb, a, upper);
-                assert_eq!(got.map(f64::to_bits), want, "baseline: theta {theta:?}, a = {a}");
+                assert_eq!(bits(got), want, "baseline: theta {theta:?}, a = {a}");
                 #[cfg(target_arch = "x86_64")]
                 if std::is_x86_feature_detected!("avx2") {
                     // SAFETY: the CPU has AVX2, checked just above.
                     let got = unsafe { quick_slopes_avx2(&rb, a, upper) };
-                    assert_eq!(got.map(f64::to_bits), want, "AVX2: theta {theta:?}, a = {a}");
+                    assert_eq!(bits(got), want, "AVX2: theta {theta:?}, a = {a}");
                 }
             }
         }

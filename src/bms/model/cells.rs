@@ -197,9 +197,16 @@ impl Iterator for CellEdges<'_> {
         }
         let (score, link) = (self.score, self.link);
         while self.i < score.len() || self.j < link.len() {
-            let take_score =
-                self.j == link.len() || (self.i < score.len() && score[self.i].total_cmp(&self.mapped(self.j)).is_le());
-            let v = if take_score { score[self.i] } else { self.mapped(self.j) };
+            // The next mapped link knot, formed once.
+            let mapped = (self.j < link.len()).then(|| self.mapped(self.j));
+            let take_score = match mapped {
+                None => true,
+                Some(m) => self.i < score.len() && score[self.i].total_cmp(&m).is_le(),
+            };
+            let v = match mapped {
+                Some(m) if !take_score => m,
+                _ => score[self.i],
+            };
             if take_score {
                 self.i += 1;
             } else {

@@ -54,12 +54,10 @@ impl NodeIntegrand<KRONROD_LANES, MOMENTS> for Moments<'_> {
 #[inline(always)]
 pub(crate) fn slopes<const M: usize>(c: &CellJet, center: f64, upper: bool, z: &[f64; M], out: &mut [[f64; M]; 3]) {
     let mut e = [0.0; M];
-    let mut near = true;
     for i in 0..M {
         e[i] = poly_eval(&c.eta, z[i] - center);
-        near &= e[i].abs() * std::f64::consts::FRAC_1_SQRT_2 <= 4.0;
     }
-    if near {
+    if all_near(&e) {
         slopes_from::<M, false>(c, center, upper, z, &e, out)
     } else {
         slopes_from::<M, true>(c, center, upper, z, &e, out)
@@ -78,11 +76,23 @@ fn slopes_from<const M: usize, const FAR: bool>(
     for i in 0..M {
         let x = z[i] - center;
         let (d1, d2) = (poly_eval(&c.a, x), poly_eval(&c.aa, x));
-        let (phi, w) = cdf_pdf_and_gauss_in::<FAR>(if upper { -e[i] } else { e[i] }, z[i]);
-        out[0][i] = phi;
-        out[1][i] = d1 * w;
-        out[2][i] = (d2 - d1 * d1 * e[i]) * w;
+        [out[0][i], out[1][i], out[2][i]] = slope_values::<FAR>(e[i], d1, d2, z[i], upper);
     }
+}
+
+/// Whether no eta's |eta| / sqrt 2 passes 4, so that the erfcx's
+/// asymptotic form can be left out (FAR false) for all of them.
+#[inline(always)]
+pub(crate) fn all_near(e: &[f64]) -> bool {
+    e.iter().all(|e| e.abs() * std::f64::consts::FRAC_1_SQRT_2 <= 4.0)
+}
+
+/// The calibration's three integrands at one node z, from eta, d eta/da
+/// and d2 eta/da2 there: Phi(+-eta) phi(z), A E and (AA - A^2 eta) E.
+#[inline(always)]
+pub(crate) fn slope_values<const FAR: bool>(e: f64, d1: f64, d2: f64, z: f64, upper: bool) -> [f64; 3] {
+    let (phi, w) = cdf_pdf_and_gauss_in::<FAR>(if upper { -e } else { e }, z);
+    [phi, d1 * w, (d2 - d1 * d1 * e) * w]
 }
 
 /// ((z - pc) s)^k exp(-(z^2 + eta^2)/2), k < MOMENTS, at M nodes, into
