@@ -207,16 +207,21 @@ impl BmsModel {
 
     /// Row i's primary coordinates theta = (q, b, beta_h, beta_w).
     pub fn theta(&self, data: &BmsData, beta: &[f64], i: usize) -> Vec<f64> {
+        let mut theta = Vec::with_capacity(self.bases.r());
+        self.theta_into(data, beta, i, &mut theta);
+        theta
+    }
+
+    /// [`BmsModel::theta`] into `theta` (cleared first).
+    pub(crate) fn theta_into(&self, data: &BmsData, beta: &[f64], i: usize, theta: &mut Vec<f64>) {
         let blk = &self.blocks;
         let dot = |x: &[f64], b: &[f64]| x.iter().zip(b).map(|(x, b)| x * b).sum::<f64>();
-        let mut theta = vec![
-            dot(data.designs.x_m_row(i), &beta[blk.m_range()]),
-            dot(data.designs.x_g_row(i), &beta[blk.g_range()]),
-        ];
+        theta.clear();
+        theta.push(dot(data.designs.x_m_row(i), &beta[blk.m_range()]));
+        theta.push(dot(data.designs.x_g_row(i), &beta[blk.g_range()]));
         for (range, _) in self.layout.direct_blocks() {
             theta.extend_from_slice(&beta[range]);
         }
-        theta
     }
 
     /// Stage 1 for one row: solve a, build cells and moments, and the

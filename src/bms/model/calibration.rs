@@ -103,13 +103,18 @@ pub fn solve_intercept(bases: &Bases, theta: &[f64], row: usize) -> Result<Calib
 /// The root a of [`solve_intercept`], without the cells at it.
 pub(crate) fn solve_root(bases: &Bases, theta: &[f64], row: usize) -> Result<f64> {
     bases.check_theta(theta)?;
-    let (q, b) = (theta[0], theta[1]);
-    let a0 = rigid_intercept(q, b, bases.s_f);
-    if theta[2..].iter().all(|v| *v == 0.0) {
+    solve_root_on(&RowBases::new(bases, theta), row)
+}
+
+/// [`solve_root`] on the row's bases (theta checked by the caller), for a
+/// caller that walks the row's cells again at the root.
+pub(crate) fn solve_root_on(rb: &RowBases, row: usize) -> Result<f64> {
+    let (q, b) = (rb.theta[0], rb.theta[1]);
+    let a0 = rigid_intercept(q, b, rb.bases.s_f);
+    if rb.theta[2..].iter().all(|v| *v == 0.0) {
         return Ok(a0);
     }
-    let rb = RowBases::new(bases, theta);
-    newton(&rb, quick_seed(&rb, a0), row, Rule::Adaptive)
+    newton(rb, quick_seed(rb, a0), row, Rule::Adaptive)
 }
 
 /// The cells with moments at the root a, and F_a from them, which must be
@@ -684,6 +689,28 @@ mod tests {
                     assert_eq!(bits(got), want, "AVX2: theta {theta:?}, a = {a}");
                 }
             }
+        }
+    }
+
+    /// Combinations kept across rows are formed again where a row's basis
+    /// coefficients differ (by a bit or in sign), and reused where they do
+    /// not: each root is the bits of a row solved on its own.
+    #[test]
+    fn combinations_kept_across_rows_give_each_rows_own_root() {
+        use crate::bms::model::cells::Combinations;
+        let bs = bases();
+        let base: Vec<f64> = vec![0.3, 0.8, 0.2, -0.15, 0.1, 0.05, 0.06, -0.04, 0.03];
+        let mut next_bit = base.clone();
+        next_bit[5] = f64::from_bits(base[5].to_bits() + 1);
+        let mut flipped = base.clone();
+        flipped[8] = -base[8];
+        let mut other_row = base.clone();
+        (other_row[0], other_row[1]) = (-1.1, 1.4);
+        let mut kept = Combinations::default();
+        for theta in [&base, &other_row, &next_bit, &flipped, &base, &other_row] {
+            let got = solve_root_on(&kept.row(&bs, theta), 0).unwrap();
+            let want = solve_root(&bs, theta, 0).unwrap();
+            assert_eq!(got.to_bits(), want.to_bits(), "theta {theta:?}");
         }
     }
 

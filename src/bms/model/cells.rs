@@ -9,6 +9,8 @@
 //! built, in z - c once the cell's moments are filled ([`Cell::center`]).
 
 pub use crate::bms::model::bases::Bases;
+use std::borrow::Cow;
+
 use crate::bms::model::cubic_basis::{
     poly_add, poly_compose_affine, poly_deriv, poly_eval, poly_scale, poly_times_z, Cubic, CubicBasis,
 };
@@ -352,35 +354,81 @@ impl CellParts {
     }
 }
 
-/// A row's basis combinations, formed once a row: H = beta_h . Bh on every
-/// score segment and L, L', L'' (in t) on every link segment. The cells at
-/// each trial intercept then only pick and compose them (forming them again
-/// for every cell of every trial was a tenth of a CPU evaluation).
+/// A row's basis combinations: H = beta_h . Bh on every score segment and
+/// L, L', L'' (in t) on every link segment. The cells at each trial
+/// intercept then only pick and compose them (forming them again for every
+/// cell of every trial was a tenth of a CPU evaluation).
 pub(crate) struct RowBases<'a> {
     pub bases: &'a Bases,
     pub theta: &'a [f64],
+    h: Cow<'a, [Cubic]>,
+    l: Cow<'a, [[Cubic; 3]]>,
+}
+
+/// [`RowBases`]' combinations kept across rows: they depend on theta's
+/// basis coefficients (beta_h, beta_w) alone, which every row of an
+/// evaluation shares, so a block of rows forms them once.
+#[derive(Default)]
+pub(crate) struct Combinations {
+    /// theta[2..] they were formed for (compared bitwise).
+    coefs: Vec<f64>,
     h: Vec<Cubic>,
     l: Vec<[Cubic; 3]>,
+}
+
+impl Combinations {
+    /// Row theta's bases, the combinations formed again only where theta's
+    /// basis coefficients differ from the last row's.
+    pub fn row<'a>(&'a mut self, bases: &'a Bases, theta: &'a [f64]) -> RowBases<'a> {
+        let same = self.coefs.len() == theta.len() - 2
+            && self
+                .coefs
+                .iter()
+                .zip(&theta[2..])
+                .all(|(x, y)| x.to_bits() == y.to_bits());
+        if !same {
+            (self.h, self.l) = combine(bases, theta);
+            self.coefs.clear();
+            self.coefs.extend_from_slice(&theta[2..]);
+        }
+        RowBases {
+            bases,
+            theta,
+            h: Cow::Borrowed(&self.h),
+            l: Cow::Borrowed(&self.l),
+        }
+    }
+}
+
+/// H on every score segment and (L, L', L'') on every link segment.
+fn combine(bases: &Bases, theta: &[f64]) -> (Vec<Cubic>, Vec<[Cubic; 3]>) {
+    let h = bases.score.as_ref().map_or(Vec::new(), |basis| {
+        (0..basis.segments())
+            .map(|s| basis.combine(s, bases.beta_h(theta)))
+            .collect()
+    });
+    let l = bases.link.as_ref().map_or(Vec::new(), |basis| {
+        (0..basis.segments())
+            .map(|s| {
+                let lt = basis.combine(s, bases.beta_w(theta));
+                let l1t = poly_deriv(&lt);
+                [lt, l1t, poly_deriv(&l1t)]
+            })
+            .collect()
+    });
+    (h, l)
 }
 
 impl<'a> RowBases<'a> {
     /// The combinations of row theta.
     pub fn new(bases: &'a Bases, theta: &'a [f64]) -> Self {
-        let h = bases.score.as_ref().map_or(Vec::new(), |basis| {
-            (0..basis.segments())
-                .map(|s| basis.combine(s, bases.beta_h(theta)))
-                .collect()
-        });
-        let l = bases.link.as_ref().map_or(Vec::new(), |basis| {
-            (0..basis.segments())
-                .map(|s| {
-                    let lt = basis.combine(s, bases.beta_w(theta));
-                    let l1t = poly_deriv(&lt);
-                    [lt, l1t, poly_deriv(&l1t)]
-                })
-                .collect()
-        });
-        Self { bases, theta, h, l }
+        let (h, l) = combine(bases, theta);
+        Self {
+            bases,
+            theta,
+            h: Cow::Owned(h),
+            l: Cow::Owned(l),
+        }
     }
 
     /// The polynomial pieces that hold on [lo, hi], picked at a point inside.
@@ -509,7 +557,7 @@ pub fn local_center(eta: &Cubic, l: f64, r: f64) -> f64 {
 
 /// The observed-point inputs of a row at z_obs (after solving a): eta and
 /// its derivatives there, evaluated from the bases directly.
-#[derive(Clone, Debug, PartialEq)]
+#[derive(Clone, Debug, Default, PartialEq)]
 pub struct Observed {
     /// eta(z_obs).
     pub e: f64,
@@ -525,15 +573,19 @@ pub struct Observed {
     pub r_uv: Vec<f64>,
 }
 
-/// Values, first and second derivatives of a basis at x (empty if absent).
-fn basis_at(basis: &Option<CubicBasis>, x: f64) -> [Vec<f64>; 3] {
+/// Values, first and second derivatives of a basis at x (empty if
+/// absent), in `out`'s three vectors.
+fn basis_at<'o>(basis: &Option<CubicBasis>, x: f64, out: &'o mut [Vec<f64>; 3]) -> [&'o [f64]; 3] {
     let d = basis.as_ref().map_or(0, |b| b.dim());
-    let mut out = [vec![0.0; d], vec![0.0; d], vec![0.0; d]];
+    for v in out.iter_mut() {
+        v.clear();
+        v.resize(d, 0.0);
+    }
+    let [v, d1, d2] = out;
     if let Some(b) = basis {
-        let [v, d1, d2] = &mut out;
         b.eval(x, v, d1, d2);
     }
-    out
+    [v, d1, d2]
 }
 
 fn dot(a: &[f64], b: &[f64]) -> f64 {
@@ -543,19 +595,33 @@ fn dot(a: &[f64], b: &[f64]) -> f64 {
 impl Bases {
     /// eta and its partial derivatives (a held fixed) at z for row theta.
     pub fn observed(&self, theta: &[f64], a: f64, z: f64) -> Observed {
+        let mut out = Observed::default();
+        self.observed_into(theta, a, z, &mut ObservedBases::default(), &mut out);
+        out
+    }
+
+    /// [`Bases::observed`] into `out`, with the bases' values in `basis`
+    /// (both reused across rows: a row allocated nine vectors here).
+    pub(crate) fn observed_into(&self, theta: &[f64], a: f64, z: f64, basis: &mut ObservedBases, out: &mut Observed) {
         let (b, s_f, r, p_h) = (theta[1], self.s_f, self.r(), self.p_h());
-        let [bh, _, _] = basis_at(&self.score, z);
-        let [bw, bw1, bw2] = basis_at(&self.link, a + b * z);
+        let [bh, _, _] = basis_at(&self.score, z, &mut basis.score);
+        let [bw, bw1, bw2] = basis_at(&self.link, a + b * z, &mut basis.link);
         let (beta_h, beta_w) = (self.beta_h(theta), self.beta_w(theta));
-        let h = dot(beta_h, &bh);
-        let (l, l1, l2) = (dot(beta_w, &bw), dot(beta_w, &bw1), dot(beta_w, &bw2));
-        let mut rho = vec![0.0, s_f * (z + h + z * l1)];
+        let h = dot(beta_h, bh);
+        let (l, l1, l2) = (dot(beta_w, bw), dot(beta_w, bw1), dot(beta_w, bw2));
+        let rho = &mut out.rho;
+        rho.clear();
+        rho.extend([0.0, s_f * (z + h + z * l1)]);
         rho.extend(bh.iter().map(|v| s_f * b * v));
         rho.extend(bw.iter().map(|v| s_f * v));
-        let mut tau = vec![0.0, s_f * z * l2];
+        let tau = &mut out.tau;
+        tau.clear();
+        tau.extend([0.0, s_f * z * l2]);
         tau.extend(bh.iter().map(|_| 0.0));
         tau.extend(bw1.iter().map(|v| s_f * v));
-        let mut r_uv = vec![0.0; r * r];
+        let r_uv = &mut out.r_uv;
+        r_uv.clear();
+        r_uv.resize(r * r, 0.0);
         r_uv[r + 1] = s_f * z * z * l2;
         let cross = bh.iter().map(|v| s_f * v).chain(bw1.iter().map(|v| s_f * z * v));
         for (k, v) in cross.enumerate() {
@@ -563,15 +629,18 @@ impl Bases {
             r_uv[(2 + k) * r + 1] = v;
         }
         debug_assert_eq!(rho.len(), 2 + p_h + bw.len());
-        Observed {
-            e: s_f * (a + b * z + b * h + l),
-            chi: s_f * (1.0 + l1),
-            xi: s_f * l2,
-            rho,
-            tau,
-            r_uv,
-        }
+        out.e = s_f * (a + b * z + b * h + l);
+        out.chi = s_f * (1.0 + l1);
+        out.xi = s_f * l2;
     }
+}
+
+/// The score and link bases' values and first two derivatives at a row's
+/// observed point, reused across rows ([`Bases::observed_into`]).
+#[derive(Default)]
+pub(crate) struct ObservedBases {
+    score: [Vec<f64>; 3],
+    link: [Vec<f64>; 3],
 }
 
 /// A point inside the cell, to pick the polynomial pieces that hold there.

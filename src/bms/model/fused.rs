@@ -21,8 +21,10 @@ use faer::linalg::matmul::matmul;
 use faer::{Accum, MatMut, MatRef, Par};
 use rayon::prelude::*;
 
-use crate::bms::model::calibration::solve_root;
-use crate::bms::model::cells::{moment_center, moments, CellParts, Coefs, RowBases, SegmentHint, MOMENTS};
+use crate::bms::model::calibration::solve_root_on;
+use crate::bms::model::cells::{
+    moment_center, moments, CellParts, Coefs, Combinations, Observed, ObservedBases, RowBases, SegmentHint, MOMENTS,
+};
 use crate::bms::model::stage2::{finish_row, ObservedRow, RowSums};
 use crate::bms::numerics::probit::norm_pdf;
 use crate::bms::{BmsData, BmsModel, RowEvaluation};
@@ -157,11 +159,11 @@ by_cpu! {
     /// `s.sums`, on the CPU's widest vectors (`dispatch`: the cells' cubics
     /// and Stage 2's sums; the moments' quadrature dispatches on its own),
     /// with the same bits on any.
-    fn sum_cells / sum_cells_avx2 / sum_cells_avx512(rb: &RowBases, a: f64, cells: &[(f64, f64)], s: &mut Scratch) = sum_cells_body
+    fn sum_cells / sum_cells_avx2 / sum_cells_avx512(rb: &RowBases, a: f64, cells: &[(f64, f64)], s: &mut Work) = sum_cells_body
 }
 
 #[inline(always)]
-fn sum_cells_body(rb: &RowBases, a: f64, cells: &[(f64, f64)], s: &mut Scratch) {
+fn sum_cells_body(rb: &RowBases, a: f64, cells: &[(f64, f64)], s: &mut Work) {
     s.sums.clear();
     let mut hint = SegmentHint::default();
     for &(lo, hi) in cells {
@@ -176,6 +178,19 @@ fn sum_cells_body(rb: &RowBases, a: f64, cells: &[(f64, f64)], s: &mut Scratch) 
 
 /// Buffers for one block of rows.
 struct Scratch {
+    /// The row's basis combinations, formed once for rows that share them.
+    combinations: Combinations,
+    /// The row's cells at its intercept.
+    bounds: Vec<(f64, f64)>,
+    /// eta's partial derivatives at the row's observed point, and the
+    /// bases' values there.
+    observed: Observed,
+    observed_bases: ObservedBases,
+    work: Work,
+}
+
+/// Stage 2's buffers.
+struct Work {
     cell: CellParts,
     sums: Sums,
     row: RowSums,
@@ -184,14 +199,20 @@ struct Scratch {
 impl Scratch {
     fn new(r: usize) -> Self {
         Self {
-            cell: CellParts::default(),
-            sums: Sums::new(r),
-            row: RowSums {
-                f_a: 0.0,
-                f_aa: 0.0,
-                f_u: vec![0.0; r],
-                f_au: vec![0.0; r],
-                f_uv: vec![0.0; r * r],
+            combinations: Combinations::default(),
+            bounds: Vec::new(),
+            observed: Observed::default(),
+            observed_bases: ObservedBases::default(),
+            work: Work {
+                cell: CellParts::default(),
+                sums: Sums::new(r),
+                row: RowSums {
+                    f_a: 0.0,
+                    f_aa: 0.0,
+                    f_u: vec![0.0; r],
+                    f_au: vec![0.0; r],
+                    f_uv: vec![0.0; r * r],
+                },
             },
         }
     }
@@ -241,7 +262,7 @@ impl BmsModel {
             .zip(hess.par_chunks_mut(BLOCK_ROWS * r * r))
             .enumerate()
             .filter_map(|(block, (((neglog, intercept), grad), hess))| {
-                let mut scratch = Scratch::new(r);
+                let (mut scratch, mut theta) = (Scratch::new(r), Vec::with_capacity(r));
                 let rows = neglog
                     .iter_mut()
                     .zip(intercept.iter_mut())
@@ -255,7 +276,8 @@ impl BmsModel {
                         grad,
                         hess,
                     };
-                    if let Err(e) = self.fused_row(data, &self.theta(data, beta, i), i, &mut scratch, out) {
+                    self.theta_into(data, beta, i, &mut theta);
+                    if let Err(e) = self.fused_row(data, &theta, i, &mut scratch, out) {
                         return Some(e);
                     }
                 }
@@ -303,11 +325,20 @@ impl BmsModel {
 
     /// Row i at its coordinates theta: its intercept, cells and moments
     /// summed as they come, and Stage 2's finish.
-    fn fused_row(&self, data: &BmsData, theta: &[f64], i: usize, s: &mut Scratch, out: RowOut) -> Result<()> {
-        let a = solve_root(&self.bases, theta, i)?;
-        let rb = RowBases::new(&self.bases, theta);
-        let cells = self.bases.bounds(theta[1], a);
-        sum_cells(&rb, a, &cells, s);
+    fn fused_row(&self, data: &BmsData, theta: &[f64], i: usize, scratch: &mut Scratch, out: RowOut) -> Result<()> {
+        self.bases.check_theta(theta)?;
+        let Scratch {
+            combinations,
+            bounds,
+            observed: o,
+            observed_bases,
+            work: s,
+        } = scratch;
+        let rb = combinations.row(&self.bases, theta);
+        let a = solve_root_on(&rb, i)?;
+        bounds.clear();
+        bounds.extend(self.bases.edges(theta[1], a));
+        sum_cells(&rb, a, bounds, s);
         let f_a = s.sums.d[0] / (2.0 * PI);
         if !(f_a.is_finite() && f_a > 0.0 && a.is_finite()) {
             let reason = format!("F_a = {f_a:e} at a = {a:e}: must be finite and > 0");
@@ -316,7 +347,7 @@ impl BmsModel {
         s.sums.finish();
         s.sums.derivatives(theta[0], &mut s.row);
         let (z, y, w) = (data.z[i], data.y[i], data.weights[i]);
-        let o = self.bases.observed(theta, a, z);
+        self.bases.observed_into(theta, a, z, observed_bases, o);
         let obs = ObservedRow {
             e: o.e,
             chi: o.chi,

@@ -208,13 +208,13 @@ fn sum_rule<const N: usize>(half: f64, values: &[[f64; KRONROD_LANES]; N]) -> Pa
 /// 4, ... (the integrands of this crate decay at least like exp(-z^2/2), so
 /// their mass sits near that end and plain bisection of a tail such as
 /// [4, 40] spends four levels reaching it). The nearest panel is popped first.
-fn initial_panels(a: f64, b: f64) -> Panels {
-    let mut out = Panels::default();
+/// They are pushed onto `out`, filled in place: returned by value, the
+/// stack's 1.4 KB were copied at every call (1.6% of a CPU row evaluation).
+fn initial_panels(a: f64, b: f64, out: &mut Panels) {
     let (edges, k, right) = initial_edges(a, b);
     for e in edges[..=k].windows(2).rev() {
         out.push(if right { (e[0], e[1], 0) } else { (e[1], e[0], 0) });
     }
-    out
 }
 
 /// The edges of [`initial_panels`] from the end nearest 0 outwards: the
@@ -446,7 +446,8 @@ fn adaptive_panels<const N: usize>(
         return out;
     }
     // An explicit stack of (lo, hi, depth) instead of recursion.
-    let mut stack = initial_panels(a, b);
+    let mut stack = Panels::default();
+    initial_panels(a, b, &mut stack);
     let mut panels = 0usize;
     let mut scale = [0.0f64; N];
     while let Some((lo, hi, depth)) = stack.pop() {
@@ -713,7 +714,9 @@ mod tests {
     #[test]
     fn noise_drives_the_bisection_to_the_depth_cap_within_the_stack() {
         let (a, b) = (0.5, 300.0);
-        assert_eq!(initial_panels(a, b).as_slice().len(), MAX_INITIAL);
+        let mut first = Panels::default();
+        initial_panels(a, b, &mut first);
+        assert_eq!(first.as_slice().len(), MAX_INITIAL);
         let noise = |x: f64| (x.to_bits().wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 11) as f64 / (1u64 << 53) as f64;
         let got = adaptive(a, b, 0.0, &|x: f64| [noise(x)]);
         assert!((0.0..=b - a).contains(&got[0]), "{}", got[0]);
