@@ -5,6 +5,7 @@ use std::ffi::c_void;
 
 use cudarc::driver::{result, sys, CudaFunction, CudaSlice, CudaView, DevicePtr, LaunchConfig, PushKernelArg};
 
+use super::row_hessian::packed_len;
 use super::runtime::{cuda_err, Gpu};
 use crate::{Error, Result};
 
@@ -174,10 +175,10 @@ pub(crate) fn pack_upper_rows(
     out: &mut CudaSlice<f64>,
 ) -> Result<()> {
     need("full", full.len(), n * r * r)?;
-    need("packed", out.len(), n * r * (r + 1) / 2)?;
+    need("packed", out.len(), n * packed_len(r))?;
     let (n64, r32) = (n as i64, r as i32);
     let cfg = LaunchConfig {
-        grid_dim: ((n * r * (r + 1) / 2).div_ceil(THREADS as usize) as u32, 1, 1),
+        grid_dim: ((n * packed_len(r)).div_ceil(THREADS as usize) as u32, 1, 1),
         block_dim: (THREADS, 1, 1),
         shared_mem_bytes: 0,
     };
@@ -200,7 +201,7 @@ pub(crate) fn pack_upper_rows_f32(
     out: &mut CudaSlice<f32>,
     overflow: &mut CudaSlice<f64>,
 ) -> Result<()> {
-    let per = r * (r + 1) / 2;
+    let per = packed_len(r);
     need("rows", src.len(), n * if packed { per } else { r * r })?;
     need("single-precision rows", out.len(), n * per)?;
     need("overflow flag", overflow.len(), 1)?;

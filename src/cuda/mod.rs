@@ -35,6 +35,7 @@ pub(crate) use kernels::reduce_partials;
 pub use memory::DeviceMemory;
 pub use multi::{GpuGroup, MultiGpuBackend, Replicated};
 pub use recorded::Recorded;
+pub(crate) use row_hessian::packed_len;
 pub use row_hessian::{DeviceDesigns, DeviceRowHessian, HvpPrecision, SingleKernel};
 pub use row_objective::{DeviceRowEvaluation, DeviceRowEvaluator, DeviceRowObjective, HostRows, PendingRows};
 pub(crate) use runtime::cuda_err;

@@ -17,6 +17,12 @@ use crate::layout::{Layout, Via};
 use crate::row_hessian::{check_design_widths, check_layout_designs, JointGradient, RowHessian, ROW_CHUNK};
 use crate::{Error, Result};
 
+/// The values a packed row Hessian of width r keeps: its upper triangle,
+/// row by row.
+pub(crate) fn packed_len(r: usize) -> usize {
+    r * (r + 1) / 2
+}
+
 /// Upper bound on transient scratch for multi-RHS products and the dense
 /// matrix; wider requests are processed in batches.
 const SCRATCH_BYTES: usize = 512 << 20;
@@ -384,7 +390,7 @@ impl DeviceRowHessian {
         let (n, r) = (designs.n, layout.r());
         check_design_widths(&layout, designs.widths())?;
         let (per, rule) = match packed {
-            true => (r * (r + 1) / 2, "n r (r + 1) / 2"),
+            true => (packed_len(r), "n r (r + 1) / 2"),
             false => (r * r, "n r^2"),
         };
         if hess.len() != n * per {
@@ -739,7 +745,7 @@ impl DeviceRowHessian {
         }
         let r = self.layout.r();
         let mut full = vec![0.0; self.n * r * r];
-        for (row, packed) in stored.chunks_exact(r * (r + 1) / 2).enumerate() {
+        for (row, packed) in stored.chunks_exact(packed_len(r)).enumerate() {
             let h = &mut full[row * r * r..(row + 1) * r * r];
             let mut k = 0;
             for s in 0..r {
@@ -763,7 +769,7 @@ impl DeviceRowHessian {
             return Ok(self);
         }
         let r = self.layout.r();
-        let mut out = self.gpu.zeros::<f64>(self.n * r * (r + 1) / 2)?;
+        let mut out = self.gpu.zeros::<f64>(self.n * packed_len(r))?;
         kernels::pack_upper_rows(&self.gpu, self.n, r, &self.hess, &mut out)?;
         self.hess = out;
         self.packed = true;
@@ -816,7 +822,7 @@ impl DeviceRowHessian {
             return Ok(self);
         };
         let r = self.layout.r();
-        let mut rows = self.gpu.zeros::<f32>(self.n * r * (r + 1) / 2)?;
+        let mut rows = self.gpu.zeros::<f32>(self.n * packed_len(r))?;
         let mut overflow = self.gpu.zeros::<f64>(1)?;
         kernels::pack_upper_rows_f32(&self.gpu, self.n, r, self.packed, &self.hess, &mut rows, &mut overflow)?;
         if self.gpu.download(&overflow)?[0] != 0.0 {

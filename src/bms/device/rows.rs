@@ -11,6 +11,7 @@ use cudarc::driver::{CudaSlice, CudaViewMut, LaunchArgs, LaunchConfig, PushKerne
 
 use super::stage1::DeviceStage1;
 use crate::bms::model::bundle::RowKernelInputs;
+use crate::cuda::packed_len;
 use crate::cuda::{cuda_err, DeviceDesigns, DeviceRowEvaluation, DeviceRowHessian, Gpu, KernelModule};
 use crate::layout::Layout;
 use crate::{Error, Result};
@@ -206,11 +207,6 @@ impl RowOutputs {
         };
         Ok((rows, self.status))
     }
-}
-
-/// The values of a packed row Hessian of width r (its upper triangle).
-pub(crate) fn packed_len(r: usize) -> usize {
-    r * (r + 1) / 2
 }
 
 /// Most cells a Stage-2 block takes at a time.

@@ -28,8 +28,9 @@ use std::sync::{Arc, Mutex};
 use cudarc::driver::{CudaSlice, CudaStream, CudaView, CudaViewMut, LaunchArgs, LaunchConfig, PushKernelArg};
 
 use super::order::work_order;
-use super::rows::{check_status, packed_len, row_grid, stage2_tile, RowOutputs, Stage2Tile, BMS_KERNELS};
+use super::rows::{check_status, row_grid, stage2_tile, RowOutputs, Stage2Tile, BMS_KERNELS};
 use crate::bms::{BmsData, BmsModel, CubicBasis};
+use crate::cuda::packed_len;
 use crate::cuda::{cuda_err, DeviceDesigns, DeviceRowEvaluation, DeviceRowEvaluator, Gpu, LoadedKernels, PendingRows};
 use crate::designs::check_matrix;
 use crate::device::gb;
