@@ -251,6 +251,44 @@ fn reml_evaluates_no_beta_twice() {
     assert_eq!(fit.laml.beta, plain.laml.beta);
 }
 
+/// `start_max_step` caps the first inner solve's steps: its first step
+/// from beta0 reaches no further than the cap (a quarter of the uncapped
+/// step), and the fit ends at the same optimum (the logistic likelihood is
+/// convex) after more start steps.
+#[test]
+fn the_start_cap_bounds_the_first_solves_steps() {
+    let d = simulate(2000, 0.2, &[f1, zero], 2024);
+    let (pen, be) = (penalty(&d), CpuBackend::new());
+    let run = |opts: &RemlOptions| {
+        let rec = Recording {
+            inner: Logistic::new(&d),
+            seen: Default::default(),
+        };
+        let fit = reml(&be, &rec, &pen, None, &vec![0.0; d.p], opts).unwrap();
+        let first = &rec.seen.borrow()[1];
+        let reach = first.iter().fold(0.0f64, |m, b| m.max(f64::from_bits(*b).abs()));
+        (fit, reach)
+    };
+    let (plain, free_reach) = run(&RemlOptions::default());
+    let cap = free_reach / 4.0;
+    let capped_opts = RemlOptions {
+        start_max_step: Some(cap),
+        ..RemlOptions::default()
+    };
+    let (capped, reach) = run(&capped_opts);
+    assert!(reach <= cap * (1.0 + 1e-12), "first step {reach} beyond the cap {cap}");
+    assert!(reach >= 0.5 * cap, "first step {reach} far short of the cap {cap}");
+    assert!(capped.report.start_newton_steps > plain.report.start_newton_steps);
+    let (v, w) = (capped.laml.value, plain.laml.value);
+    assert!((v - w).abs() <= 1e-8 * w.abs(), "V {v} vs {w}");
+    let bad = RemlOptions {
+        start_max_step: Some(0.0),
+        ..RemlOptions::default()
+    };
+    let err = reml(&be, &Logistic::new(&d), &pen, None, &vec![0.0; d.p], &bad).unwrap_err();
+    assert!(err.to_string().contains("start_max_step"), "{err}");
+}
+
 /// The logistic objective plus a constant: every stopping rule must ignore it.
 struct Shifted<'d> {
     inner: Logistic<'d>,

@@ -58,6 +58,15 @@ pub struct RemlOptions {
     /// standard errors as n grows), while the central difference at 1e-4
     /// showed no rounding noise.
     pub fd_step: f64,
+    /// Cap on the Newton steps of the first inner solve (from beta0), in
+    /// the objective's coefficient scales as `newton.max_step` (the smaller
+    /// of the two holds); `None` (the default): `newton.max_step`. The
+    /// start is where the quadratic model is least reliable: a model whose
+    /// start lies far from its minimum by construction may set it shorter,
+    /// so that its first step is not tried, and rejected, at lengths the
+    /// model cannot take (`bms::fit::START_MAX_STEP`).
+    #[serde(default)]
+    pub start_max_step: Option<f64>,
 }
 
 impl Default for RemlOptions {
@@ -77,6 +86,7 @@ impl Default for RemlOptions {
             armijo: 1e-4,
             max_halvings: 12,
             fd_step: 1e-4,
+            start_max_step: None,
         }
     }
 }
@@ -119,6 +129,9 @@ impl RemlOptions {
         pos("decrement_tol", self.decrement_tol)?;
         pos("step_tol", self.step_tol)?;
         pos("value_tol", self.value_tol)?;
+        if let Some(cap) = self.start_max_step {
+            pos("start_max_step", cap)?;
+        }
         pos("rho_range", self.rho_range)?;
         pos("max_step", self.max_step)?;
         pos("fd_step", self.fd_step)?;

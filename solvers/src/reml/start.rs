@@ -57,7 +57,8 @@ pub fn reference_rho(penalty: &Penalty, hessian_diagonal: &[f64]) -> Result<Vec<
 const START_RETRIES: usize = 2;
 
 /// The first inner solve (to [`super::fellner_schall::ROUGH_DECREMENT`]: it
-/// feeds the Fellner-Schall phase): at `start`, or, where it does not converge to a
+/// feeds the Fellner-Schall phase; its steps capped at
+/// [`super::RemlOptions::start_max_step`]): at `start`, or, where it does not converge to a
 /// minimum (little data and little penalty can leave the penalised
 /// likelihood without one within reach, e.g. against the edge of the
 /// model's domain), at a start more heavily penalised, up to
@@ -70,13 +71,17 @@ pub(super) fn start_trial<'o, B: PcgKernels>(
     let (b, o, p, outer) = (ctx.backend, ctx.watched, ctx.penalty, &ctx.outer);
     let mut first = Some(first);
     let before = ctx.counted.get();
+    let mut opts = rough(outer.opts);
+    if let Some(cap) = opts.start_max_step {
+        opts.newton.max_step = opts.newton.max_step.min(cap);
+    }
     let mut last = None;
     for retry in 0..=START_RETRIES {
         let rho: Vec<f64> = start.iter().map(|r| r + PROBE_DISTANCE * retry as f64).collect();
         let rho = outer.clamp(&rho);
         // Not `Ctx::trial`: the last start's pivot goes into the error.
         let at_beta0 = first.take().or_else(|| ctx.at_beta0.clone());
-        let trial = laml_value(b, o, p, &rho, ctx.beta0, at_beta0, &rough(outer.opts), None);
+        let trial = laml_value(b, o, p, &rho, ctx.beta0, at_beta0, &opts, None);
         ctx.saw(&trial, true);
         match trial {
             Ok(trial) => {

@@ -56,6 +56,15 @@ pub struct FitOptions {
     /// build the sample's objective.
     #[serde(default)]
     pub sample_start: SampleStart,
+    /// REML fits of at least this many rows cap the steps of their first
+    /// inner solve at [`START_MAX_STEP`] (where `reml.start_max_step` is
+    /// not set; `usize::MAX`: never). Default [`START_CAP_ROWS`].
+    #[serde(default = "default_start_cap_rows")]
+    pub start_cap_rows: usize,
+}
+
+fn default_start_cap_rows() -> usize {
+    START_CAP_ROWS
 }
 
 fn default_true() -> bool {
@@ -76,9 +85,32 @@ impl Default for FitOptions {
             rigid_rows: 200_000,
             single_precision_hvp: true,
             sample_start: SampleStart::default(),
+            start_cap_rows: START_CAP_ROWS,
         }
     }
 }
+
+/// The cap on the Newton steps of a large BMS fit's first inner solve
+/// (from the rigid start), in units of theta (the BMS objectives'
+/// coefficient scales; later solves keep the cap of 2). The rigid start
+/// (warps at zero, where H + S is often indefinite) lies far from the
+/// minimum: its first step ran to the cap of 2 and was halved twice, trials
+/// at lengths 1, 0.5 and 0.25 (200,000 rows seed 2, 1M seed 3, 20,000 seed
+/// 3), two rejected trials a fit, each a pass over every row. At 0.5, on
+/// the CPU (`fit_bms --simulate N --seed S --backend cpu`): 1M rows seeds
+/// 1-3 15/18/22 -> 13/16/20 evaluations, 200,000 seed 2 21 -> 20, 60,000
+/// seeds 1-2 19/22 -> 18/21, 20,000 seeds 1-3 13/16/21 -> 13/14/19, REML
+/// scores within 1.6e-10 relative (benches/RESULTS.md, session 36).
+pub const START_MAX_STEP: f64 = 0.5;
+
+/// The fewest rows whose fit caps its first solve's steps
+/// ([`START_MAX_STEP`]). Small fits keep the start they had: on 1,500-2,000
+/// rows the capped start moved REML's path (its rough first solve ends
+/// elsewhere within its tolerance), and one simulated fit then ended with a
+/// smooth at its bound above a lower V and a near-separable one found
+/// several minima (tests/fit_validation.rs); there an evaluation costs
+/// little anyway.
+pub const START_CAP_ROWS: usize = 50_000;
 
 /// The BMS fit's inner Newton tolerance (the decrement, in squared
 /// standard errors): estimates within 1e-4 standard errors of the exact
@@ -233,6 +265,8 @@ pub(crate) fn fit_from<B: PcgKernels>(
             start.report.termination
         ));
     }
+    let capped = start_capped(opts, data.n());
+    let opts = &capped;
     let solve = |from: Option<&Start>| match (&opts.lambda, from) {
         (Some(lambda), from) => {
             let beta0 = from.map_or(&start.beta, |f| &f.beta);
@@ -404,6 +438,17 @@ fn fixed<B: PcgKernels>(
         reml_report: None,
         sample_start: None,
     })
+}
+
+/// `opts` with the first inner solve's cap ([`START_MAX_STEP`]) where the
+/// fit has at least `start_cap_rows` rows and `reml.start_max_step` is not
+/// set.
+fn start_capped(opts: &FitOptions, n: usize) -> FitOptions {
+    let mut o = opts.clone();
+    if n >= o.start_cap_rows && o.reml.start_max_step.is_none() {
+        o.reml.start_max_step = Some(START_MAX_STEP);
+    }
+    o
 }
 
 /// The fit with lambda chosen by REML, and its statistics (from REML's
@@ -691,7 +736,7 @@ fn timed<B: PcgKernels>(
 
 #[cfg(test)]
 mod tests {
-    use super::extreme_rows_noted;
+    use super::{extreme_rows_noted, start_capped, FitOptions, START_CAP_ROWS, START_MAX_STEP};
 
     /// One row of 200,000 far out is valid data with a strong effect (issue
     /// 38, item 11); a percent of the rows, or a start that ran off, is not.
@@ -703,5 +748,30 @@ mod tests {
         assert!(extreme_rows_noted(1, 200_000, false));
         assert!(extreme_rows_noted(15, 20, true));
         assert!(!extreme_rows_noted(0, 20, false));
+    }
+
+    /// The start cap goes on at START_CAP_ROWS rows, never overrides a cap
+    /// the caller set, and is off with `start_cap_rows` at usize::MAX.
+    #[test]
+    fn the_start_cap_follows_the_rows_and_the_callers_choice() {
+        let opts = FitOptions::default();
+        assert_eq!(start_capped(&opts, START_CAP_ROWS - 1).reml.start_max_step, None);
+        assert_eq!(
+            start_capped(&opts, START_CAP_ROWS).reml.start_max_step,
+            Some(START_MAX_STEP)
+        );
+        let mut own = FitOptions::default();
+        own.reml.start_max_step = Some(1.5);
+        assert_eq!(start_capped(&own, 10 * START_CAP_ROWS).reml.start_max_step, Some(1.5));
+        let never = FitOptions {
+            start_cap_rows: usize::MAX,
+            ..FitOptions::default()
+        };
+        assert_eq!(start_capped(&never, usize::MAX - 1).reml.start_max_step, None);
+        // Saved options from before the field read as the default.
+        let mut json = serde_json::to_value(&opts).unwrap();
+        json.as_object_mut().unwrap().remove("start_cap_rows");
+        let read: FitOptions = serde_json::from_value(json).unwrap();
+        assert_eq!(read.start_cap_rows, START_CAP_ROWS);
     }
 }
