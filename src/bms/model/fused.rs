@@ -155,18 +155,19 @@ impl Sums {
 }
 
 by_cpu! {
-    /// Every cell's cubics, moments and sums of a row at intercept a, into
-    /// `s.sums`, on the CPU's widest vectors (`dispatch`: the cells' cubics
+    /// Every cell of a row at intercept a (walked from the merged knots:
+    /// `Bases::edges`), its cubics, moments and sums into `s.sums`, on the
+    /// CPU's widest vectors (`dispatch`: the cells' cubics
     /// and Stage 2's sums; the moments' quadrature dispatches on its own),
     /// with the same bits on any.
-    fn sum_cells / sum_cells_avx2 / sum_cells_avx512(rb: &RowBases, a: f64, cells: &[(f64, f64)], s: &mut Work) = sum_cells_body
+    fn sum_cells / sum_cells_avx2 / sum_cells_avx512(rb: &RowBases, a: f64, s: &mut Work) = sum_cells_body
 }
 
 #[inline(always)]
-fn sum_cells_body(rb: &RowBases, a: f64, cells: &[(f64, f64)], s: &mut Work) {
+fn sum_cells_body(rb: &RowBases, a: f64, s: &mut Work) {
     s.sums.clear();
     let mut hint = SegmentHint::default();
-    for &(lo, hi) in cells {
+    for (lo, hi) in rb.bases.edges(rb.theta[1], a) {
         rb.cell_parts(a, lo, hi, &mut hint, &mut s.cell);
         // Moments and cubics about the cell's centre (see moment_center).
         let c = moment_center(lo, hi);
@@ -180,8 +181,6 @@ fn sum_cells_body(rb: &RowBases, a: f64, cells: &[(f64, f64)], s: &mut Work) {
 struct Scratch {
     /// The row's basis combinations, formed once for rows that share them.
     combinations: Combinations,
-    /// The row's cells at its intercept.
-    bounds: Vec<(f64, f64)>,
     /// eta's partial derivatives at the row's observed point, and the
     /// bases' values there.
     observed: Observed,
@@ -200,7 +199,6 @@ impl Scratch {
     fn new(r: usize) -> Self {
         Self {
             combinations: Combinations::default(),
-            bounds: Vec::new(),
             observed: Observed::default(),
             observed_bases: ObservedBases::default(),
             work: Work {
@@ -329,16 +327,13 @@ impl BmsModel {
         self.bases.check_theta(theta)?;
         let Scratch {
             combinations,
-            bounds,
             observed: o,
             observed_bases,
             work: s,
         } = scratch;
         let rb = combinations.row(&self.bases, theta);
         let a = solve_root_on(&rb, i)?;
-        bounds.clear();
-        bounds.extend(self.bases.edges(theta[1], a));
-        sum_cells(&rb, a, bounds, s);
+        sum_cells(&rb, a, s);
         let f_a = s.sums.d[0] / (2.0 * PI);
         if !(f_a.is_finite() && f_a > 0.0 && a.is_finite()) {
             let reason = format!("F_a = {f_a:e} at a = {a:e}: must be finite and > 0");
