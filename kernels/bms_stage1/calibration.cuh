@@ -31,47 +31,77 @@ __device__ void gauss5_panels(double a, double b, const double* eta, bool upper,
     }
 }
 
+// The cells whose nearest point to 0 lies within this go first in the
+// adaptive rule's pass (calibration.rs: NEAR_FIRST).
+#define NEAR_FIRST 2.0
+
+// The smallest |z| over [lo, hi] (calibration.rs: nearest).
+__device__ __forceinline__ double nearest(double lo, double hi)
+{
+    return (lo <= 0.0 && hi >= 0.0) ? 0.0 : fmin(fabs(lo), fabs(hi));
+}
+
 // F(a), and F_a, F_aa and the mass (slopes[0..3]) when slopes != NULL, over
 // every cell of the row, by the adaptive rule or (QUICK, slopes required)
 // the quick rule. The adaptive rule takes each cell's cubics about its
-// local_center (calibration.rs: adaptive_slopes and residual).
+// local_center, the cells within NEAR_FIRST of 0 first and then the rest
+// (each in z order), each held to the row's sums so far (calibration.rs:
+// adaptive_totals and adaptive_slopes); the quick rule takes the cells in z
+// order.
 template <bool QUICK>
 __device__ double residual(const Model& m, double q, double b, double a, double* slopes)
 {
     const bool upper = q > 0.0;
-    Edges it = {0, 0, false, 0.0};
-    double left = -INF_D, e, mass = 0.0, fa = 0.0, faa = 0.0;
-    for (;;) {
-        const bool more = next_edge(m, a, b, it, &e);
-        const double right = more ? e : INF_D;
-        Pieces p;
-        cell_pieces(m, a, b, left, right, p);
-        double jet[12];
-        eta_and_a(p, a, b, m.s_f, jet, jet + 4);
-        const double l = fmax(left, -Z_CLIP), r = fmin(right, Z_CLIP);
-        const double center = QUICK ? 0.0 : local_center(jet, l, r);
-        shift_cubic(jet, center);
-        if (slopes) {
-            for (int k = 0; k < 4; ++k) jet[8 + k] = m.s_f * p.l2[k];
-            shift_cubic(jet + 4, center);
-            shift_cubic(jet + 8, center);
-            double v[3];
-            if (QUICK)
-                gauss5_panels<3, 2>(fmax(left, -QUICK_CLIP), fmin(right, QUICK_CLIP), jet, upper, v);
-            else
-                adaptive<3, 2>(l, r, jet, center, 0.0, 0.0, upper, v);
-            mass += v[0];
-            fa += v[1] / TWO_PI;
-            faa += v[2] / TWO_PI;
-        } else {
-            double v[1];
-            adaptive<1, 1>(l, r, jet, center, 0.0, 0.0, upper, v);
-            mass += v[0];
+    double mass = 0.0, fa = 0.0, faa = 0.0;
+    for (int pass = 0; pass < (QUICK ? 1 : 2); ++pass) {
+        Edges it = {0, 0, false, 0.0};
+        double left = -INF_D, e;
+        for (;;) {
+            const bool more = next_edge(m, a, b, it, &e);
+            const double right = more ? e : INF_D;
+            if (QUICK || (nearest(left, right) < NEAR_FIRST) == (pass == 0)) {
+                Pieces p;
+                cell_pieces(m, a, b, left, right, p);
+                double jet[12];
+                eta_and_a(p, a, b, m.s_f, jet, jet + 4);
+                const double l = fmax(left, -Z_CLIP), r = fmin(right, Z_CLIP);
+                const double center = QUICK ? 0.0 : local_center(jet, l, r);
+                shift_cubic(jet, center);
+                if (slopes) {
+                    for (int k = 0; k < 4; ++k) jet[8 + k] = m.s_f * p.l2[k];
+                    shift_cubic(jet + 4, center);
+                    shift_cubic(jet + 8, center);
+                    double v[3];
+                    if (QUICK) {
+                        gauss5_panels<3, 2>(fmax(left, -QUICK_CLIP), fmin(right, QUICK_CLIP), jet, upper, v);
+                        mass += v[0];
+                        fa += v[1] / TWO_PI;
+                        faa += v[2] / TWO_PI;
+                    } else {
+                        const double floor[3] = {fabs(mass), fabs(fa), fabs(faa)};
+                        adaptive<3, 2>(l, r, jet, center, 0.0, 0.0, upper, floor, v);
+                        mass += v[0];
+                        fa += v[1];
+                        faa += v[2];
+                    }
+                } else {
+                    const double floor[1] = {fabs(mass)};
+                    double v[1];
+                    adaptive<1, 1>(l, r, jet, center, 0.0, 0.0, upper, floor, v);
+                    mass += v[0];
+                }
+            }
+            if (!more) break;
+            left = right;
         }
-        if (!more) break;
-        left = right;
     }
-    if (slopes) { slopes[0] = fa; slopes[1] = faa; slopes[2] = mass; }
+    if (slopes) {
+        // The adaptive rule's sums are raw integrals (F_a's and F_aa's over
+        // 2 pi), the quick rule's already divided cell by cell.
+        slopes[0] = QUICK ? fa : fa / TWO_PI;
+        slopes[1] = QUICK ? faa : faa / TWO_PI;
+        slopes[2] = mass;
+    }
     return upper ? normcdf(-q) - mass : mass - normcdf(q);
 }
 

@@ -221,7 +221,7 @@ __device__ void cell_moments_quadrature(const double* eta, double lo, double hi,
     const double at = rho > 0.0 ? c : local_center(eta, l, r);
     double local[4] = {eta[0], eta[1], eta[2], eta[3]};
     shift_cubic(local, at);
-    adaptive<MOMENTS, 0>(l, r, local, at, c, rho, false, m);
+    adaptive<MOMENTS, 0>(l, r, local, at, c, rho, false, 0, m);
     if (rho > 0.0) {
         double rk = 1.0;
         for (int k = 0; k < MOMENTS; ++k) { m[k] *= rk; rk *= rho; }

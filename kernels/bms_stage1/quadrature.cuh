@@ -63,20 +63,40 @@ __device__ __constant__ double GK21[63] = {
     0.0, 0.1494513491505806, 0.0, 0.06667134430868814, 0.0,
 };
 
-// Both rules on [lo, hi] from the 21 integrand values: s (Kronrod), abs_s
-// (Kronrod of |f|) and g (the embedded 10-point Gauss rule), by GK21: the
+// The 15-point Gauss-Kronrod rule (quadrature.rs: KRONROD_15, bitwise the
+// same literals, checked there), laid out as GK21 (its 7-point Gauss rule on
+// the odd nodes). The calibration's integrands (KIND 1 and 2) take it: its
+// cells are mostly short, where 21 nodes are far more than F needs.
+__device__ __constant__ double GK15[45] = {
+    // nodes
+    -0.9914553711208126, -0.9491079123427585, -0.8648644233597691, -0.7415311855993945, -0.5860872354676911,
+    -0.4058451513773972, -0.20778495500789848, -0.0, 0.20778495500789848, 0.4058451513773972,
+    0.5860872354676911, 0.7415311855993945, 0.8648644233597691, 0.9491079123427585, 0.9914553711208126,
+    // Kronrod weights
+    0.022935322010529224, 0.06309209262997856, 0.10479001032225019, 0.14065325971552592, 0.1690047266392679,
+    0.19035057806478542, 0.20443294007529889, 0.20948214108472782, 0.20443294007529889, 0.19035057806478542,
+    0.1690047266392679, 0.14065325971552592, 0.10479001032225019, 0.06309209262997856, 0.022935322010529224,
+    // Gauss weights
+    0.0, 0.1294849661688697, 0.0, 0.27970539148927664, 0.0, 0.3818300505051189, 0.0, 0.4179591836734694,
+    0.0, 0.3818300505051189, 0.0, 0.27970539148927664, 0.0, 0.1294849661688697, 0.0,
+};
+
+// Both rules on [lo, hi] from the K integrand values: s (Kronrod), abs_s
+// (Kronrod of |f|) and g (the embedded Gauss rule), by GK21 or GK15: the
 // nodes, Kronrod weights and Gauss weights (zero off the Gauss nodes).
 template <int N, int KIND>
 __device__ void apply_kronrod(double lo, double hi, const double* eta, double center, double pc, double ps,
                               bool upper, double* s, double* abs_s, double* g)
 {
-    const double* gk = GK21;
+    // The moments (KIND 0) take the 21-point rule, the calibration the 15.
+    constexpr int K = KIND == 0 ? 21 : 15;
+    const double* gk = K == 21 ? GK21 : GK15;
     const double mid = 0.5 * (lo + hi), half = 0.5 * (hi - lo);
     for (int k = 0; k < N; ++k) { s[k] = 0.0; abs_s[k] = 0.0; g[k] = 0.0; }
-    for (int i = 0; i < 21; ++i) {
+    for (int i = 0; i < K; ++i) {
         double v[N];
         integrand<N, KIND>(mid + half * gk[i], eta, center, pc, ps, upper, v);
-        const double wk = gk[21 + i] * half, wg = gk[42 + i] * half;
+        const double wk = gk[K + i] * half, wg = gk[2 * K + i] * half;
         for (int k = 0; k < N; ++k) { s[k] += wk * v[k]; abs_s[k] += wk * fabs(v[k]); g[k] += wg * v[k]; }
     }
 }
@@ -201,10 +221,13 @@ __device__ __forceinline__ double kronrod_error(double d, double abs_integral)
 // eta: the cubics in z - center; pc and rho the moments' centre and scale
 // (see integrand; rho 0 where there is none). With rho > 0 every
 // component's tolerance is relative to the largest |f| integral of any
-// (cells.rs: quadrature_moments, adaptive_bounded_nodes' `shared`).
+// (cells.rs: quadrature_moments, adaptive_bounded_nodes' `shared`). Each
+// component's tolerance is relative to at least floor[k] (NULL: 0), a lower
+// bound of the |f| integral its error matters against (the calibration's
+// row so far: quadrature.rs adaptive_bounded_nodes_from).
 template <int N, int KIND>
 __device__ void adaptive(double a, double b, const double* eta, double center, double pc, double rho, bool upper,
-                         double* out)
+                         const double* floor, double* out)
 {
     const bool shared = rho > 0.0;
     const double ps = shared ? 1.0 / rho : 1.0;
@@ -215,7 +238,7 @@ __device__ void adaptive(double a, double b, const double* eta, double center, d
     int top = 0, panels = 0;
     top = initial_panels(a, b, st_lo, st_hi, st_depth);
     double scale[N];
-    for (int k = 0; k < N; ++k) scale[k] = 0.0;
+    for (int k = 0; k < N; ++k) scale[k] = floor ? floor[k] : 0.0;
     while (top > 0) {
         --top;
         const double lo = st_lo[top], hi = st_hi[top];

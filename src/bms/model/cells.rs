@@ -470,11 +470,24 @@ impl<'a> RowBases<'a> {
 
     /// [`RowBases::jets`] one at a time (nothing allocated).
     pub fn each_jet(&self, a: f64) -> impl Iterator<Item = CellJet> + '_ {
+        self.each_jet_where(a, |_, _| true)
+    }
+
+    /// The jets of the cells [lo, hi] for which `keep(lo, hi)`, in
+    /// increasing z (the others' cubics are not formed).
+    pub fn each_jet_where<'s>(
+        &'s self,
+        a: f64,
+        keep: impl Fn(f64, f64) -> bool + 's,
+    ) -> impl Iterator<Item = CellJet> + 's {
         let mut hint = SegmentHint::default();
-        self.bases.edges(self.theta[1], a).map(move |(lo, hi)| {
-            self.bases
-                .jet(self.theta, a, &self.pieces(a, lo, hi, &mut hint), lo, hi)
-        })
+        self.bases
+            .edges(self.theta[1], a)
+            .filter(move |(lo, hi)| keep(*lo, *hi))
+            .map(move |(lo, hi)| {
+                self.bases
+                    .jet(self.theta, a, &self.pieces(a, lo, hi, &mut hint), lo, hi)
+            })
     }
 
     /// [`Bases::cells`] of this row at intercept a.

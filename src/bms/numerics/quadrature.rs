@@ -93,25 +93,51 @@ pub fn gauss_legendre(n: usize) -> (Vec<f64>, Vec<f64>) {
     (x, w)
 }
 
-/// [`KRONROD_21`] mirrored over [-1, 1] as constants: nodes ascending,
-/// Kronrod weights, Gauss weights.
-const GK21: [[f64; 21]; 3] = {
-    let mut out = [[0.0; 21]; 3];
+/// The 15-point Gauss-Kronrod rule and its embedded 7-point Gauss rule
+/// (QUADPACK's qk15 table), laid out as [`KRONROD_21`]: exact for
+/// polynomials of degree 22 (Kronrod) and 13 (Gauss). The CPU calibration
+/// integrates with it (`calibration::adaptive_residual`): its cells are
+/// mostly short, where one 21-node panel is far more than F needs, and 15
+/// nodes fill two 8-wide vectors where 21 fill three.
+const KRONROD_15: [[f64; 3]; 8] = [
+    [0.0, 0.20948214108472782, 0.4179591836734694],
+    [0.20778495500789848, 0.20443294007529889, 0.0],
+    [0.4058451513773972, 0.19035057806478542, 0.3818300505051189],
+    [0.5860872354676911, 0.1690047266392679, 0.0],
+    [0.7415311855993945, 0.14065325971552592, 0.27970539148927664],
+    [0.8648644233597691, 0.10479001032225019, 0.0],
+    [0.9491079123427585, 0.06309209262997856, 0.1294849661688697],
+    [0.9914553711208126, 0.022935322010529224, 0.0],
+];
+
+/// A half table (node >= 0, Kronrod weight, Gauss weight) mirrored over
+/// [-1, 1] as constants: nodes ascending, Kronrod weights, Gauss weights
+/// (K = 2H - 1 nodes; the Gauss nodes are the odd indices).
+const fn mirrored<const H: usize, const K: usize>(half: [[f64; 3]; H]) -> [[f64; K]; 3] {
+    assert!(K == 2 * H - 1);
+    let mut out = [[0.0; K]; 3];
     let mut i = 0;
-    while i < 11 {
-        let [x, k, g] = KRONROD_21[i];
-        (out[0][10 + i], out[1][10 + i], out[2][10 + i]) = (x, k, g);
-        (out[0][10 - i], out[1][10 - i], out[2][10 - i]) = (-x, k, g);
+    while i < H {
+        let [x, k, g] = half[i];
+        (out[0][H - 1 + i], out[1][H - 1 + i], out[2][H - 1 + i]) = (x, k, g);
+        (out[0][H - 1 - i], out[1][H - 1 - i], out[2][H - 1 - i]) = (-x, k, g);
         i += 1;
     }
     out
-};
+}
+
+/// [`KRONROD_21`] and [`KRONROD_15`] mirrored over [-1, 1].
+const GK21: [[f64; 21]; 3] = mirrored(KRONROD_21);
+const GK15: [[f64; 15]; 3] = mirrored(KRONROD_15);
 
 /// Lanes of the node arrays the panel rules pass to a [`NodeIntegrand`]:
 /// the 21 Kronrod nodes padded to a multiple of 8 (the padding is the
 /// panel's midpoint, its values unread), so that a vector loop over them
 /// has no scalar remainder with 4 or 8 doubles a vector.
 pub const KRONROD_LANES: usize = 24;
+
+/// The 15 nodes of [`KRONROD_15`] padded the same way.
+pub const KRONROD15_LANES: usize = 16;
 
 /// The 5-point rule's nodes padded the same way.
 pub const GAUSS5_LANES: usize = 8;
@@ -127,34 +153,37 @@ fn apply_rule<const N: usize>(a: f64, b: f64, f: &impl Fn(f64) -> [f64; N]) -> P
             values[k][i] = v[k];
         }
     }
-    sum_rule(half, &values)
+    sum_rule(half, &values, &GK21)
 }
 
 by_cpu! {
-    /// [`apply_rule`] for an integrand that takes all 21 nodes at once
-    /// (`f(z, out)` writes component k at node i to `out[k][i]`), into the
-    /// caller's buffer `values`: loops over the nodes that the compiler
-    /// vectorises, with the integrand inlined, on the CPU's widest vectors
-    /// (`dispatch`; the same bits on any, tested).
-    fn apply_rule_nodes / apply_rule_nodes_avx2 / apply_rule_nodes_avx512 <const N: usize>(
+    /// [`apply_rule`] for an integrand that takes all K nodes of the rule
+    /// `gk` (a mirrored table such as [`GK21`]) at once (`f(z, out)` writes
+    /// component k at node i to `out[k][i]`; L >= K lanes, the padding the
+    /// panel's midpoint), into the caller's buffer `values`: loops over the
+    /// nodes that the compiler vectorises, with the integrand inlined, on
+    /// the CPU's widest vectors (`dispatch`; the same bits on any, tested).
+    fn apply_rule_nodes / apply_rule_nodes_avx2 / apply_rule_nodes_avx512 <const N: usize, const L: usize, const K: usize>(
         a: f64,
         b: f64,
-        f: &impl NodeIntegrand<KRONROD_LANES, N>,
-        values: &mut [[f64; KRONROD_LANES]; N],
+        gk: &[[f64; K]; 3],
+        f: &impl NodeIntegrand<L, N>,
+        values: &mut [[f64; L]; N],
     ) -> PanelSums<N> = apply_rule_nodes_body
 }
 
 #[inline(always)]
-fn apply_rule_nodes_body<const N: usize>(
+fn apply_rule_nodes_body<const N: usize, const L: usize, const K: usize>(
     a: f64,
     b: f64,
-    f: &impl NodeIntegrand<KRONROD_LANES, N>,
-    values: &mut [[f64; KRONROD_LANES]; N],
+    gk: &[[f64; K]; 3],
+    f: &impl NodeIntegrand<L, N>,
+    values: &mut [[f64; L]; N],
 ) -> PanelSums<N> {
     let (mid, half) = (0.5 * (a + b), 0.5 * (b - a));
-    let z: [f64; KRONROD_LANES] = std::array::from_fn(|i| if i < 21 { mid + half * GK21[0][i] } else { mid });
+    let z: [f64; L] = std::array::from_fn(|i| if i < K { mid + half * gk[0][i] } else { mid });
     f.eval(&z, values);
-    sum_rule(half, values)
+    sum_rule(half, values, gk)
 }
 
 /// An integrand evaluated at M nodes at once: `eval(z, out)` writes
@@ -173,30 +202,37 @@ impl<const M: usize, const N: usize, F: Fn(&[f64; M], &mut [[f64; M]; N])> NodeI
     }
 }
 
-/// The indices of the 10 Gauss nodes among the 21 (the odd ones).
-const GAUSS_NODES: [usize; 10] = [1, 3, 5, 7, 9, 11, 13, 15, 17, 19];
-
 /// The Kronrod, |f| Kronrod and Gauss sums of a panel of half-width `half`
-/// from f's values at the 21 nodes. The Kronrod sums run in four fixed
-/// lanes (nodes i = 4c + j into lane j, then the lanes pairwise and node
-/// 20), which the compiler vectorises; the order is fixed, so the bits are.
+/// from f's values at the K nodes of `gk`. The Kronrod sums run in four
+/// fixed lanes (nodes i = 4c + j < K - K % 4 into lane j, then the lanes
+/// pairwise and the last nodes in turn), which the compiler vectorises; the
+/// Gauss sum takes the odd nodes. The order is fixed, so the bits are.
 #[inline(always)]
-fn sum_rule<const N: usize>(half: f64, values: &[[f64; KRONROD_LANES]; N]) -> PanelSums<N> {
-    let [_, wk, wg] = &GK21;
-    let wk: [f64; 21] = std::array::from_fn(|i| wk[i] * half);
+fn sum_rule<const N: usize, const L: usize, const K: usize>(
+    half: f64,
+    values: &[[f64; L]; N],
+    gk: &[[f64; K]; 3],
+) -> PanelSums<N> {
+    let [_, wk, wg] = gk;
+    let wk: [f64; K] = std::array::from_fn(|i| wk[i] * half);
+    let body = K - K % 4;
     let (mut s, mut abs, mut check) = ([0.0; N], [0.0; N], [0.0; N]);
     for k in 0..N {
         let v = &values[k];
         let (mut sl, mut al) = ([0.0; 4], [0.0; 4]);
-        for (wc, vc) in wk[..20].chunks_exact(4).zip(v[..20].chunks_exact(4)) {
+        for (wc, vc) in wk[..body].chunks_exact(4).zip(v[..body].chunks_exact(4)) {
             for j in 0..4 {
                 sl[j] += wc[j] * vc[j];
                 al[j] += wc[j] * vc[j].abs();
             }
         }
-        s[k] = ((sl[0] + sl[1]) + (sl[2] + sl[3])) + wk[20] * v[20];
-        abs[k] = ((al[0] + al[1]) + (al[2] + al[3])) + wk[20] * v[20].abs();
-        for i in GAUSS_NODES {
+        s[k] = (sl[0] + sl[1]) + (sl[2] + sl[3]);
+        abs[k] = (al[0] + al[1]) + (al[2] + al[3]);
+        for i in body..K {
+            s[k] += wk[i] * v[i];
+            abs[k] += wk[i] * v[i].abs();
+        }
+        for i in (1..K).step_by(2) {
             check[k] += wg[i] * half * v[i];
         }
     }
@@ -397,7 +433,13 @@ pub fn adaptive_bounded<const N: usize>(
     f: &impl Fn(f64) -> [f64; N],
     bound: &impl Fn(f64, f64, f64) -> [f64; N],
 ) -> [f64; N] {
-    adaptive_panels(a, b, rel_tol, false, &mut |lo, hi| apply_rule(lo, hi, f), bound)
+    adaptive_panels(
+        a,
+        b,
+        Tolerance::own(rel_tol, false),
+        &mut |lo, hi| apply_rule(lo, hi, f),
+        bound,
+    )
 }
 
 /// [`adaptive_bounded`] for an integrand that takes a panel's 21 nodes at
@@ -418,13 +460,71 @@ pub fn adaptive_bounded_nodes<const N: usize>(
     f: &impl NodeIntegrand<KRONROD_LANES, N>,
     bound: &impl Fn(f64, f64, f64) -> [f64; N],
 ) -> [f64; N] {
-    let mut values = [[0.0; KRONROD_LANES]; N];
+    adaptive_rule_nodes(a, b, &GK21, Tolerance::own(rel_tol, shared), f, bound)
+}
+
+/// [`adaptive_bounded_nodes`] (not shared) on the 15-point Gauss-Kronrod
+/// rule ([`KRONROD_15`]), with every component's tolerance relative to at
+/// least `floor` (a known lower bound of what its error matters against,
+/// such as the |f| integral of the whole range that [a, b] is part of), not
+/// only to the |f| integrals of [a, b]'s own panels: a stretch that carries
+/// little of the whole is integrated to the whole's tolerance, and skipped
+/// where its bound is below it. Held to its own size, a short stretch often
+/// failed the 7-point Gauss rule's error test and was bisected (the
+/// calibration's short cells took half again the panels on 15 nodes that
+/// they took on 21); held to the whole, the 15-point rule takes no more
+/// panels than the 21-point one.
+pub fn adaptive_bounded_nodes_from<const N: usize>(
+    a: f64,
+    b: f64,
+    rel_tol: [f64; N],
+    floor: [f64; N],
+    f: &impl NodeIntegrand<KRONROD15_LANES, N>,
+    bound: &impl Fn(f64, f64, f64) -> [f64; N],
+) -> [f64; N] {
+    let tol = Tolerance {
+        floor,
+        ..Tolerance::own(rel_tol, false)
+    };
+    adaptive_rule_nodes(a, b, &GK15, tol, f, bound)
+}
+
+/// What a panel's estimated error is held to: `rel` times the largest |f|
+/// integral seen (per component, or of any component where `shared`), and
+/// that never below `floor`.
+#[derive(Clone, Copy)]
+struct Tolerance<const N: usize> {
+    rel: [f64; N],
+    shared: bool,
+    floor: [f64; N],
+}
+
+impl<const N: usize> Tolerance<N> {
+    /// Relative to the integral's own panels alone.
+    fn own(rel: [f64; N], shared: bool) -> Self {
+        Self {
+            rel,
+            shared,
+            floor: [0.0; N],
+        }
+    }
+}
+
+/// The adaptive bisection with the panel rule `gk` applied to f's nodes.
+fn adaptive_rule_nodes<const N: usize, const L: usize, const K: usize>(
+    a: f64,
+    b: f64,
+    gk: &[[f64; K]; 3],
+    tol: Tolerance<N>,
+    f: &impl NodeIntegrand<L, N>,
+    bound: &impl Fn(f64, f64, f64) -> [f64; N],
+) -> [f64; N] {
+    let mut values = [[0.0; L]; N];
     adaptive_panels(
         a,
         b,
-        rel_tol,
-        shared,
-        &mut |lo, hi| apply_rule_nodes(lo, hi, f, &mut values),
+        tol,
+        &mut |lo, hi| apply_rule_nodes(lo, hi, gk, f, &mut values),
         bound,
     )
 }
@@ -436,8 +536,7 @@ type PanelSums<const N: usize> = ([f64; N], [f64; N], [f64; N]);
 fn adaptive_panels<const N: usize>(
     a: f64,
     b: f64,
-    rel_tol: [f64; N],
-    shared: bool,
+    tol: Tolerance<N>,
     rule: &mut impl FnMut(f64, f64) -> PanelSums<N>,
     bound: &impl Fn(f64, f64, f64) -> [f64; N],
 ) -> [f64; N] {
@@ -449,7 +548,12 @@ fn adaptive_panels<const N: usize>(
     let mut stack = Panels::default();
     initial_panels(a, b, &mut stack);
     let mut panels = 0usize;
-    let mut scale = [0.0f64; N];
+    let Tolerance {
+        rel: rel_tol,
+        shared,
+        floor,
+    } = tol;
+    let mut scale = floor;
     while let Some((lo, hi, depth)) = stack.pop() {
         if negligible(lo, hi, &rel_tol, &scale, bound) {
             continue;
@@ -514,6 +618,7 @@ pub fn radius(lo: f64, hi: f64, center: f64) -> f64 {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::f64::consts::PI;
 
     /// The panel rules as dispatched (AVX-512 or AVX2 where the CPU has
     /// them) against their baseline compilation, on the hot integrands over
@@ -542,13 +647,17 @@ mod tests {
                     upper,
                 };
                 let (mut v1, mut v2) = ([[0.0; KRONROD_LANES]; 3], [[0.0; KRONROD_LANES]; 3]);
-                let got = flat(apply_rule_nodes(lo, hi, &f, &mut v1));
-                let want = flat(apply_rule_nodes_body(lo, hi, &f, &mut v2));
+                let got = flat(apply_rule_nodes(lo, hi, &GK21, &f, &mut v1));
+                let want = flat(apply_rule_nodes_body(lo, hi, &GK21, &f, &mut v2));
                 assert_eq!(bits(&got), bits(&want), "slopes on [{lo}, {hi}]");
+                let (mut u1, mut u2) = ([[0.0; KRONROD15_LANES]; 3], [[0.0; KRONROD15_LANES]; 3]);
+                let got15 = flat(apply_rule_nodes(lo, hi, &GK15, &f, &mut u1));
+                let want15 = flat(apply_rule_nodes_body(lo, hi, &GK15, &f, &mut u2));
+                assert_eq!(bits(&got15), bits(&want15), "15-point slopes on [{lo}, {hi}]");
                 #[cfg(target_arch = "x86_64")]
                 if std::is_x86_feature_detected!("avx2") {
                     // SAFETY: the CPU has AVX2, checked just above.
-                    let got = flat(unsafe { apply_rule_nodes_avx2(lo, hi, &f, &mut v1) });
+                    let got = flat(unsafe { apply_rule_nodes_avx2(lo, hi, &GK21, &f, &mut v1) });
                     assert_eq!(bits(&got), bits(&want), "AVX2 slopes on [{lo}, {hi}]");
                 }
                 let (got, want) = (
@@ -565,8 +674,8 @@ mod tests {
             };
             let (mut v1, mut v2) = ([[0.0; KRONROD_LANES]; MOMENTS], [[0.0; KRONROD_LANES]; MOMENTS]);
             let (g, w) = (
-                apply_rule_nodes(lo, hi, &f, &mut v1),
-                apply_rule_nodes_body(lo, hi, &f, &mut v2),
+                apply_rule_nodes(lo, hi, &GK21, &f, &mut v1),
+                apply_rule_nodes_body(lo, hi, &GK21, &f, &mut v2),
             );
             assert_eq!(
                 bits(&[g.0, g.1, g.2].concat()),
@@ -587,28 +696,35 @@ mod tests {
         }
     }
 
-    /// The device kernels hold the rule as literals (GK21 in
-    /// kernels/bms_stage1/quadrature.cuh, in constant memory); they must be this rule's
-    /// values bit for bit, in the order nodes, Kronrod weights, Gauss weights.
+    /// The device kernels hold the rules as literals (GK21 and GK15 in
+    /// kernels/bms_stage1/quadrature.cuh, in constant memory); they must be
+    /// these rules' values bit for bit, in the order nodes, Kronrod weights,
+    /// Gauss weights.
     #[test]
-    fn device_kronrod_table_is_this_rule_bitwise() {
+    fn device_kronrod_tables_are_these_rules_bitwise() {
         let src = include_str!("../../../kernels/bms_stage1/quadrature.cuh");
-        let start = src.find("GK21[63] = {").expect("GK21 in bms_stage1/quadrature.cuh") + "GK21[63] = {".len();
-        let body = &src[start..start + src[start..].find("};").expect("GK21's closing brace")];
-        let device: Vec<f64> = body
-            .lines()
-            .map(|l| l.split("//").next().unwrap())
-            .flat_map(|l| l.split(','))
-            .map(str::trim)
-            .filter(|t| !t.is_empty())
-            .map(|t| t.parse::<f64>().unwrap_or_else(|e| panic!("GK21 entry {t:?}: {e}")))
-            .collect();
-        let (x, wk, wg) = gauss_kronrod_21();
-        let host = [x, wk, wg].concat();
-        assert_eq!(device.len(), host.len(), "GK21 holds 63 values");
-        for (i, (d, h)) in device.iter().zip(&host).enumerate() {
-            assert_eq!(d.to_bits(), h.to_bits(), "GK21[{i}]: {d:e} vs {h:e}");
+        let device = |name: &str| -> Vec<f64> {
+            let open = format!("{name} = {{");
+            let start = src.find(&open).unwrap_or_else(|| panic!("{name} in quadrature.cuh")) + open.len();
+            let body = &src[start..start + src[start..].find("};").expect("the table's closing brace")];
+            body.lines()
+                .map(|l| l.split("//").next().unwrap())
+                .flat_map(|l| l.split(','))
+                .map(str::trim)
+                .filter(|t| !t.is_empty())
+                .map(|t| t.parse::<f64>().unwrap_or_else(|e| panic!("{name} entry {t:?}: {e}")))
+                .collect()
+        };
+        for (name, host) in [("GK21[63]", GK21.concat()), ("GK15[45]", GK15.concat())] {
+            let device = device(name);
+            assert_eq!(device.len(), host.len(), "{name}");
+            for (i, (d, h)) in device.iter().zip(&host).enumerate() {
+                assert_eq!(d.to_bits(), h.to_bits(), "{name} entry {i}: {d:e} vs {h:e}");
+            }
         }
+        // GK21 as gauss_kronrod_21 gives it.
+        let (x, wk, wg) = gauss_kronrod_21();
+        assert_eq!(GK21.concat(), [x, wk, wg].concat());
     }
 
     #[test]
@@ -634,6 +750,65 @@ mod tests {
         for ((x, w), (gx, gw)) in embedded.iter().zip(gx.iter().zip(&gw)) {
             assert!((x - gx).abs() < 1e-15 && (w - gw).abs() < 1e-15, "{x} {w} vs {gx} {gw}");
         }
+    }
+
+    #[test]
+    fn kronrod_15_rule_is_exact_and_embeds_the_7_point_gauss_rule() {
+        let [x, wk, wg] = GK15;
+        assert!(x.windows(2).all(|p| p[0] < p[1]), "ascending");
+        // Exact for x^k up to degree 22, against the closed form.
+        for k in 0..=22 {
+            let s: f64 = x.iter().zip(&wk).map(|(x, w)| w * x.powi(k)).sum();
+            let want = if k % 2 == 1 { 0.0 } else { 2.0 / (k as f64 + 1.0) };
+            assert!((s - want).abs() < 2e-15, "x^{k}: {s} vs {want}");
+        }
+        // Not exact at degree 24 (so the table is the 15-point rule's).
+        let s: f64 = x.iter().zip(&wk).map(|(x, w)| w * x.powi(24)).sum();
+        assert!((s - 2.0 / 25.0).abs() > 1e-12, "x^24: {s}");
+        // The Gauss weights sit on exactly the 7-point Gauss nodes, the
+        // odd indices that sum_rule takes.
+        let (gx, gw) = gauss_legendre(7);
+        for (j, i) in (1..15).step_by(2).enumerate() {
+            assert!(
+                (x[i] - gx[j]).abs() < 1e-15 && (wg[i] - gw[j]).abs() < 1e-15,
+                "node {i}"
+            );
+        }
+        assert!((0..15).step_by(2).all(|i| wg[i] == 0.0));
+    }
+
+    /// A stretch of a whole integrated against the whole's size (`floor`)
+    /// is as accurate as that asks, and cheaper: z^2 exp(-z^2/2) on [4.5,
+    /// 40] (mass 3e-4 of the whole line's sqrt(2 pi)) to 1e-12 of the
+    /// whole, where held to 1e-12 of itself it takes more panels; with a
+    /// floor far above the stretch's bound it is skipped.
+    #[test]
+    fn a_floor_holds_a_stretch_to_the_whole_s_tolerance() {
+        use crate::bms::numerics::probit::{norm_pdf, norm_sf};
+        let f = |z: &[f64; KRONROD15_LANES], out: &mut [[f64; KRONROD15_LANES]; 1]| {
+            for i in 0..KRONROD15_LANES {
+                out[0][i] = z[i] * z[i] * (-0.5 * z[i] * z[i]).exp();
+            }
+        };
+        let bound = |g: f64, lo: f64, hi: f64| [g * radius(lo, hi, 0.0).powi(2)];
+        // integral_c^inf z^2 exp(-z^2/2) = sqrt(2 pi) (c phi(c) + Phi(-c)).
+        let tail = |c: f64| (2.0 * PI).sqrt() * (c * norm_pdf(c) + norm_sf(c));
+        let (whole, want) = ((2.0 * PI).sqrt(), tail(4.5) - tail(40.0));
+        let count = |floor: f64| {
+            let before = panels_evaluated();
+            let v = adaptive_bounded_nodes_from(4.5, 40.0, [1e-12], [floor], &f, &bound)[0];
+            (v, panels_evaluated() - before)
+        };
+        let (own, own_panels) = count(0.0);
+        let (held, held_panels) = count(whole);
+        assert!((own - want).abs() <= 1e-12 * want, "{own:e} vs {want:e}");
+        assert!((held - want).abs() <= 1e-12 * whole, "{held:e} vs {want:e}");
+        assert!(
+            held_panels < own_panels,
+            "{held_panels} panels held to the whole, {own_panels} alone"
+        );
+        let (skipped, none) = count(1e16);
+        assert_eq!((skipped, none), (0.0, 0));
     }
 
     #[test]
