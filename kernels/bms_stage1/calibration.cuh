@@ -44,22 +44,23 @@ __device__ __forceinline__ double nearest(double lo, double hi)
 // F(a), and F_a, F_aa and the mass (slopes[0..3]) when slopes != NULL, over
 // every cell of the row, by the adaptive rule or (QUICK, slopes required)
 // the quick rule. The adaptive rule takes each cell's cubics about its
-// local_center, the cells within NEAR_FIRST of 0 first and then the rest
-// (each in z order), each held to the row's sums so far (calibration.rs:
-// adaptive_totals and adaptive_slopes); the quick rule takes the cells in z
-// order.
+// local_center. With slopes, it takes the cells within NEAR_FIRST of 0
+// first and then the rest (each in z order), each held to the row's sums
+// so far (calibration.rs: adaptive_totals and adaptive_slopes); F alone
+// (the bracket's) and the quick rule take the cells in z order, F alone
+// each to its own size on the 21-point rule (calibration.rs: residual).
 template <bool QUICK>
 __device__ double residual(const Model& m, double q, double b, double a, double* slopes)
 {
-    const bool upper = q > 0.0;
+    const bool upper = q > 0.0, held = !QUICK && slopes;
     double mass = 0.0, fa = 0.0, faa = 0.0;
-    for (int pass = 0; pass < (QUICK ? 1 : 2); ++pass) {
+    for (int pass = 0; pass < (held ? 2 : 1); ++pass) {
         Edges it = {0, 0, false, 0.0};
         double left = -INF_D, e;
         for (;;) {
             const bool more = next_edge(m, a, b, it, &e);
             const double right = more ? e : INF_D;
-            if (QUICK || (nearest(left, right) < NEAR_FIRST) == (pass == 0)) {
+            if (!held || (nearest(left, right) < NEAR_FIRST) == (pass == 0)) {
                 Pieces p;
                 cell_pieces(m, a, b, left, right, p);
                 double jet[12];
@@ -85,9 +86,8 @@ __device__ double residual(const Model& m, double q, double b, double a, double*
                         faa += v[2];
                     }
                 } else {
-                    const double floor[1] = {fabs(mass)};
                     double v[1];
-                    adaptive<1, 1>(l, r, jet, center, 0.0, 0.0, upper, floor, v);
+                    adaptive<1, 1>(l, r, jet, center, 0.0, 0.0, upper, 0, v);
                     mass += v[0];
                 }
             }

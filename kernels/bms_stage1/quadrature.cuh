@@ -65,7 +65,7 @@ __device__ __constant__ double GK21[63] = {
 
 // The 15-point Gauss-Kronrod rule (quadrature.rs: KRONROD_15, bitwise the
 // same literals, checked there), laid out as GK21 (its 7-point Gauss rule on
-// the odd nodes). The calibration's integrands (KIND 1 and 2) take it: its
+// the odd nodes). The calibration's three integrals (KIND 2) take it: its
 // cells are mostly short, where 21 nodes are far more than F needs.
 __device__ __constant__ double GK15[45] = {
     // nodes
@@ -88,8 +88,9 @@ template <int N, int KIND>
 __device__ void apply_kronrod(double lo, double hi, const double* eta, double center, double pc, double ps,
                               bool upper, double* s, double* abs_s, double* g)
 {
-    // The moments (KIND 0) take the 21-point rule, the calibration the 15.
-    constexpr int K = KIND == 0 ? 21 : 15;
+    // The calibration's three integrals (KIND 2) take the 15-point rule,
+    // F alone and the moments the 21-point one.
+    constexpr int K = KIND == 2 ? 15 : 21;
     const double* gk = K == 21 ? GK21 : GK15;
     const double mid = 0.5 * (lo + hi), half = 0.5 * (hi - lo);
     for (int k = 0; k < N; ++k) { s[k] = 0.0; abs_s[k] = 0.0; g[k] = 0.0; }
