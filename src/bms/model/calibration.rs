@@ -24,7 +24,7 @@ use crate::bms::model::cubic_basis::poly_eval;
 use crate::bms::numerics::nodes;
 use crate::bms::numerics::probit::{cdf_pdf_and_gauss, inv_sqrt_2pi, norm_cdf, norm_sf};
 use crate::bms::numerics::quadrature::{
-    abs_poly, adaptive_bounded, adaptive_bounded_nodes_from, gauss5, initial_edges, radius,
+    abs_poly, adaptive_bounded, adaptive_bounded_nodes_from, gauss5, initial_edges, nearest, radius,
 };
 use crate::dispatch::by_cpu;
 use crate::{Error, Result};
@@ -393,15 +393,6 @@ impl QuickSums {
 /// decay at least like exp(-z^2/2), where the row's mass lies near z = 0.
 const NEAR_FIRST: f64 = 2.0;
 
-/// The smallest |z| over [lo, hi].
-fn nearest(lo: f64, hi: f64) -> f64 {
-    if lo <= 0.0 && hi >= 0.0 {
-        0.0
-    } else {
-        lo.abs().min(hi.abs())
-    }
-}
-
 /// The row's three calibration integrals by the adaptive rule. Each cell is
 /// integrated to the tolerances relative to what the row's cells summed so
 /// far (whose magnitude bounds the row's |f| integral from below), not just
@@ -635,6 +626,15 @@ mod tests {
         .unwrap()
     }
 
+    /// Rows with tails, steep and flat links and both signs of q.
+    fn mixed_rows() -> Vec<Vec<f64>> {
+        vec![
+            vec![0.3, 0.8, 0.2, -0.15, 0.1, 0.05, 0.06, -0.04, 0.03],
+            vec![-2.5, -1.4, 0.5, 0.3, -0.2, 0.1, 0.9, -0.6, 0.4],
+            vec![1.7, 3.0, -0.05, 0.02, 0.0, 0.01, -2.0, 1.5, 0.2],
+        ]
+    }
+
     #[test]
     fn rigid_rows_use_the_closed_form_and_satisfy_the_calibration() {
         let bs = bases();
@@ -691,13 +691,9 @@ mod tests {
     #[test]
     fn cells_held_to_the_rows_mass_keep_it() {
         let bs = bases();
-        let rows = [
-            vec![0.3, 0.8, 0.2, -0.15, 0.1, 0.05, 0.06, -0.04, 0.03],
-            vec![-2.5, -1.4, 0.5, 0.3, -0.2, 0.1, 0.9, -0.6, 0.4],
-            vec![1.7, 3.0, -0.05, 0.02, 0.0, 0.01, -2.0, 1.5, 0.2],
-            vec![-6.0, 0.4, 0.3, -0.2, 0.1, 0.0, 0.5, 0.2, -0.3],
-            vec![6.0, -2.2, -0.3, 0.2, 0.1, 0.4, -0.5, 0.2, 0.3],
-        ];
+        let mut rows = mixed_rows();
+        rows.push(vec![-6.0, 0.4, 0.3, -0.2, 0.1, 0.0, 0.5, 0.2, -0.3]);
+        rows.push(vec![6.0, -2.2, -0.3, 0.2, 0.1, 0.4, -0.5, 0.2, 0.3]);
         for theta in &rows {
             let rb = RowBases::new(&bs, theta);
             let upper = theta[0] > 0.0;
@@ -721,12 +717,7 @@ mod tests {
     fn quick_slopes_equal_the_rule_cell_by_cell() {
         use crate::bms::numerics::quadrature::gauss5_panels_nodes;
         let bs = bases();
-        let rows = [
-            vec![0.3, 0.8, 0.2, -0.15, 0.1, 0.05, 0.06, -0.04, 0.03],
-            vec![-2.5, -1.4, 0.5, 0.3, -0.2, 0.1, 0.9, -0.6, 0.4],
-            vec![1.7, 3.0, -0.05, 0.02, 0.0, 0.01, -2.0, 1.5, 0.2],
-        ];
-        for theta in &rows {
+        for theta in &mixed_rows() {
             let rb = RowBases::new(&bs, theta);
             let upper = theta[0] > 0.0;
             for a in [-9.0, -2.0, -0.3, 0.0, 0.7, 4.0, 12.0] {
