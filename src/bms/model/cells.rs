@@ -790,6 +790,7 @@ fn reach(lo: f64, hi: f64) -> Option<(f64, f64)> {
 /// the ordinary finite cells ([`series_moments`]), else the closed form and
 /// recurrence on affine cells where its running error bound allows, else
 /// adaptive Gauss-Kronrod.
+#[inline(always)]
 pub fn moments(eta: &Cubic, lo: f64, hi: f64) -> [f64; MOMENTS] {
     let part = reach(lo, hi);
     let (center, rho) = frame_of(part);

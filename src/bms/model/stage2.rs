@@ -17,6 +17,7 @@ use crate::bms::model::bundle::{RowKernelInputs, COEFF4};
 use crate::bms::model::calibration::cell_d;
 use crate::bms::model::cells::MOMENTS;
 use crate::bms::numerics::probit::log_ndtr_mills_curvature;
+use crate::dispatch::by_cpu;
 use crate::{Error, Result};
 
 /// Per-row outputs of Stage 2.
@@ -178,11 +179,23 @@ fn row(inp: &RowKernelInputs, i: usize) -> std::result::Result<(f64, Vec<f64>, V
     Ok((neglog, grad, hess))
 }
 
-/// The implicit function theorem for a_u and a_uv from the summed
-/// calibration derivatives (q row overridden), then the observed jets and
-/// the probit layer: the row's neglog, with its gradient and Hessian
-/// written into `grad` (r) and `hess` (r x r). Err(reason) when rejected.
-pub(crate) fn finish_row(
+by_cpu! {
+    /// The implicit function theorem for a_u and a_uv from the summed
+    /// calibration derivatives (q row overridden), then the observed jets
+    /// and the probit layer: the row's neglog, with its gradient and
+    /// Hessian written into `grad` (r) and `hess` (r x r). Err(reason) when
+    /// rejected. On the CPU's widest vectors (`dispatch`), the same bits on
+    /// any.
+    pub(crate) fn finish_row / finish_row_avx2 / finish_row_avx512(
+        s: &RowSums,
+        obs: &ObservedRow,
+        grad: &mut [f64],
+        hess: &mut [f64],
+    ) -> std::result::Result<f64, String> = finish_row_body
+}
+
+#[inline(always)]
+fn finish_row_body(
     s: &RowSums,
     obs: &ObservedRow,
     grad: &mut [f64],

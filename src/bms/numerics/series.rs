@@ -66,6 +66,7 @@ const INVERSES: [f64; MAX_TERMS + 1] = {
 /// in z - c, is `eta` (see the module docs), or None where the series is
 /// not accurate to `tol` of m_0 (each moment's error then within about
 /// tol rho^k m_0, the quadrature's shared tolerance).
+#[inline(always)]
 pub fn series_moments(eta: &Cubic, c: f64, rho: f64, tol: f64) -> Option<[f64; MOMENTS]> {
     let p = weight_exponent(eta, c, rho);
     // i p_i and |i p_i|, i = 1..6.
@@ -123,6 +124,7 @@ pub fn series_moments(eta: &Cubic, c: f64, rho: f64, tol: f64) -> Option<[f64; M
 
 /// P(u) = -((c + rho u)^2 + eta(c + rho u)^2) / 2 as coefficients p_0..p_6,
 /// eta a cubic in z - c.
+#[inline(always)]
 fn weight_exponent(eta: &Cubic, c: f64, rho: f64) -> [f64; 7] {
     let h = [eta[0], eta[1] * rho, eta[2] * (rho * rho), eta[3] * (rho * rho * rho)];
     let mut p = [0.0; 7];
