@@ -107,9 +107,18 @@ pub(crate) fn solve_root(bases: &Bases, theta: &[f64], row: usize) -> Result<f64
     solve_root_on(&RowBases::new(bases, theta), row)
 }
 
-/// [`solve_root`] on the row's bases (theta checked by the caller), for a
-/// caller that walks the row's cells again at the root.
-pub(crate) fn solve_root_on(rb: &RowBases, row: usize) -> Result<f64> {
+by_cpu! {
+    /// [`solve_root`] on the row's bases (theta checked by the caller), for
+    /// a caller that walks the row's cells again at the root. Compiled for
+    /// the CPU's widest vectors with the iteration and the quadrature's
+    /// bisection inlined (`dispatch`: their scalar control code takes a
+    /// tenth of a row, and the wider instruction set's three-operand forms
+    /// shorten it), the same bits on any.
+    pub(crate) fn solve_root_on / solve_root_on_avx2 / solve_root_on_avx512(rb: &RowBases, row: usize) -> Result<f64> = solve_root_on_body
+}
+
+#[inline(always)]
+fn solve_root_on_body(rb: &RowBases, row: usize) -> Result<f64> {
     let (q, b) = (rb.theta[0], rb.theta[1]);
     let a0 = rigid_intercept(q, b, rb.bases.s_f);
     if rb.theta[2..].iter().all(|v| *v == 0.0) {
@@ -217,6 +226,7 @@ struct Residual {
 /// E = exp(-(z^2 + eta^2)/2), the integrand carries Phi(+-eta) phi(z), A E
 /// and (AA - A^2 eta) E, whose integrals over 2 pi are F_a = sum D(A) and
 /// F_aa = sum D(AA) - Q(A, A).
+#[inline(always)]
 fn residual_and_slopes(rb: &RowBases, a: f64, rule: Rule) -> Residual {
     let q = rb.theta[0];
     let upper = q > 0.0;
@@ -281,7 +291,10 @@ fn quick_slopes_body(rb: &RowBases, a: f64, upper: bool) -> SlopeTotals {
         panels: 0,
     };
     let mut sums = QuickSums::default();
-    for (k, c) in rb.each_jet(a).enumerate() {
+    // A count, not `enumerate` (whose `next` stayed out of line).
+    let mut k = usize::MAX;
+    for c in rb.each_jet(a) {
+        k = k.wrapping_add(1);
         let (lo, hi) = (c.lo.max(-QUICK_CLIP), c.hi.min(QUICK_CLIP));
         if hi <= lo {
             continue;
@@ -401,6 +414,7 @@ const NEAR_FIRST: f64 = 2.0;
 /// so that the far ones, which took most of the bisections when each was
 /// held to its own size, are measured against nearly the whole row (and
 /// skipped where even their bounds are below its tolerance).
+#[inline(always)]
 fn adaptive_totals(rb: &RowBases, a: f64, upper: bool) -> SlopeTotals {
     let mut raw = [0.0; 3];
     for first in [true, false] {
@@ -421,6 +435,7 @@ fn adaptive_totals(rb: &RowBases, a: f64, upper: bool) -> SlopeTotals {
 /// One cell's three calibration integrals by the adaptive rule, its cubics
 /// taken about its [`local_center`], to the tolerances relative to at least
 /// `floor` (see [`adaptive_totals`]).
+#[inline(always)]
 fn adaptive_slopes(c: &CellJet, upper: bool, floor: [f64; 3]) -> [f64; 3] {
     let (l, r) = (c.lo.max(-Z_CLIP), c.hi.min(Z_CLIP));
     let center = local_center(&c.eta, l, r);
@@ -475,6 +490,7 @@ const QUICK_ITERS: usize = 8;
 /// adaptive iteration then starts at the root it finds. Where the quick
 /// iteration misbehaves otherwise (F_a <= 0, anything non-finite, a
 /// quick bracket that fails) it returns a0, as if it had not run.
+#[inline(always)]
 fn quick_seed(rb: &RowBases, a0: f64) -> f64 {
     let cap = first_step(a0);
     let mut a = a0;
@@ -501,6 +517,7 @@ fn quick_seed(rb: &RowBases, a0: f64) -> f64 {
 
 /// Halley's step from a, or Newton's where Halley's correction is far from
 /// one (F_aa is only a guide there); with L = F F_aa / F_a^2.
+#[inline(always)]
 fn halley_step(a: f64, f: f64, f_a: f64, f_aa: f64) -> (f64, f64) {
     let newton = f / f_a;
     let l = newton * f_aa / f_a;
@@ -525,6 +542,7 @@ const LOG_FAR: f64 = 4.0;
 /// F does), whose slope is F_a / mass, where the mass is beyond a factor
 /// LOG_FAR of its target; None elsewhere (or where the mass underflows).
 /// Its L is infinite: such a step never ends the iteration.
+#[inline(always)]
 fn tail_step(a: f64, r: &Residual) -> Option<(f64, f64)> {
     let ratio = r.mass / r.target;
     let far = !(1.0 / LOG_FAR..=LOG_FAR).contains(&ratio);
@@ -537,6 +555,7 @@ fn tail_step(a: f64, r: &Residual) -> Option<(f64, f64)> {
 
 /// The iteration's step from a, with its L: [`tail_step`]'s far out in a
 /// tail on the adaptive rule, [`halley_step`]'s otherwise.
+#[inline(always)]
 fn step_from(a: f64, r: &Residual, rule: Rule) -> (f64, f64) {
     let tail = match rule {
         Rule::Adaptive => tail_step(a, r),
@@ -556,6 +575,7 @@ fn step_from(a: f64, r: &Residual, rule: Rule) -> (f64, f64) {
 ///
 /// On the quick rule (`rule` Quick, a seed only) it stops at QUICK_STOP;
 /// on the adaptive one, steps far out in a tail are [`tail_step`]'s.
+#[inline(always)]
 fn newton(rb: &RowBases, a0: f64, row: usize, rule: Rule) -> Result<f64> {
     let stop = match rule {
         Rule::Adaptive => STEP_STOP,

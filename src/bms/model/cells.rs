@@ -126,6 +126,7 @@ impl Bases {
 
     /// eta = s_f (a + b z + b H + L), d eta/da = s_f (1 + L'), d2 eta/da2 =
     /// s_f L'' on one cell.
+    #[inline(always)]
     fn jet(&self, theta: &[f64], a: f64, p: &Pieces, lo: f64, hi: f64) -> CellJet {
         let (b, s_f) = (theta[1], self.s_f);
         let sf = |q: Cubic| poly_scale(&q, s_f);
@@ -180,6 +181,7 @@ pub(crate) struct CellEdges<'k> {
 
 impl CellEdges<'_> {
     /// Link knot k mapped to z, in increasing z.
+    #[inline(always)]
     fn mapped(&self, k: usize) -> f64 {
         let t = if self.b > 0.0 {
             self.link[k]
@@ -193,6 +195,7 @@ impl CellEdges<'_> {
 impl Iterator for CellEdges<'_> {
     type Item = (f64, f64);
 
+    #[inline(always)]
     fn next(&mut self) -> Option<(f64, f64)> {
         if self.done {
             return None;
@@ -475,19 +478,14 @@ impl<'a> RowBases<'a> {
 
     /// The jets of the cells [lo, hi] for which `keep(lo, hi)`, in
     /// increasing z (the others' cubics are not formed).
-    pub fn each_jet_where<'s>(
-        &'s self,
-        a: f64,
-        keep: impl Fn(f64, f64) -> bool + 's,
-    ) -> impl Iterator<Item = CellJet> + 's {
-        let mut hint = SegmentHint::default();
-        self.bases
-            .edges(self.theta[1], a)
-            .filter(move |(lo, hi)| keep(*lo, *hi))
-            .map(move |(lo, hi)| {
-                self.bases
-                    .jet(self.theta, a, &self.pieces(a, lo, hi, &mut hint), lo, hi)
-            })
+    pub fn each_jet_where<'s, K: Fn(f64, f64) -> bool>(&'s self, a: f64, keep: K) -> Jets<'s, 'a, K> {
+        Jets {
+            rb: self,
+            a,
+            edges: self.bases.edges(self.theta[1], a),
+            hint: SegmentHint::default(),
+            keep,
+        }
     }
 
     /// [`Bases::cells`] of this row at intercept a.
@@ -504,6 +502,33 @@ impl<'a> RowBases<'a> {
     #[inline(always)]
     pub fn cell_parts(&self, a: f64, lo: f64, hi: f64, hint: &mut SegmentHint, out: &mut CellParts) {
         self.bases.cell_parts_with(self, a, lo, hi, hint, out)
+    }
+}
+
+/// [`RowBases::each_jet_where`]'s iterator: a struct whose `next` is
+/// inlined into the dispatched callers (`dispatch`), where the adapters'
+/// closures (filter, map, enumerate) had stayed out of line, baseline code.
+pub(crate) struct Jets<'s, 'a, K> {
+    rb: &'s RowBases<'a>,
+    a: f64,
+    edges: CellEdges<'s>,
+    hint: SegmentHint,
+    keep: K,
+}
+
+impl<K: Fn(f64, f64) -> bool> Iterator for Jets<'_, '_, K> {
+    type Item = CellJet;
+
+    #[inline(always)]
+    fn next(&mut self) -> Option<CellJet> {
+        loop {
+            let (lo, hi) = self.edges.next()?;
+            if (self.keep)(lo, hi) {
+                let (rb, a) = (self.rb, self.a);
+                let p = rb.pieces(a, lo, hi, &mut self.hint);
+                return Some(rb.bases.jet(rb.theta, a, &p, lo, hi));
+            }
+        }
     }
 }
 

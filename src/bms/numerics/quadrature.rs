@@ -241,6 +241,7 @@ fn sum_rule<const N: usize, const L: usize, const K: usize>(
 /// [4, 40] spends four levels reaching it). The nearest panel is popped first.
 /// They are pushed onto `out`, filled in place: returned by value, the
 /// stack's 1.4 KB were copied at every call (1.6% of a CPU row evaluation).
+#[inline(always)]
 fn initial_panels(a: f64, b: f64, out: &mut Panels) {
     let (edges, k, right) = initial_edges(a, b);
     for e in edges[..=k].windows(2).rev() {
@@ -251,6 +252,7 @@ fn initial_panels(a: f64, b: f64, out: &mut Panels) {
 /// The edges of [`initial_panels`] from the end nearest 0 outwards: the
 /// panels are the windows of `edges[..=k]`, each (lo, hi) as is where
 /// `right`, reversed otherwise.
+#[inline(always)]
 pub(crate) fn initial_edges(a: f64, b: f64) -> ([f64; MAX_INITIAL + 1], usize, bool) {
     let mut edges = [0.0; MAX_INITIAL + 1];
     if b - a <= 2.0 || (a < 0.0 && b > 0.0) {
@@ -469,6 +471,7 @@ pub fn adaptive_bounded_nodes<const N: usize>(
 /// calibration's short cells took half again the panels on 15 nodes that
 /// they took on 21); held to the whole, the 15-point rule takes no more
 /// panels than the 21-point one.
+#[inline(always)]
 pub fn adaptive_bounded_nodes_from<const N: usize>(
     a: f64,
     b: f64,
@@ -506,6 +509,7 @@ impl<const N: usize> Tolerance<N> {
 }
 
 /// The adaptive bisection with the panel rule `gk` applied to f's nodes.
+#[inline(always)]
 fn adaptive_rule_nodes<const N: usize, const L: usize, const K: usize>(
     a: f64,
     b: f64,
@@ -528,6 +532,7 @@ fn adaptive_rule_nodes<const N: usize, const L: usize, const K: usize>(
 type PanelSums<const N: usize> = ([f64; N], [f64; N], [f64; N]);
 
 /// The adaptive bisection of [`adaptive_bounded`] over a panel rule.
+#[inline(always)]
 fn adaptive_panels<const N: usize>(
     a: f64,
     b: f64,
@@ -584,6 +589,7 @@ fn adaptive_panels<const N: usize>(
 
 /// Whether the panel [lo, hi], away from 0, cannot matter (see
 /// [`adaptive_bounded`]).
+#[inline(always)]
 fn negligible<const N: usize>(
     lo: f64,
     hi: f64,
