@@ -132,6 +132,7 @@ impl Sums {
 
     /// The calibration derivatives with the q-row override (F_q = -mu_1,
     /// F_qq = -mu_2, F_aq = F_qv = 0), into `out`.
+    #[inline(always)]
     fn derivatives(&self, q: f64, out: &mut RowSums) {
         let (r, kappa) = (self.r, 1.0 / (2.0 * PI));
         let phi = norm_pdf(q);
@@ -275,7 +276,7 @@ impl BmsModel {
                         hess,
                     };
                     self.theta_into(data, beta, i, &mut theta);
-                    if let Err(e) = self.fused_row(data, &theta, i, &mut scratch, out) {
+                    if let Err(e) = fused_row(self, data, &theta, i, &mut scratch, out) {
                         return Some(e);
                     }
                 }
@@ -315,47 +316,68 @@ impl BmsModel {
                 grad,
                 hess,
             };
-            if self.fused_row(data, theta, first + k, &mut scratch, out).is_err() {
+            if fused_row(self, data, theta, first + k, &mut scratch, out).is_err() {
                 *neglog = f64::NAN;
             }
         }
     }
+}
 
+by_cpu! {
     /// Row i at its coordinates theta: its intercept, cells and moments
-    /// summed as they come, and Stage 2's finish.
-    fn fused_row(&self, data: &BmsData, theta: &[f64], i: usize, scratch: &mut Scratch, out: RowOut) -> Result<()> {
-        self.bases.check_theta(theta)?;
-        let Scratch {
-            combinations,
-            observed: o,
-            observed_bases,
-            work: s,
-        } = scratch;
-        let rb = combinations.row(&self.bases, theta);
-        let a = solve_root_on(&rb, i)?;
-        sum_cells(&rb, a, s);
-        let f_a = s.sums.d[0] / (2.0 * PI);
-        if !(f_a.is_finite() && f_a > 0.0 && a.is_finite()) {
-            let reason = format!("F_a = {f_a:e} at a = {a:e}: must be finite and > 0");
-            return Err(Error::RowRejected { row: i, reason });
-        }
-        s.sums.finish();
-        s.sums.derivatives(theta[0], &mut s.row);
-        let (z, y, w) = (data.z[i], data.y[i], data.weights[i]);
-        self.bases.observed_into(theta, a, z, observed_bases, o);
-        let obs = ObservedRow {
-            e: o.e,
-            chi: o.chi,
-            xi: o.xi,
-            rho: &o.rho,
-            tau: &o.tau,
-            r_uv: &o.r_uv,
-            y,
-            weights: w,
-        };
-        *out.neglog =
-            finish_row(&s.row, &obs, out.grad, out.hess).map_err(|reason| Error::RowRejected { row: i, reason })?;
-        *out.intercept = a;
-        Ok(())
+    /// summed as they come, and Stage 2's finish. On the CPU's widest
+    /// vectors (`dispatch`) with its glue inlined (the calibration, the cell
+    /// walk and the finish dispatch on their own), the same bits on any.
+    fn fused_row / fused_row_avx2 / fused_row_avx512(
+        model: &BmsModel,
+        data: &BmsData,
+        theta: &[f64],
+        i: usize,
+        scratch: &mut Scratch,
+        out: RowOut,
+    ) -> Result<()> = fused_row_body
+}
+
+#[inline(always)]
+fn fused_row_body(
+    model: &BmsModel,
+    data: &BmsData,
+    theta: &[f64],
+    i: usize,
+    scratch: &mut Scratch,
+    out: RowOut,
+) -> Result<()> {
+    model.bases.check_theta(theta)?;
+    let Scratch {
+        combinations,
+        observed: o,
+        observed_bases,
+        work: s,
+    } = scratch;
+    let rb = combinations.row(&model.bases, theta);
+    let a = solve_root_on(&rb, i)?;
+    sum_cells(&rb, a, s);
+    let f_a = s.sums.d[0] / (2.0 * PI);
+    if !(f_a.is_finite() && f_a > 0.0 && a.is_finite()) {
+        let reason = format!("F_a = {f_a:e} at a = {a:e}: must be finite and > 0");
+        return Err(Error::RowRejected { row: i, reason });
     }
+    s.sums.finish();
+    s.sums.derivatives(theta[0], &mut s.row);
+    let (z, y, w) = (data.z[i], data.y[i], data.weights[i]);
+    model.bases.observed_into(theta, a, z, observed_bases, o);
+    let obs = ObservedRow {
+        e: o.e,
+        chi: o.chi,
+        xi: o.xi,
+        rho: &o.rho,
+        tau: &o.tau,
+        r_uv: &o.r_uv,
+        y,
+        weights: w,
+    };
+    *out.neglog =
+        finish_row(&s.row, &obs, out.grad, out.hess).map_err(|reason| Error::RowRejected { row: i, reason })?;
+    *out.intercept = a;
+    Ok(())
 }
