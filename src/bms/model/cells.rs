@@ -283,19 +283,6 @@ impl Coefs {
             c[u] = v;
         }
     }
-
-    /// Every cubic about `center`: [`shift_cubic`]'s operations, so its
-    /// bits, a coefficient at a time.
-    #[inline(always)]
-    fn shift(&mut self, center: f64) {
-        let [c0, c1, c2, c3] = &mut self.c;
-        let rows = c0.iter_mut().zip(c1.iter_mut()).zip(c2.iter_mut()).zip(c3.iter());
-        for (((p0, p1), p2), p3) in rows {
-            let p = [*p0, *p1, *p2, *p3];
-            let s = 3.0 * center * p[3];
-            (*p0, *p1, *p2) = (poly_eval(&p, center), (s + 2.0 * p[2]) * center + p[1], s + p[2]);
-        }
-    }
 }
 
 impl Bases {
@@ -343,16 +330,82 @@ impl Bases {
     }
 }
 
-impl CellParts {
-    /// Every cubic taken about `center` ([`shift_cubic`]; nothing at 0).
+/// Columns of a cell's raw block ([`RawCell`]): d eta/da, d eta/db, 1 and
+/// z, then up to four score and four link B-splines.
+pub(crate) const RAW_COLUMNS: usize = 12;
+
+/// One cell's cubics over the row's raw functions, for the fused
+/// evaluation's sums (`fused`), all in x = z - center (the cell's
+/// [`moment_center`]). Every d eta/d theta_u is a fixed combination of
+/// them: the score warp's u = s_f b (Bh_j - alpha_j - gamma_j z), the
+/// link's s_f (Bw_j(t) - alpha_j - gamma_j t) with t = a + b z, so the
+/// cell's Q block and D sums are formed over 4 + 4 + 4 columns whatever
+/// p_h and p_w, and the row's over theta once, at its end.
+#[derive(Clone, Debug, Default)]
+pub(crate) struct RawCell {
+    pub lo: f64,
+    pub hi: f64,
+    pub center: f64,
+    /// eta.
+    pub eta: Cubic,
+    /// `v[p][k]`: coefficient p of column k (zero columns past a block's
+    /// width).
+    pub v: [[f64; RAW_COLUMNS]; 4],
+    /// d2 eta/da2, d2 eta/da db and the explicit d2 eta/db2.
+    pub aa: Cubic,
+    pub ab: Cubic,
+    pub bb: Cubic,
+    /// Bw_j'(t) for the link block's functions.
+    pub w1: [Cubic; 4],
+    /// The first function of the score and link blocks.
+    pub score_first: usize,
+    pub link_first: usize,
+}
+
+impl RowBases<'_> {
+    /// The [`RawCell`] of [lo, hi] at intercept a (`hint` as for
+    /// [`RowBases::cell_parts`]).
     #[inline(always)]
-    pub fn shift(&mut self, center: f64) {
-        if center == 0.0 {
-            return;
+    pub(crate) fn raw_cell(&self, a: f64, lo: f64, hi: f64, hint: &mut SegmentHint, out: &mut RawCell) {
+        let (b, s_f) = (self.theta[1], self.bases.s_f);
+        let p = self.pieces(a, lo, hi, hint);
+        let jet = self.bases.jet(self.theta, a, &p, lo, hi);
+        let c = moment_center(lo, hi);
+        let sf = |q: Cubic| poly_scale(&q, s_f);
+        let z = [0.0, 1.0, 0.0, 0.0];
+        (out.lo, out.hi, out.center, out.eta) = (lo, hi, c, jet.eta);
+        out.aa = shift_cubic(&jet.aa, c);
+        out.ab = shift_cubic(&sf(poly_times_z(&p.l2)), c);
+        out.bb = shift_cubic(&sf(poly_times_z(&poly_times_z(&p.l2))), c);
+        let mut cols = [[0.0; 4]; RAW_COLUMNS];
+        cols[0] = shift_cubic(&jet.a, c);
+        cols[1] = shift_cubic(&sf(poly_add(&poly_add(&z, &p.h), &poly_times_z(&p.l1))), c);
+        cols[2] = [1.0, 0.0, 0.0, 0.0];
+        cols[3] = [c, 1.0, 0.0, 0.0];
+        out.score_first = 0;
+        if let (Some(basis), Some(seg)) = (&self.bases.score, p.score_seg) {
+            let block = basis.raw_block(seg);
+            out.score_first = block.first;
+            for (col, q) in cols[4..8].iter_mut().zip(&block.pieces) {
+                *col = shift_cubic(q, c);
+            }
         }
-        self.eta = shift_cubic(&self.eta, center);
-        for p in [&mut self.v, &mut self.ar, &mut self.s1] {
-            p.shift(center);
+        out.link_first = 0;
+        out.w1 = [[0.0; 4]; 4];
+        if let (Some(basis), Some(seg)) = (&self.bases.link, p.link_seg) {
+            let block = basis.raw_block(seg);
+            out.link_first = block.first;
+            // t = (a + b c) + b x: composed in the cell's frame at once.
+            let t0 = a + b * c;
+            for ((col, w1), q) in cols[8..].iter_mut().zip(&mut out.w1).zip(&block.pieces) {
+                *col = poly_compose_affine(q, t0, b);
+                *w1 = poly_compose_affine(&poly_deriv(q), t0, b);
+            }
+        }
+        for (k, col) in cols.iter().enumerate() {
+            for (p, v) in col.iter().enumerate() {
+                out.v[p][k] = *v;
+            }
         }
     }
 }
@@ -495,13 +548,6 @@ impl<'a> RowBases<'a> {
             .into_iter()
             .map(|(lo, hi)| self.bases.cell_with(self, a, lo, hi))
             .collect()
-    }
-
-    /// [`CellParts`] of the cell [lo, hi] at intercept a (`hint` carries
-    /// the segments from the cell before, in increasing z).
-    #[inline(always)]
-    pub fn cell_parts(&self, a: f64, lo: f64, hi: f64, hint: &mut SegmentHint, out: &mut CellParts) {
-        self.bases.cell_parts_with(self, a, lo, hi, hint, out)
     }
 }
 

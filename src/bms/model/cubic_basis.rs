@@ -65,6 +65,26 @@ pub struct CubicBasis {
     pieces: Vec<Vec<Cubic>>,
     /// Row-major `dim x dim` integrated squared second derivative.
     penalty: Vec<f64>,
+    /// `raw[s]`: the raw B-splines on segment s, before the projection (see
+    /// [`RawBlock`]).
+    raw: Vec<RawBlock>,
+    /// Each function's linear part `alpha_j + gamma_j x` as `[alpha_j,
+    /// gamma_j]`: `pieces[s][j] = B_j - (alpha_j + gamma_j x)`.
+    linear: Vec<[f64; 2]>,
+}
+
+/// The raw (unprojected) B-splines that can be non-zero on one segment: the
+/// `width` functions from `first` (width = min(4, dim), the same for every
+/// segment), as global monomials, zero where a function vanishes (all of
+/// them outside the knots). A projected function is its raw piece less its
+/// linear part, so sums over the projected functions follow from sums over
+/// these, which are four a segment instead of dim (`fused`).
+#[derive(Clone, Debug, PartialEq)]
+pub struct RawBlock {
+    /// The first function of the block.
+    pub first: usize,
+    /// B_{first + k} on the segment, k < width (zero past it).
+    pub pieces: [Cubic; 4],
 }
 
 /// The integral of a polynomial (any degree, coefficients in x) over [a, b].
@@ -147,7 +167,15 @@ impl CubicBasis {
             })
             .collect();
         let penalty = second_derivative_gram(&knots, &pieces);
-        Ok(Self { knots, pieces, penalty })
+        let raw = raw_blocks(&knots, &raw);
+        let linear = linear.iter().map(|p| [p[0], p[1]]).collect();
+        Ok(Self {
+            knots,
+            pieces,
+            penalty,
+            raw,
+            linear,
+        })
     }
 
     /// `dim` functions on `dim + 4` equally spaced knots spanning [lo, hi].
@@ -205,6 +233,19 @@ impl CubicBasis {
     pub fn segment(&self, s: usize) -> &[Cubic] {
         &self.pieces[s]
     }
+    /// The raw B-splines on segment s ([`RawBlock`]).
+    #[inline(always)]
+    pub fn raw_block(&self, s: usize) -> &RawBlock {
+        &self.raw[s]
+    }
+    /// How many functions every [`RawBlock`] holds: min(4, dim).
+    pub fn raw_width(&self) -> usize {
+        self.dim().min(4)
+    }
+    /// Each function's linear part `[alpha_j, gamma_j]` (see `linear`).
+    pub fn linear_parts(&self) -> &[[f64; 2]] {
+        &self.linear
+    }
     /// sum_j beta_j f_j on segment s.
     pub fn combine(&self, s: usize, beta: &[f64]) -> Cubic {
         self.pieces[s]
@@ -226,6 +267,30 @@ impl CubicBasis {
     pub fn penalty(&self) -> &[f64] {
         &self.penalty
     }
+}
+
+/// The [`RawBlock`] of every segment (0 and knots.len() lie outside the
+/// knots: zero pieces), from the raw pieces of each knot interval.
+fn raw_blocks(t: &[f64], raw: &[Vec<Cubic>]) -> Vec<RawBlock> {
+    let dim = raw[0].len();
+    let width = dim.min(4);
+    (0..=t.len())
+        .map(|s| {
+            let mut block = RawBlock {
+                first: 0,
+                pieces: [[0.0; 4]; 4],
+            };
+            if (1..t.len()).contains(&s) {
+                // Interval i = s - 1 carries B_{i-3}..B_i (those below dim).
+                let i = s - 1;
+                block.first = i.saturating_sub(3).min(dim - width);
+                for k in 0..width {
+                    block.pieces[k] = raw[i][block.first + k];
+                }
+            }
+            block
+        })
+        .collect()
 }
 
 /// Each B-spline's L2 projection onto {1, x} over the knot range, as the
@@ -352,6 +417,50 @@ mod tests {
                 i1 += f * x * h;
             }
             assert!(i0.abs() < 1e-7 && i1.abs() < 1e-7, "j = {j}: {i0} {i1}");
+        }
+    }
+
+    /// The raw blocks against the Cox-de Boor recursion (an independent
+    /// B-spline) at points of every segment, and every projected function
+    /// as its raw piece less its linear part; on bases of 1 to 9 functions
+    /// (blocks narrower than four included).
+    #[test]
+    fn raw_blocks_are_the_bsplines_and_the_pieces_less_their_linear_parts() {
+        let all = knots();
+        for len in 5..=all.len() + 4 {
+            let t: Vec<f64> = (0..len)
+                .map(|k| -3.0 + 6.5 * k as f64 / (len - 1) as f64 + 0.01 * (k * k) as f64)
+                .collect();
+            let b = CubicBasis::new(t.clone()).unwrap();
+            let (dim, width) = (b.dim(), b.raw_width());
+            assert_eq!(width, dim.min(4));
+            for s in 0..b.segments() {
+                let block = b.raw_block(s);
+                assert!(block.first + width <= dim, "len {len} segment {s}");
+                // A point inside segment s (the outer ones open-ended).
+                let x = match s {
+                    0 => t[0] - 0.7,
+                    s if s == t.len() => t[t.len() - 1] + 0.7,
+                    s => 0.5 * (t[s - 1] + t[s]),
+                };
+                for j in 0..dim {
+                    let in_block = (block.first..block.first + width).contains(&j);
+                    let raw = if in_block {
+                        poly_eval(&block.pieces[j - block.first], x)
+                    } else {
+                        0.0
+                    };
+                    let inside = (t[0]..t[t.len() - 1]).contains(&x);
+                    let want = if inside { bspline(&t, j, 3, x) } else { 0.0 };
+                    assert!((raw - want).abs() < 1e-12, "len {len} s {s} j {j}: {raw} vs {want}");
+                    let [alpha, gamma] = b.linear_parts()[j];
+                    let projected = poly_eval(&b.segment(s)[j], x);
+                    assert!(
+                        (projected - (raw - alpha - gamma * x)).abs() < 1e-12,
+                        "len {len} s {s} j {j}"
+                    );
+                }
+            }
         }
     }
 

@@ -10,21 +10,27 @@
 //!
 //! with `V = (A, R_1, ..., R_{r-1})` a cell's cubics (d eta/da in the q
 //! slot, which the q-row override never reads), `M_{pq} = T_{p+q}` its
-//! Hankel matrix of `T_n = kappa sum_e C_e m_{e+n}`, and `W = M V`, every
-//! `Q(V_k, V_l) = V_k . W_l`, so that the row's Q is one product V^T W over
-//! all its cells (faer), where the double sums took 32 flops a term. It
-//! gives `Q(A, A)`, `Q(A, R_u)` and `Q(R_u, R_v)` at once. The results agree
-//! with the bundle path to rounding (the tests hold them to 1e-12 of each
-//! row's largest entry, 1e-11 at r = 64).
+//! Hankel matrix of `T_n = kappa sum_e C_e m_{e+n}`, every
+//! `Q(V_k, V_l) = V_k . M V_l`. The cubics are not formed over theta: every
+//! R_u is a fixed combination of the row's r + 2 raw functions (d eta/da,
+//! d eta/db, 1, z, the raw score B-splines Bh_j(z) and link B-splines
+//! Bw_j(a + b z); the bases' functions are B-splines less their linear
+//! parts), of which a cell carries at most 12 (four B-splines of each
+//! basis), so each cell adds a 12 x 12 block of `Q` and 12 D sums over
+//! the raw functions ([`RawCell`]) where over theta it had added r x r
+//! and r (both x 4 flops), and the row's sums over theta are formed once
+//! from them ([`Sums::finish`]). The results agree with the bundle path to
+//! rounding (the tests hold them to 1e-12 of each row's largest entry,
+//! 1e-11 at r = 64).
 
-use faer::linalg::matmul::matmul;
-use faer::{Accum, MatMut, MatRef, Par};
 use rayon::prelude::*;
 
 use crate::bms::model::calibration::solve_root_on;
 use crate::bms::model::cells::{
-    moment_center, moments, CellParts, Coefs, Combinations, Observed, ObservedBases, RowBases, SegmentHint, MOMENTS,
+    moments, shift_cubic, Bases, Combinations, Observed, ObservedBases, RawCell, RowBases, SegmentHint, MOMENTS,
+    RAW_COLUMNS,
 };
+use crate::bms::model::cubic_basis::Cubic;
 use crate::bms::model::stage2::{finish_row, ObservedRow, RowSums};
 use crate::bms::numerics::probit::norm_pdf;
 use crate::bms::{BmsData, BmsModel, RowEvaluation};
@@ -36,98 +42,206 @@ use std::f64::consts::PI;
 /// Rows a parallel task evaluates with one set of buffers.
 const BLOCK_ROWS: usize = 32;
 
-/// The per-cell sums of one row, before the q-row override.
+/// The per-cell sums of one row, before the q-row override: summed over
+/// the row's raw functions ([`RawCell`]) cell by cell, then formed over
+/// theta once ([`Sums::finish`]).
 struct Sums {
     r: usize,
+    p_h: usize,
+    /// The row length of `qr` (and length of `dv`): r + 2 and a block's
+    /// four more, so that every cell adds whole four-wide blocks (a
+    /// narrower basis's columns past its width are zero, and add zeros).
+    stride: usize,
     /// D(V_k): F_a (k = 0), F_u.
     d: Vec<f64>,
     /// D(AR_k): D(AA) (k = 0), D(AR_u).
     e: Vec<f64>,
     /// D(S_1v), the explicit d2 eta/db d theta_v (v >= 1).
     s1: Vec<f64>,
-    /// Every cell's V, 4 rows a cell (row 4c + p holds coefficient p of
-    /// V_0..V_{r-1}), and W = M V in the same layout.
-    v: Vec<f64>,
-    w: Vec<f64>,
-    /// The entries of `v` and `w` this row's cells fill.
-    used: usize,
-    /// Q(V_k, V_l) = sum over cells of V_k . W_l, r x r.
+    /// Q(V_k, V_l), r x r.
     q: Vec<f64>,
+    /// D of the r + 2 raw functions (d eta/da, d eta/db, 1, z, Bh_j,
+    /// Bw_j(t)), and Q between them ((r + 2) x (r + 2), symmetric).
+    dv: Vec<f64>,
+    qr: Vec<f64>,
+    /// D(AA), D(AB) and the explicit D(BB).
+    dense: [f64; 3],
+    /// D(Bw_j'(t)) and D(z Bw_j'(t)).
+    dw1: Vec<f64>,
+    dzw1: Vec<f64>,
+    /// G^T Q_raw, r x (r + 2).
+    y: Vec<f64>,
+    /// Each theta coordinate's combination ([`Sums::combination`]), and
+    /// its g, c1 and cz apart.
+    comb: Vec<(usize, f64, f64, f64)>,
+    g: Vec<f64>,
+    c1: Vec<f64>,
+    cz: Vec<f64>,
 }
 
 impl Sums {
-    fn new(r: usize) -> Self {
+    fn new(bases: &Bases) -> Self {
+        let (r, p_h, p_w) = (bases.r(), bases.p_h(), bases.p_w());
+        let n = r + 2;
         Self {
             r,
+            p_h,
+            stride: n + 4,
             d: vec![0.0; r],
             e: vec![0.0; r],
             s1: vec![0.0; r],
-            v: Vec::new(),
-            w: Vec::new(),
-            used: 0,
             q: vec![0.0; r * r],
+            dv: vec![0.0; n + 4],
+            qr: vec![0.0; (n + 4) * (n + 4)],
+            dense: [0.0; 3],
+            dw1: vec![0.0; p_w + 4],
+            dzw1: vec![0.0; p_w + 4],
+            y: vec![0.0; n * r],
+            comb: vec![(0, 0.0, 0.0, 0.0); r],
+            g: vec![0.0; r],
+            c1: vec![0.0; r],
+            cz: vec![0.0; r],
         }
     }
 
     fn clear(&mut self) {
-        for v in [&mut self.d, &mut self.e, &mut self.s1] {
+        for v in [&mut self.dv, &mut self.qr, &mut self.dw1, &mut self.dzw1] {
             v.fill(0.0);
         }
-        self.used = 0;
+        self.dense = [0.0; 3];
     }
 
-    /// Add one cell with moments m: its D sums, and its V and W rows for
-    /// [`Sums::finish`].
+    /// Add one cell with moments m: D of its raw columns and their Q block
+    /// `V^T M V` (M the cell's Hankel matrix of T_n), into the row's raw
+    /// sums at the columns' places.
     #[inline(always)]
-    fn add(&mut self, c: &CellParts, m: &[f64; MOMENTS]) {
+    fn add(&mut self, c: &RawCell, m: &[f64; MOMENTS]) {
         // Every sum here leaves out D's and T's factor 1/(2 pi), applied
-        // once a row in `derivatives` instead of 67 divisions a cell.
+        // once a row in `derivatives`.
+        let eta = shift_cubic(&c.eta, c.center);
         let mut t = [0.0; 7];
         for (n, tn) in t.iter_mut().enumerate() {
-            *tn = c.eta[0] * m[n] + c.eta[1] * m[n + 1] + c.eta[2] * m[n + 2] + c.eta[3] * m[n + 3];
+            *tn = eta[0] * m[n] + eta[1] * m[n + 1] + eta[2] * m[n + 2] + eta[3] * m[n + 3];
         }
-        // D(p) = sum_k p_k m_k for every cubic u at once (vectors over u).
-        let dots = |out: &mut [f64], p: &Coefs| {
-            let [p0, p1, p2, p3] = &p.c;
-            let terms = out.iter_mut().zip(p0).zip(p1).zip(p2).zip(p3);
-            for ((((o, p0), p1), p2), p3) in terms {
-                *o += p0 * m[0] + p1 * m[1] + p2 * m[2] + p3 * m[3];
+        let v = &c.v;
+        let mut dcol = [0.0; RAW_COLUMNS];
+        let mut w = [[0.0; RAW_COLUMNS]; 4];
+        for k in 0..RAW_COLUMNS {
+            dcol[k] = v[0][k] * m[0] + v[1][k] * m[1] + v[2][k] * m[2] + v[3][k] * m[3];
+            for (p, wp) in w.iter_mut().enumerate() {
+                wp[k] = t[p] * v[0][k] + t[p + 1] * v[1][k] + t[p + 2] * v[2][k] + t[p + 3] * v[3][k];
             }
-        };
-        dots(&mut self.d, &c.v);
-        dots(&mut self.e, &c.ar);
-        dots(&mut self.s1, &c.s1);
-        // V's rows are the cell's coefficient rows as they are; W's
-        // (W = M V) are formed from them. The buffers only grow (zeroed
-        // once, for a row with more cells than any before).
-        let (r, at) = (self.r, self.used);
-        self.used += 4 * r;
-        if self.v.len() < self.used {
-            self.v.resize(self.used, 0.0);
-            self.w.resize(self.used, 0.0);
         }
-        let [v0, v1, v2, v3] = &c.v.c;
-        let rows = self.v[at..self.used]
-            .chunks_exact_mut(r)
-            .zip(self.w[at..self.used].chunks_exact_mut(r));
-        for (p, (vp, wp)) in rows.enumerate() {
-            vp.copy_from_slice(&c.v.c[p]);
-            let (t0, t1, t2, t3) = (t[p], t[p + 1], t[p + 2], t[p + 3]);
-            let terms = wp.iter_mut().zip(v0).zip(v1).zip(v2).zip(v3);
-            for ((((w, a), b), c), d) in terms {
-                *w = t0 * a + t1 * b + t2 * c + t3 * d;
+        // (local column, raw index, width) of the dense four and the blocks,
+        // in increasing raw index: Q's upper blocks (raw i <= j) are summed,
+        // the lower ones mirrored once a row (`finish`).
+        let ns = self.stride;
+        let blocks = [(0, 0), (4, 4 + c.score_first), (8, 4 + self.p_h + c.link_first)];
+        for (bi, &(li, gi)) in blocks.iter().enumerate() {
+            for x in 0..4 {
+                let i = li + x;
+                self.dv[gi + x] += dcol[i];
+                let row = &mut self.qr[(gi + x) * ns..(gi + x + 1) * ns];
+                for &(lj, gj) in &blocks[bi..] {
+                    let (row, w0, w1, w2, w3) = (
+                        &mut row[gj..gj + 4],
+                        &w[0][lj..lj + 4],
+                        &w[1][lj..lj + 4],
+                        &w[2][lj..lj + 4],
+                        &w[3][lj..lj + 4],
+                    );
+                    for y in 0..4 {
+                        row[y] += v[0][i] * w0[y] + v[1][i] * w1[y] + v[2][i] * w2[y] + v[3][i] * w3[y];
+                    }
+                }
             }
+        }
+        let d = |p: &Cubic| p[0] * m[0] + p[1] * m[1] + p[2] * m[2] + p[3] * m[3];
+        for (s, p) in self.dense.iter_mut().zip([&c.aa, &c.ab, &c.bb]) {
+            *s += d(p);
+        }
+        // z Bw_j' = (center + x) Bw_j' in the cell's frame.
+        let at = c.link_first;
+        for (k, p) in c.w1.iter().enumerate() {
+            let dp = d(p);
+            self.dw1[at + k] += dp;
+            self.dzw1[at + k] += c.center * dp + (p[0] * m[1] + p[1] * m[2] + p[2] * m[3] + p[3] * m[4]);
         }
     }
 
-    /// Q = V^T W over all the row's cells, one small matrix product (faer
-    /// picks the CPU's widest vectors at run time).
-    fn finish(&mut self) {
-        let (r, rows) = (self.r, self.used / self.r);
-        let v = MatRef::from_row_major_slice(&self.v[..self.used], rows, r);
-        let w = MatRef::from_row_major_slice(&self.w[..self.used], rows, r);
-        let q = MatMut::from_row_major_slice_mut(&mut self.q, r, r);
-        matmul(q, Accum::Replace, v.transpose(), w, 1.0, Par::Seq);
+    /// D, AR, S_1 and Q over theta from the raw sums: d eta/d theta_u is
+    /// `g_u raw_u + c1_u 1 + cz_u z` ([`Sums::combination`]).
+    #[inline(always)]
+    fn finish(&mut self, bases: &Bases, theta: &[f64], a: f64) {
+        let (r, n, ns) = (self.r, self.r + 2, self.stride);
+        // Q_raw's lower triangle from its upper (cells sum the blocks i <= j;
+        // within a diagonal block both halves are summed, the upper kept).
+        for i in 0..n {
+            for j in 0..i {
+                self.qr[i * ns + j] = self.qr[j * ns + i];
+            }
+        }
+        for u in 0..r {
+            let c = self.combination(bases, theta, a, u);
+            self.comb[u] = c;
+            (self.g[u], self.c1[u], self.cz[u]) = (c.1, c.2, c.3);
+        }
+        let comb = &self.comb;
+        // Y^T = G^T Q_raw, row u (Q_raw symmetric: its row pu is its column).
+        let (q1, qz) = (&self.qr[2 * ns..2 * ns + n], &self.qr[3 * ns..3 * ns + n]);
+        for (u, &(pu, g, c1, cz)) in comb.iter().enumerate() {
+            let qu = &self.qr[pu * ns..pu * ns + n];
+            let yu = &mut self.y[u * n..(u + 1) * n];
+            for (((y, qu), q1), qz) in yu.iter_mut().zip(qu).zip(q1).zip(qz) {
+                *y = g * qu + c1 * q1 + cz * qz;
+            }
+        }
+        // Q = Y^T G, row l: the raw indices of theta's coordinates 2.. run
+        // on (4..), so the row is a vector loop past its first two.
+        let (g, c1, cz) = (&self.g, &self.c1, &self.cz);
+        for l in 0..r {
+            let yl = &self.y[l * n..(l + 1) * n];
+            let ql = &mut self.q[l * r..(l + 1) * r];
+            for (k, (pk, ..)) in comb.iter().enumerate() {
+                ql[k] = g[k] * yl[*pk] + c1[k] * yl[2] + cz[k] * yl[3];
+            }
+        }
+        let dv = &self.dv;
+        for (u, &(pu, g, c1, cz)) in comb.iter().enumerate() {
+            self.d[u] = g * dv[pu] + c1 * dv[2] + cz * dv[3];
+        }
+        let s_f = bases.s_f;
+        (self.e[0], self.e[1], self.s1[0], self.s1[1]) = (self.dense[0], self.dense[1], 0.0, self.dense[2]);
+        for (j, lin) in bases.score.iter().flat_map(|b| b.linear_parts()).enumerate() {
+            let u = 2 + j;
+            self.e[u] = 0.0;
+            self.s1[u] = s_f * (dv[u + 2] - lin[0] * dv[2] - lin[1] * dv[3]);
+        }
+        for (j, lin) in bases.link.iter().flat_map(|b| b.linear_parts()).enumerate() {
+            let u = 2 + self.p_h + j;
+            self.e[u] = s_f * (self.dw1[j] - lin[1] * dv[2]);
+            self.s1[u] = s_f * (self.dzw1[j] - lin[1] * dv[3]);
+        }
+    }
+
+    /// Theta coordinate u as (raw index, g, c1, cz): d eta/d theta_u = g
+    /// raw + c1 1 + cz z; the score warp's s_f b (Bh_j - alpha_j - gamma_j
+    /// z), the link's s_f (Bw_j(t) - alpha_j - gamma_j (a + b z)).
+    #[inline(always)]
+    fn combination(&self, bases: &Bases, theta: &[f64], a: f64, u: usize) -> (usize, f64, f64, f64) {
+        let (b, s_f, p_h) = (theta[1], bases.s_f, self.p_h);
+        match u {
+            0 | 1 => (u, 1.0, 0.0, 0.0),
+            u if u < 2 + p_h => {
+                let [al, ga] = bases.score.as_ref().map_or([0.0; 2], |s| s.linear_parts()[u - 2]);
+                let g = s_f * b;
+                (u + 2, g, -g * al, -g * ga)
+            }
+            u => {
+                let [al, ga] = bases.link.as_ref().map_or([0.0; 2], |l| l.linear_parts()[u - 2 - p_h]);
+                (u + 2, s_f, -s_f * (al + ga * a), -s_f * ga * b)
+            }
+        }
     }
 
     /// The calibration derivatives with the q-row override (F_q = -mu_1,
@@ -169,11 +283,9 @@ fn sum_cells_body(rb: &RowBases, a: f64, s: &mut Work) {
     s.sums.clear();
     let mut hint = SegmentHint::default();
     for (lo, hi) in rb.bases.edges(rb.theta[1], a) {
-        rb.cell_parts(a, lo, hi, &mut hint, &mut s.cell);
+        rb.raw_cell(a, lo, hi, &mut hint, &mut s.cell);
         // Moments and cubics about the cell's centre (see moment_center).
-        let c = moment_center(lo, hi);
         let m = moments(&s.cell.eta, lo, hi);
-        s.cell.shift(c);
         s.sums.add(&s.cell, &m);
     }
 }
@@ -191,20 +303,21 @@ struct Scratch {
 
 /// Stage 2's buffers.
 struct Work {
-    cell: CellParts,
+    cell: RawCell,
     sums: Sums,
     row: RowSums,
 }
 
 impl Scratch {
-    fn new(r: usize) -> Self {
+    fn new(bases: &Bases) -> Self {
+        let r = bases.r();
         Self {
             combinations: Combinations::default(),
             observed: Observed::default(),
             observed_bases: ObservedBases::default(),
             work: Work {
-                cell: CellParts::default(),
-                sums: Sums::new(r),
+                cell: RawCell::default(),
+                sums: Sums::new(bases),
                 row: RowSums {
                     f_a: 0.0,
                     f_aa: 0.0,
@@ -261,7 +374,7 @@ impl BmsModel {
             .zip(hess.par_chunks_mut(BLOCK_ROWS * r * r))
             .enumerate()
             .filter_map(|(block, (((neglog, intercept), grad), hess))| {
-                let (mut scratch, mut theta) = (Scratch::new(r), Vec::with_capacity(r));
+                let (mut scratch, mut theta) = (Scratch::new(&self.bases), Vec::with_capacity(r));
                 let rows = neglog
                     .iter_mut()
                     .zip(intercept.iter_mut())
@@ -302,7 +415,7 @@ impl BmsModel {
         hess: &mut [f64],
     ) {
         let r = self.bases.r();
-        let mut scratch = Scratch::new(r);
+        let mut scratch = Scratch::new(&self.bases);
         let rows = theta
             .chunks_exact(r)
             .zip(neglog.iter_mut())
@@ -357,12 +470,12 @@ fn fused_row_body(
     let rb = combinations.row(&model.bases, theta);
     let a = solve_root_on(&rb, i)?;
     sum_cells(&rb, a, s);
-    let f_a = s.sums.d[0] / (2.0 * PI);
+    let f_a = s.sums.dv[0] / (2.0 * PI);
     if !(f_a.is_finite() && f_a > 0.0 && a.is_finite()) {
         let reason = format!("F_a = {f_a:e} at a = {a:e}: must be finite and > 0");
         return Err(Error::RowRejected { row: i, reason });
     }
-    s.sums.finish();
+    s.sums.finish(&model.bases, theta, a);
     s.sums.derivatives(theta[0], &mut s.row);
     let (z, y, w) = (data.z[i], data.y[i], data.weights[i]);
     model.bases.observed_into(theta, a, z, observed_bases, o);
