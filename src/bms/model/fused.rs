@@ -137,21 +137,20 @@ impl Sums {
         // the lower ones mirrored once a row (`finish`).
         let ns = self.stride;
         let blocks = [(0, 0), (4, 4 + c.score_first), (8, 4 + self.p_h + c.link_first)];
+        // W's four-column blocks, as fixed-size arrays (whole vectors).
+        let wb: [[[f64; 4]; 4]; 3] =
+            std::array::from_fn(|b| std::array::from_fn(|p| std::array::from_fn(|y| w[p][4 * b + y])));
         for (bi, &(li, gi)) in blocks.iter().enumerate() {
             for x in 0..4 {
                 let i = li + x;
                 self.dv[gi + x] += dcol[i];
+                let vi = [v[0][i], v[1][i], v[2][i], v[3][i]];
                 let row = &mut self.qr[(gi + x) * ns..(gi + x + 1) * ns];
-                for &(lj, gj) in &blocks[bi..] {
-                    let (row, w0, w1, w2, w3) = (
-                        &mut row[gj..gj + 4],
-                        &w[0][lj..lj + 4],
-                        &w[1][lj..lj + 4],
-                        &w[2][lj..lj + 4],
-                        &w[3][lj..lj + 4],
-                    );
+                for (bj, &(_, gj)) in blocks.iter().enumerate().skip(bi) {
+                    let [w0, w1, w2, w3] = &wb[bj];
+                    let dst: &mut [f64; 4] = (&mut row[gj..gj + 4]).try_into().expect("four columns");
                     for y in 0..4 {
-                        row[y] += v[0][i] * w0[y] + v[1][i] * w1[y] + v[2][i] * w2[y] + v[3][i] * w3[y];
+                        dst[y] += vi[0] * w0[y] + vi[1] * w1[y] + vi[2] * w2[y] + vi[3] * w3[y];
                     }
                 }
             }
