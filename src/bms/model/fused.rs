@@ -69,8 +69,9 @@ struct Sums {
     /// D(Bw_j'(t)) and D(z Bw_j'(t)).
     dw1: Vec<f64>,
     dzw1: Vec<f64>,
-    /// G^T Q_raw, r x (r + 2).
-    y: Vec<f64>,
+    /// Q_raw(raw_u, 1) and Q_raw(raw_u, z) for each theta coordinate u.
+    a1: Vec<f64>,
+    az: Vec<f64>,
     /// Each theta coordinate's combination ([`Sums::combination`]), and
     /// its g, c1 and cz apart.
     comb: Vec<(usize, f64, f64, f64)>,
@@ -96,7 +97,8 @@ impl Sums {
             dense: [0.0; 3],
             dw1: vec![0.0; p_w + 4],
             dzw1: vec![0.0; p_w + 4],
-            y: vec![0.0; n * r],
+            a1: vec![0.0; r],
+            az: vec![0.0; r],
             comb: vec![(0, 0.0, 0.0, 0.0); r],
             g: vec![0.0; r],
             c1: vec![0.0; r],
@@ -172,37 +174,40 @@ impl Sums {
     /// `g_u raw_u + c1_u 1 + cz_u z` ([`Sums::combination`]).
     #[inline(always)]
     fn finish(&mut self, bases: &Bases, theta: &[f64], a: f64) {
-        let (r, n, ns) = (self.r, self.r + 2, self.stride);
-        // Q_raw's lower triangle from its upper (cells sum the blocks i <= j;
-        // within a diagonal block both halves are summed, the upper kept).
-        for i in 0..n {
-            for j in 0..i {
-                self.qr[i * ns + j] = self.qr[j * ns + i];
-            }
-        }
+        let (r, ns) = (self.r, self.stride);
         for u in 0..r {
             let c = self.combination(bases, theta, a, u);
             self.comb[u] = c;
             (self.g[u], self.c1[u], self.cz[u]) = (c.1, c.2, c.3);
         }
-        let comb = &self.comb;
-        // Y^T = G^T Q_raw, row u (Q_raw symmetric: its row pu is its column).
-        let (q1, qz) = (&self.qr[2 * ns..2 * ns + n], &self.qr[3 * ns..3 * ns + n]);
-        for (u, &(pu, g, c1, cz)) in comb.iter().enumerate() {
-            let qu = &self.qr[pu * ns..pu * ns + n];
-            let yu = &mut self.y[u * n..(u + 1) * n];
-            for (((y, qu), q1), qz) in yu.iter_mut().zip(qu).zip(q1).zip(qz) {
-                *y = g * qu + c1 * q1 + cz * qz;
-            }
+        let (comb, g, c1, cz, qr) = (&self.comb, &self.g, &self.c1, &self.cz, &self.qr);
+        // Q_raw is summed in its upper triangle (raw i <= j). With
+        // a_u = Q_raw(raw_u, 1) and b_u = Q_raw(raw_u, z), Q over theta's
+        // upper triangle (k <= l, so raw_k <= raw_l) is
+        // g_k g_l Q_raw(raw_k, raw_l) + g_k (c1_l a_k + cz_l b_k)
+        //   + g_l (c1_k a_l + cz_k b_l) + the 1 and z terms.
+        let upper = |i: usize, j: usize| qr[i.min(j) * ns + i.max(j)];
+        for (u, &(pu, ..)) in comb.iter().enumerate() {
+            (self.a1[u], self.az[u]) = (upper(pu, 2), upper(pu, 3));
         }
-        // Q = Y^T G, row l: the raw indices of theta's coordinates 2.. run
-        // on (4..), so the row is a vector loop past its first two.
-        let (g, c1, cz) = (&self.g, &self.c1, &self.cz);
-        for l in 0..r {
-            let yl = &self.y[l * n..(l + 1) * n];
-            let ql = &mut self.q[l * r..(l + 1) * r];
-            for (k, (pk, ..)) in comb.iter().enumerate() {
-                ql[k] = g[k] * yl[*pk] + c1[k] * yl[2] + cz[k] * yl[3];
+        let (a1, az) = (&self.a1, &self.az);
+        let (r11, r1z, rzz) = (upper(2, 2), upper(2, 3), upper(3, 3));
+        for (k, &(pk, gk, c1k, czk)) in comb.iter().enumerate() {
+            let row = &qr[pk * ns..(pk + 1) * ns];
+            let q = &mut self.q[k * r..(k + 1) * r];
+            let entry = |l: usize, raw: f64| {
+                gk * g[l] * raw
+                    + gk * (c1[l] * a1[k] + cz[l] * az[k])
+                    + g[l] * (c1k * a1[l] + czk * az[l])
+                    + (c1k * c1[l] * r11 + (c1k * cz[l] + czk * c1[l]) * r1z + czk * cz[l] * rzz)
+            };
+            // theta's coordinates 0 and 1 are raw 0 and 1, the rest raw
+            // l + 2: a vector loop past the first two.
+            for l in k..2 {
+                q[l] = entry(l, row[l]);
+            }
+            for l in k.max(2)..r {
+                q[l] = entry(l, row[l + 2]);
             }
         }
         let dv = &self.dv;
