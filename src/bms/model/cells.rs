@@ -237,12 +237,12 @@ pub(crate) struct SegmentHint {
     link: Option<usize>,
 }
 
-/// One cell's cubics in the fused evaluation's order (`fused`): `v` holds
-/// d eta/da then d eta/d theta_u for u = 1..r-1 (index 0 stands for a, since
-/// the q row is overridden), `ar` d2 eta/da2 then d2 eta/da d theta_u, and
-/// `s1` the explicit d2 eta/db d theta_v (index 0 unused). The same
-/// operations as [`Bases::cells`], so the same bits, into buffers that live
-/// as long as a row block instead of seven allocations a cell.
+/// One cell's cubics over theta, what [`Bases::cells`]' cells (the bundle
+/// path's) are built from: `v` holds d eta/da then d eta/d theta_u for
+/// u = 1..r-1 (index 0 stands for a, since the q row is overridden), `ar`
+/// d2 eta/da2 then d2 eta/da d theta_u, and `s1` the explicit d2 eta/db
+/// d theta_v (index 0 unused). The fused evaluation sums over the raw
+/// functions instead ([`RawCell`]).
 #[derive(Clone, Debug, Default)]
 pub(crate) struct CellParts {
     pub lo: f64,
@@ -253,9 +253,7 @@ pub(crate) struct CellParts {
     pub s1: Coefs,
 }
 
-/// r cubics stored by coefficient: `c[p][u]` is coefficient p of cubic u,
-/// so that the fused evaluation's loops over u (the shift, the D sums, the
-/// rows of V and W) run on whole vectors.
+/// r cubics stored by coefficient: `c[p][u]` is coefficient p of cubic u.
 #[derive(Clone, Debug, Default)]
 pub(crate) struct Coefs {
     pub c: [Vec<f64>; 4],
@@ -303,8 +301,7 @@ impl Bases {
         };
         let sf = |q: Cubic| poly_scale(&q, s_f);
         let z = [0.0, 1.0, 0.0, 0.0];
-        // Written in place (no iterator extends), so the loops compile into
-        // the caller's vector code (`fused::sum_cells`).
+        // Written in place (no iterator extends).
         for buf in [&mut out.v, &mut out.ar, &mut out.s1] {
             buf.resize(r);
         }
