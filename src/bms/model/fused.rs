@@ -61,7 +61,8 @@ struct Sums {
     /// Q(V_k, V_l), r x r.
     q: Vec<f64>,
     /// D of the r + 2 raw functions (d eta/da, d eta/db, 1, z, Bh_j,
-    /// Bw_j(t)), and Q between them ((r + 2) x (r + 2), symmetric).
+    /// Bw_j(t)), and Q between them: its upper triangle (raw i <= j)
+    /// summed, rows `stride` apart (entries below it are not kept).
     dv: Vec<f64>,
     qr: Vec<f64>,
     /// D(AA), D(AB) and the explicit D(BB).
