@@ -73,9 +73,7 @@ struct Sums {
     /// Q_raw(raw_u, 1) and Q_raw(raw_u, z) for each theta coordinate u.
     a1: Vec<f64>,
     az: Vec<f64>,
-    /// Each theta coordinate's combination ([`Sums::combination`]), and
-    /// its g, c1 and cz apart.
-    comb: Vec<(usize, f64, f64, f64)>,
+    /// Each theta coordinate's combination ([`Sums::combination`]).
     g: Vec<f64>,
     c1: Vec<f64>,
     cz: Vec<f64>,
@@ -100,7 +98,6 @@ impl Sums {
             dzw1: vec![0.0; p_w + 4],
             a1: vec![0.0; r],
             az: vec![0.0; r],
-            comb: vec![(0, 0.0, 0.0, 0.0); r],
             g: vec![0.0; r],
             c1: vec![0.0; r],
             cz: vec![0.0; r],
@@ -177,23 +174,22 @@ impl Sums {
     fn finish(&mut self, bases: &Bases, theta: &[f64], a: f64) {
         let (r, ns) = (self.r, self.stride);
         for u in 0..r {
-            let c = self.combination(bases, theta, a, u);
-            self.comb[u] = c;
-            (self.g[u], self.c1[u], self.cz[u]) = (c.1, c.2, c.3);
+            (self.g[u], self.c1[u], self.cz[u]) = self.combination(bases, theta, a, u);
         }
-        let (comb, g, c1, cz, qr) = (&self.comb, &self.g, &self.c1, &self.cz, &self.qr);
+        let (g, c1, cz, qr) = (&self.g, &self.c1, &self.cz, &self.qr);
         // Q_raw is summed in its upper triangle (raw i <= j). With
         // a_u = Q_raw(raw_u, 1) and b_u = Q_raw(raw_u, z), Q over theta's
         // upper triangle (k <= l, so raw_k <= raw_l) is
         // g_k g_l Q_raw(raw_k, raw_l) + g_k (c1_l a_k + cz_l b_k)
         //   + g_l (c1_k a_l + cz_k b_l) + the 1 and z terms.
         let upper = |i: usize, j: usize| qr[i.min(j) * ns + i.max(j)];
-        for (u, &(pu, ..)) in comb.iter().enumerate() {
-            (self.a1[u], self.az[u]) = (upper(pu, 2), upper(pu, 3));
+        for u in 0..r {
+            (self.a1[u], self.az[u]) = (upper(raw_index(u), 2), upper(raw_index(u), 3));
         }
         let (a1, az) = (&self.a1, &self.az);
         let (r11, r1z, rzz) = (upper(2, 2), upper(2, 3), upper(3, 3));
-        for (k, &(pk, gk, c1k, czk)) in comb.iter().enumerate() {
+        for k in 0..r {
+            let (gk, c1k, czk, pk) = (g[k], c1[k], cz[k], raw_index(k));
             let row = &qr[pk * ns..(pk + 1) * ns];
             let q = &mut self.q[k * r..(k + 1) * r];
             let entry = |l: usize, raw: f64| {
@@ -202,8 +198,8 @@ impl Sums {
                     + g[l] * (c1k * a1[l] + czk * az[l])
                     + (c1k * c1[l] * r11 + (c1k * cz[l] + czk * c1[l]) * r1z + czk * cz[l] * rzz)
             };
-            // theta's coordinates 0 and 1 are raw 0 and 1, the rest raw
-            // l + 2: a vector loop past the first two.
+            // raw_index(l): l for theta's coordinates 0 and 1, then l + 2,
+            // so a vector loop past the first two.
             for l in k..2 {
                 q[l] = entry(l, row[l]);
             }
@@ -212,8 +208,8 @@ impl Sums {
             }
         }
         let dv = &self.dv;
-        for (u, &(pu, g, c1, cz)) in comb.iter().enumerate() {
-            self.d[u] = g * dv[pu] + c1 * dv[2] + cz * dv[3];
+        for u in 0..r {
+            self.d[u] = g[u] * dv[raw_index(u)] + c1[u] * dv[2] + cz[u] * dv[3];
         }
         let s_f = bases.s_f;
         (self.e[0], self.e[1], self.s1[0], self.s1[1]) = (self.dense[0], self.dense[1], 0.0, self.dense[2]);
@@ -229,22 +225,23 @@ impl Sums {
         }
     }
 
-    /// Theta coordinate u as (raw index, g, c1, cz): d eta/d theta_u = g
-    /// raw + c1 1 + cz z; the score warp's s_f b (Bh_j - alpha_j - gamma_j
-    /// z), the link's s_f (Bw_j(t) - alpha_j - gamma_j (a + b z)).
+    /// Theta coordinate u as (g, c1, cz): d eta/d theta_u = g
+    /// raw_{raw_index(u)} + c1 1 + cz z; the score warp's s_f b (Bh_j -
+    /// alpha_j - gamma_j z), the link's s_f (Bw_j(t) - alpha_j - gamma_j
+    /// (a + b z)).
     #[inline(always)]
-    fn combination(&self, bases: &Bases, theta: &[f64], a: f64, u: usize) -> (usize, f64, f64, f64) {
+    fn combination(&self, bases: &Bases, theta: &[f64], a: f64, u: usize) -> (f64, f64, f64) {
         let (b, s_f, p_h) = (theta[1], bases.s_f, self.p_h);
         match u {
-            0 | 1 => (u, 1.0, 0.0, 0.0),
+            0 | 1 => (1.0, 0.0, 0.0),
             u if u < 2 + p_h => {
                 let [al, ga] = bases.score.as_ref().map_or([0.0; 2], |s| s.linear_parts()[u - 2]);
                 let g = s_f * b;
-                (u + 2, g, -g * al, -g * ga)
+                (g, -g * al, -g * ga)
             }
             u => {
                 let [al, ga] = bases.link.as_ref().map_or([0.0; 2], |l| l.linear_parts()[u - 2 - p_h]);
-                (u + 2, s_f, -s_f * (al + ga * a), -s_f * ga * b)
+                (s_f, -s_f * (al + ga * a), -s_f * ga * b)
             }
         }
     }
@@ -271,6 +268,18 @@ impl Sums {
                 out.f_uv[u * r + v] = kappa * (explicit - self.q[u * r + v]);
             }
         }
+    }
+}
+
+/// The raw function of theta coordinate u: d eta/da and d eta/db (0, 1),
+/// then past the raw 1 and z (2, 3) the score and link B-splines in
+/// theta's order.
+#[inline(always)]
+fn raw_index(u: usize) -> usize {
+    if u < 2 {
+        u
+    } else {
+        u + 2
     }
 }
 
