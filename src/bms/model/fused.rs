@@ -149,9 +149,13 @@ impl Sums {
                 for (bj, &(_, gj)) in blocks.iter().enumerate().skip(bi) {
                     let [w0, w1, w2, w3] = &wb[bj];
                     let dst: &mut [f64; 4] = (&mut row[gj..gj + 4]).try_into().expect("four columns");
-                    for y in 0..4 {
-                        dst[y] += vi[0] * w0[y] + vi[1] * w1[y] + vi[2] * w2[y] + vi[3] * w3[y];
+                    // Lane by lane in the sum's order (((v0 w0 + v1 w1) +
+                    // v2 w2) + v3 w3) + dst: whole vectors, not 4 scalars.
+                    let mut t: [f64; 4] = std::array::from_fn(|y| vi[0] * w0[y]);
+                    for (vp, wp) in vi[1..].iter().zip([w1, w2, w3]) {
+                        t = std::array::from_fn(|y| t[y] + vp * wp[y]);
                     }
+                    *dst = std::array::from_fn(|y| dst[y] + t[y]);
                 }
             }
         }
