@@ -20,11 +20,11 @@
 use std::f64::consts::PI;
 
 use crate::bms::model::cells::{local_center, Bases, Cell, CellJet, RowBases, Z_CLIP};
-use crate::bms::model::cubic_basis::poly_eval;
+use crate::bms::model::cubic_basis::{poly_eval, Cubic};
 use crate::bms::numerics::nodes;
 use crate::bms::numerics::probit::{cdf_pdf_and_gauss, inv_sqrt_2pi, norm_cdf, norm_sf};
 use crate::bms::numerics::quadrature::{
-    abs_poly, adaptive_bounded, adaptive_bounded_nodes_from, gauss5, initial_edges, nearest, radius,
+    abs_poly, adaptive_bounded, adaptive_bounded_nodes_from, gauss3, gauss5, initial_edges, nearest, radius,
 };
 use crate::dispatch::by_cpu;
 use crate::{Error, Result};
@@ -151,7 +151,7 @@ fn first_step(a0: f64) -> f64 {
 fn bracket(rb: &RowBases, a0: f64, f0: f64, row: usize, rule: Rule) -> Result<(f64, f64)> {
     let f = |a: f64| match rule {
         Rule::Adaptive => residual(rb.theta[0], &rb.jets(a)),
-        Rule::Quick => residual_and_slopes(rb, a, Rule::Quick).f,
+        Rule::Quick | Rule::Rough => residual_and_slopes(rb, a, rule).f,
     };
     let dir = if f0 < 0.0 { 1.0 } else { -1.0 };
     let (mut near, mut step) = (a0, first_step(a0));
@@ -203,11 +203,14 @@ const SLOPE_TOL: f64 = 1e-9;
 const HALLEY_LIMIT: f64 = 1.0;
 
 /// How F, F_a and F_aa are integrated over one cell: the adaptive rule at
-/// the calibration's tolerances, or the quick rule that only seeds it.
+/// the calibration's tolerances, or the quick rule that only seeds it (5
+/// Gauss points a panel), or the rough one that takes the seed's first
+/// step (3 points: see [`quick_seed`]).
 #[derive(Clone, Copy)]
 enum Rule {
     Adaptive,
     Quick,
+    Rough,
 }
 
 /// F, F_a and F_aa at one a, with the tail mass F compares: `mass` is the
@@ -232,7 +235,8 @@ fn residual_and_slopes(rb: &RowBases, a: f64, rule: Rule) -> Residual {
     let upper = q > 0.0;
     let SlopeTotals { mass, f_a, f_aa } = match rule {
         Rule::Adaptive => adaptive_totals(rb, a, upper),
-        Rule::Quick => quick_slopes(rb, a, upper),
+        Rule::Quick => quick_slopes(rb, a, upper, gauss5()),
+        Rule::Rough => quick_slopes(rb, a, upper, gauss3()),
     };
     let target = if upper { norm_sf(q) } else { norm_cdf(q) };
     let f = if upper { target - mass } else { mass - target };
@@ -263,31 +267,44 @@ impl SlopeTotals {
     }
 }
 
-/// Panels whose 5 nodes the quick rule evaluates side by side, and so
-/// nodes a batch.
-const QUICK_BATCH: usize = 8;
-const QUICK_NODES: usize = 5 * QUICK_BATCH;
+/// Nodes the quick rule evaluates side by side: the nodes of as many
+/// whole panels as fit (8 of 5 nodes, 13 of 3).
+const QUICK_NODES: usize = 40;
+
+/// A panel's nodes are formed in a vector of this many lanes (K <= 8), so
+/// a batch holds this many slots past its nodes.
+const QUICK_LANES: usize = 8;
+const QUICK_SLOTS: usize = QUICK_NODES + QUICK_LANES;
 
 by_cpu! {
-    /// The quick rule's mass, F_a and F_aa at a: the 5-point Gauss rule on
-    /// each of every cell's first panels (within QUICK_CLIP), the panels'
-    /// nodes evaluated QUICK_BATCH panels at a time (5 nodes a panel filled
-    /// a vector of 8 one panel at a time), then summed panel by panel and
-    /// cell by cell in the order and with the operations of
-    /// `gauss5_panels_nodes` on `nodes::Slopes`, so with their bits.
-    fn quick_slopes / quick_slopes_avx2 / quick_slopes_avx512(rb: &RowBases, a: f64, upper: bool) -> SlopeTotals = quick_slopes_body
+    /// The quick rule's mass, F_a and F_aa at a: the K-point Gauss rule
+    /// `(x, w)` on each of every cell's first panels (within QUICK_CLIP),
+    /// the panels' nodes evaluated QUICK_NODES / K panels at a time (5 nodes
+    /// a panel filled a vector of 8 one panel at a time), then summed panel
+    /// by panel and cell by cell in the order and with the operations of
+    /// `gauss5_panels_nodes` on `nodes::Slopes`, so with their bits where
+    /// K = 5.
+    fn quick_slopes / quick_slopes_avx2 / quick_slopes_avx512<const K: usize>(
+        rb: &RowBases,
+        a: f64,
+        upper: bool,
+        rule: &([f64; K], [f64; K]),
+    ) -> SlopeTotals = quick_slopes_body
 }
 
 #[inline(always)]
-fn quick_slopes_body(rb: &RowBases, a: f64, upper: bool) -> SlopeTotals {
-    let (x, w) = gauss5();
+fn quick_slopes_body<const K: usize>(rb: &RowBases, a: f64, upper: bool, rule: &([f64; K], [f64; K])) -> SlopeTotals {
+    let (x, w) = rule;
+    // The panel's K nodes in a vector of 8 (the spare lanes are written past
+    // the panel, then overwritten by the next one's or never read).
+    let x8: [f64; QUICK_LANES] = std::array::from_fn(|i| if i < K { x[i] } else { 0.0 });
     let mut batch = QuickBatch {
-        z: [0.0; QUICK_NODES],
-        e: [0.0; QUICK_NODES],
-        d1: [0.0; QUICK_NODES],
-        d2: [0.0; QUICK_NODES],
-        half: [0.0; QUICK_BATCH],
-        cell: [0; QUICK_BATCH],
+        z: [0.0; QUICK_SLOTS],
+        e: [0.0; QUICK_SLOTS],
+        d1: [0.0; QUICK_SLOTS],
+        d2: [0.0; QUICK_SLOTS],
+        half: [0.0; QUICK_NODES],
+        cell: [0; QUICK_NODES],
         panels: 0,
     };
     let mut sums = QuickSums::default();
@@ -303,18 +320,17 @@ fn quick_slopes_body(rb: &RowBases, a: f64, upper: bool) -> SlopeTotals {
         for e in edges[..=n].windows(2) {
             let (pl, ph) = if right { (e[0], e[1]) } else { (e[1], e[0]) };
             let (mid, half) = (0.5 * (pl + ph), 0.5 * (ph - pl));
-            let at = 5 * batch.panels;
-            for (i, xi) in x.iter().enumerate() {
-                // Slopes' cubics at z - center, center 0: z itself.
-                let z = mid + half * xi;
-                batch.z[at + i] = z;
-                batch.e[at + i] = poly_eval(&c.eta, z - 0.0);
-                batch.d1[at + i] = poly_eval(&c.a, z - 0.0);
-                batch.d2[at + i] = poly_eval(&c.aa, z - 0.0);
-            }
+            let at = K * batch.panels;
+            let z: [f64; QUICK_LANES] = std::array::from_fn(|i| mid + half * x8[i]);
+            // Slopes' cubics at z - center, center 0: z itself.
+            let at_nodes = |p: &Cubic| -> [f64; QUICK_LANES] { std::array::from_fn(|i| poly_eval(p, z[i] - 0.0)) };
+            batch.z[at..at + QUICK_LANES].copy_from_slice(&z);
+            batch.e[at..at + QUICK_LANES].copy_from_slice(&at_nodes(&c.eta));
+            batch.d1[at..at + QUICK_LANES].copy_from_slice(&at_nodes(&c.a));
+            batch.d2[at..at + QUICK_LANES].copy_from_slice(&at_nodes(&c.aa));
             (batch.half[batch.panels], batch.cell[batch.panels]) = (half, k);
             batch.panels += 1;
-            if batch.panels == QUICK_BATCH {
+            if batch.panels == QUICK_NODES / K {
                 batch.sum_into(&mut sums, w, upper);
             }
         }
@@ -324,14 +340,15 @@ fn quick_slopes_body(rb: &RowBases, a: f64, upper: bool) -> SlopeTotals {
     sums.totals
 }
 
-/// Up to QUICK_BATCH panels' nodes with their cubics' values.
+/// Up to QUICK_NODES / K panels' nodes with their cubics' values (the
+/// slots past QUICK_NODES are the last panel's spare lanes).
 struct QuickBatch {
-    z: [f64; QUICK_NODES],
-    e: [f64; QUICK_NODES],
-    d1: [f64; QUICK_NODES],
-    d2: [f64; QUICK_NODES],
-    half: [f64; QUICK_BATCH],
-    cell: [usize; QUICK_BATCH],
+    z: [f64; QUICK_SLOTS],
+    e: [f64; QUICK_SLOTS],
+    d1: [f64; QUICK_SLOTS],
+    d2: [f64; QUICK_SLOTS],
+    half: [f64; QUICK_NODES],
+    cell: [usize; QUICK_NODES],
     panels: usize,
 }
 
@@ -339,9 +356,9 @@ impl QuickBatch {
     /// The integrands at the batch's nodes (`nodes::slopes`' operations),
     /// summed into `sums` panel by panel; the batch is then empty.
     #[inline(always)]
-    fn sum_into(&mut self, sums: &mut QuickSums, w: &[f64; 5], upper: bool) {
+    fn sum_into<const K: usize>(&mut self, sums: &mut QuickSums, w: &[f64; K], upper: bool) {
         let mut out = [[0.0; QUICK_NODES]; 3];
-        if nodes::all_near(&self.e) {
+        if nodes::all_near(&self.e[..QUICK_NODES]) {
             self.values::<false>(upper, &mut out);
         } else {
             self.values::<true>(upper, &mut out);
@@ -350,7 +367,7 @@ impl QuickBatch {
             sums.enter(self.cell[p]);
             for (i, wi) in w.iter().enumerate() {
                 for (sum, out) in sums.cell.iter_mut().zip(&out) {
-                    *sum += wi * self.half[p] * out[5 * p + i];
+                    *sum += wi * self.half[p] * out[K * p + i];
                 }
             }
         }
@@ -364,7 +381,12 @@ impl QuickBatch {
     #[inline(always)]
     fn values<const FAR: bool>(&self, upper: bool, out: &mut [[f64; QUICK_NODES]; 3]) {
         let [o0, o1, o2] = out;
-        let at = self.e.iter().zip(&self.d1).zip(&self.d2).zip(&self.z);
+        let n = QUICK_NODES;
+        let at = self.e[..n]
+            .iter()
+            .zip(&self.d1[..n])
+            .zip(&self.d2[..n])
+            .zip(&self.z[..n]);
         let outs = o0.iter_mut().zip(o1.iter_mut()).zip(o2.iter_mut());
         for ((((e, d1), d2), z), ((o0, o1), o2)) in at.zip(outs) {
             [*o0, *o1, *o2] = nodes::slope_values::<FAR>(*e, *d1, *d2, *z, upper);
@@ -482,8 +504,17 @@ const QUICK_ITERS: usize = 8;
 /// A seed for the adaptive iteration: Halley's method from a0 on F, F_a, F_aa
 /// taken with one 5-point Gauss rule a panel (the adaptive rule's first
 /// panels, no error test), a twentieth of an adaptive evaluation's integrand
-/// values. The adaptive iteration then usually ends after one evaluation
-/// (its first step is below STEP_STOP). A step further from a0 than the
+/// values; the first step, from a0, is on the 3-point rule (`Rule::Rough`,
+/// three fifths of the cost), and a quick step always follows it. The
+/// adaptive iteration then usually ends after one evaluation (its first
+/// step is below STEP_STOP): at the seed shape a row took two quick
+/// evaluations before and takes a rough and a quick one now, with one
+/// adaptive evaluation either way (also at r = 42 and 64, and at 1.5 times
+/// the generator's coefficients); a 2-point first step put a second
+/// adaptive evaluation on 14% of the r = 64 rows. The device takes its
+/// first step on the quick rule (kernels/bms_stage1/calibration.cuh): the
+/// two seeds differ within the quick rule's error, and both roots within
+/// STEP_STOP's bound. A step further from a0 than the
 /// bracket's first step (the root lies far from the rigid value, as when
 /// the link deviates a lot) hands over to [`newton`] on the quick rule,
 /// which brackets from a0 as the adaptive iteration would, only cheaply; the
@@ -494,8 +525,9 @@ const QUICK_ITERS: usize = 8;
 fn quick_seed(rb: &RowBases, a0: f64) -> f64 {
     let cap = first_step(a0);
     let mut a = a0;
-    for _ in 0..QUICK_ITERS {
-        let Residual { f, f_a, f_aa, .. } = residual_and_slopes(rb, a, Rule::Quick);
+    for k in 0..QUICK_ITERS {
+        let rule = if k == 0 { Rule::Rough } else { Rule::Quick };
+        let Residual { f, f_a, f_aa, .. } = residual_and_slopes(rb, a, rule);
         if !f.is_finite() || f_a.is_nan() || f_a <= 0.0 {
             return a0;
         }
@@ -506,7 +538,9 @@ fn quick_seed(rb: &RowBases, a0: f64) -> f64 {
         if (next - a0).abs() > cap {
             return newton(rb, a0, 0, Rule::Quick).unwrap_or(a0);
         }
-        let done = (next - a).abs() <= QUICK_STOP * (1.0 + a.abs());
+        // The rough step's error is its rule's, not Halley's (cubic in the
+        // step): a quick evaluation always follows it.
+        let done = k > 0 && (next - a).abs() <= QUICK_STOP * (1.0 + a.abs());
         a = next;
         if done {
             break;
@@ -559,7 +593,7 @@ fn tail_step(a: f64, r: &Residual) -> Option<(f64, f64)> {
 fn step_from(a: f64, r: &Residual, rule: Rule) -> (f64, f64) {
     let tail = match rule {
         Rule::Adaptive => tail_step(a, r),
-        Rule::Quick => None,
+        Rule::Quick | Rule::Rough => None,
     };
     tail.unwrap_or_else(|| halley_step(a, r.f, r.f_a, r.f_aa))
 }
@@ -579,7 +613,7 @@ fn step_from(a: f64, r: &Residual, rule: Rule) -> (f64, f64) {
 fn newton(rb: &RowBases, a0: f64, row: usize, rule: Rule) -> Result<f64> {
     let stop = match rule {
         Rule::Adaptive => STEP_STOP,
-        Rule::Quick => QUICK_STOP,
+        Rule::Quick | Rule::Rough => QUICK_STOP,
     };
     let mut r = residual_and_slopes(rb, a0, rule);
     if !r.f.is_finite() {
@@ -755,14 +789,62 @@ mod tests {
                 }
                 let want = [mass, f_a, f_aa].map(f64::to_bits);
                 let bits = |t: SlopeTotals| [t.mass, t.f_a, t.f_aa].map(f64::to_bits);
-                assert_eq!(bits(quick_slopes(&rb, a, upper)), want, "theta {theta:?}, a = {a}");
-                let got = quick_slopes_body(&rb, a, upper);
+                let rule = gauss5();
+                assert_eq!(
+                    bits(quick_slopes(&rb, a, upper, rule)),
+                    want,
+                    "theta {theta:?}, a = {a}"
+                );
+                let got = quick_slopes_body(&rb, a, upper, rule);
                 assert_eq!(bits(got), want, "baseline: theta {theta:?}, a = {a}");
                 #[cfg(target_arch = "x86_64")]
                 if std::is_x86_feature_detected!("avx2") {
                     // SAFETY: the CPU has AVX2, checked just above.
-                    let got = unsafe { quick_slopes_avx2(&rb, a, upper) };
+                    let got = unsafe { quick_slopes_avx2(&rb, a, upper, rule) };
                     assert_eq!(bits(got), want, "AVX2: theta {theta:?}, a = {a}");
+                }
+            }
+        }
+    }
+
+    /// The rough rule (3 points a panel, 13 panels a batch) is the 3-point
+    /// Gauss rule on the quick rule's panels, summed directly, to rounding.
+    #[test]
+    fn rough_slopes_are_the_three_point_rule_on_the_quick_panels() {
+        let bs = bases();
+        let (x, w) = gauss3();
+        for theta in &mixed_rows() {
+            let rb = RowBases::new(&bs, theta);
+            let upper = theta[0] > 0.0;
+            for a in [-9.0, -2.0, -0.3, 0.0, 0.7, 4.0, 12.0] {
+                let mut want = SlopeTotals::default();
+                for c in rb.each_jet(a) {
+                    let (lo, hi) = (c.lo.max(-QUICK_CLIP), c.hi.min(QUICK_CLIP));
+                    if hi <= lo {
+                        continue;
+                    }
+                    let (edges, n, _) = initial_edges(lo, hi);
+                    let mut cell = [0.0; 3];
+                    for e in edges[..=n].windows(2) {
+                        let (mid, half) = (0.5 * (e[0] + e[1]), 0.5 * (e[1] - e[0]).abs());
+                        for (xi, wi) in x.iter().zip(w) {
+                            let z = mid + half * xi;
+                            let [ev, d1, d2] = [&c.eta, &c.a, &c.aa].map(|p| poly_eval(p, z));
+                            let v = nodes::slope_values::<true>(ev, d1, d2, z, upper);
+                            for (s, v) in cell.iter_mut().zip(v) {
+                                *s += wi * half * v;
+                            }
+                        }
+                    }
+                    want.add(cell);
+                }
+                let got = quick_slopes(&rb, a, upper, gauss3());
+                for (g, wv) in [got.mass, got.f_a, got.f_aa]
+                    .iter()
+                    .zip([want.mass, want.f_a, want.f_aa])
+                {
+                    let scale = 1e-300 + wv.abs();
+                    assert!((g - wv).abs() <= 1e-13 * scale, "theta {theta:?}, a = {a}: {g} vs {wv}");
                 }
             }
         }

@@ -322,6 +322,15 @@ impl Panels {
     }
 }
 
+/// The 3-point Gauss-Legendre rule, once.
+pub(crate) fn gauss3() -> &'static ([f64; 3], [f64; 3]) {
+    static RULE: OnceLock<([f64; 3], [f64; 3])> = OnceLock::new();
+    RULE.get_or_init(|| {
+        let (x, w) = gauss_legendre(3);
+        (std::array::from_fn(|i| x[i]), std::array::from_fn(|i| w[i]))
+    })
+}
+
 /// The 5-point Gauss-Legendre rule, once.
 pub(crate) fn gauss5() -> &'static ([f64; 5], [f64; 5]) {
     static RULE: OnceLock<([f64; 5], [f64; 5])> = OnceLock::new();

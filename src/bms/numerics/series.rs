@@ -21,8 +21,11 @@
 //! 4 J eps G over J terms) is within the moments' tolerance of m_0: where
 //! the weight varies by more than about e^25 across the cell, or the
 //! series needs more than MAX_TERMS terms, the caller integrates instead.
-//! The device runs the same operations (series_moments in
-//! kernels/bms_stage1/moments.cuh).
+//! The device runs the same series (series_moments in
+//! kernels/bms_stage1/moments.cuh), with 1/(j + 1) applied to the whole sum
+//! where here it is folded into the newest term's coefficient (shorter
+//! dependence from one term to the next): the two round apart by an ulp or
+//! so a term.
 
 use crate::bms::model::cells::MOMENTS;
 use crate::bms::model::cubic_basis::Cubic;
@@ -71,44 +74,42 @@ pub fn series_moments(eta: &Cubic, c: f64, rho: f64, tol: f64) -> Option<[f64; M
     let p = weight_exponent(eta, c, rho);
     // i p_i and |i p_i|, i = 1..6.
     let ip: [f64; 6] = std::array::from_fn(|i| (i + 1) as f64 * p[i + 1]);
-    let ip_abs = ip.map(f64::abs);
-    // The last six f_j and g_j, newest first (zeros before f_0).
-    let (mut f, mut g) = ([0.0; 6], [0.0; 6]);
-    (f[0], g[0]) = (1.0, 1.0);
+    // Each pair is (f's, g's): i p_i and |i p_i|, i = 1..6, and the last six
+    // f_j and g_j, newest first (zeros before f_0). As pairs, the two
+    // recurrences share each vector operation without shuffles.
+    let c: [[f64; 2]; 6] = std::array::from_fn(|i| [ip[i], ip[i].abs()]);
+    let mut fg = [[0.0; 2]; 6];
+    fg[0] = [1.0, 1.0];
     let mut big = 1.0;
-    // S_k = sum_j f_j w_{k+j}, j ascending.
-    let mut sums = [0.0; MOMENTS];
+    // The f_j, summed into the moments once the series stops.
+    let mut fs = [0.0; MAX_TERMS];
     let mut terms = 0;
     for j in 0..MAX_TERMS {
-        // Two fixed loops, not a stepped range (which kept the loop from
-        // unrolling: twice the series' time).
-        let w = &POWER_INTEGRALS[j..j + MOMENTS];
-        if j % 2 == 0 {
-            for k in [0, 2, 4, 6, 8] {
-                sums[k] += f[0] * w[k];
-            }
-        } else {
-            for k in [1, 3, 5, 7, 9] {
-                sums[k] += f[0] * w[k];
-            }
-        }
+        fs[j] = fg[0][0];
         terms = j + 1;
-        if j >= 5 && g.iter().all(|v| *v <= TAIL * big) {
+        if j >= 5 && window_max(&fg) <= TAIL * big {
             break;
         }
-        // 1 / (j + 1) first and f_j's term last: only a multiply-add and a
-        // multiply wait on f_j.
+        // 1 / (j + 1) folded in and f_j's term last: only a multiply and an
+        // add wait on f_j.
         let inv = INVERSES[j + 1];
-        let next = |w: &[f64; 6], c: &[f64; 6]| {
-            let s = ((((c[5] * w[5] + c[4] * w[4]) + c[3] * w[3]) + c[2] * w[2]) + c[1] * w[1]) + c[0] * w[0];
-            s * inv
-        };
-        let (fj, gj) = (next(&f, &ip), next(&g, &ip_abs));
-        f = [fj, f[0], f[1], f[2], f[3], f[4]];
-        g = [gj, g[0], g[1], g[2], g[3], g[4]];
-        big += gj;
+        let rest: [f64; 2] = std::array::from_fn(|l| {
+            ((((c[5][l] * fg[5][l] + c[4][l] * fg[4][l]) + c[3][l] * fg[3][l]) + c[2][l] * fg[2][l])
+                + c[1][l] * fg[1][l])
+                * inv
+        });
+        let next: [f64; 2] = std::array::from_fn(|l| (c[0][l] * inv) * fg[0][l] + rest[l]);
+        fg = [next, fg[0], fg[1], fg[2], fg[3], fg[4]];
+        big += next[1];
     }
-    let converged = terms < MAX_TERMS || g.iter().all(|v| *v <= TAIL * big);
+    // S_k = sum_j f_j w_{k+j}, j ascending, every k at once (w_{k+j} is 0
+    // for odd k + j: those terms add zeros).
+    let mut sums = [0.0; MOMENTS];
+    for (j, fj) in fs[..terms].iter().enumerate() {
+        let w: &[f64; MOMENTS] = POWER_INTEGRALS[j..j + MOMENTS].try_into().expect("MOMENTS weights");
+        sums = std::array::from_fn(|k| sums[k] + fj * w[k]);
+    }
+    let converged = terms < MAX_TERMS || window_max(&fg) <= TAIL * big;
     let rounding = 4.0 * terms as f64 * f64::EPSILON * big;
     if !(converged && big.is_finite() && sums[0] > 0.0 && rounding <= tol * sums[0]) {
         return None;
@@ -120,6 +121,14 @@ pub fn series_moments(eta: &Cubic, c: f64, rho: f64, tol: f64) -> Option<[f64; M
         scale *= rho;
     }
     Some(m)
+}
+
+/// The largest of the window's six g_j (a NaN among them is passed over:
+/// it makes `big` NaN, which the caller rejects).
+#[inline(always)]
+fn window_max(fg: &[[f64; 2]; 6]) -> f64 {
+    let m = |x: f64, y: f64| if x >= y { x } else { y };
+    m(m(m(fg[0][1], fg[1][1]), m(fg[2][1], fg[3][1])), m(fg[4][1], fg[5][1]))
 }
 
 /// P(u) = -((c + rho u)^2 + eta(c + rho u)^2) / 2 as coefficients p_0..p_6,
