@@ -196,19 +196,25 @@ impl Sums {
             let (gk, c1k, czk, pk) = (g[k], c1[k], cz[k], raw_index(k));
             let row = &qr[pk * ns..(pk + 1) * ns];
             let q = &mut self.q[k * r..(k + 1) * r];
-            let entry = |l: usize, raw: f64| {
-                gk * g[l] * raw
-                    + gk * (c1[l] * a1[k] + cz[l] * az[k])
-                    + g[l] * (c1k * a1[l] + czk * az[l])
-                    + (c1k * c1[l] * r11 + (c1k * cz[l] + czk * c1[l]) * r1z + czk * cz[l] * rzz)
-            };
+            // A macro, not a closure: the closure stayed out of line, on
+            // baseline SSE2 and a call an entry, outside the dispatched
+            // caller.
+            macro_rules! entry {
+                ($l:expr, $raw:expr) => {{
+                    let l = $l;
+                    gk * g[l] * $raw
+                        + gk * (c1[l] * a1[k] + cz[l] * az[k])
+                        + g[l] * (c1k * a1[l] + czk * az[l])
+                        + (c1k * c1[l] * r11 + (c1k * cz[l] + czk * c1[l]) * r1z + czk * cz[l] * rzz)
+                }};
+            }
             // raw_index(l): l for theta's coordinates 0 and 1, then l + 2,
             // so a vector loop past the first two.
             for l in k..2 {
-                q[l] = entry(l, row[l]);
+                q[l] = entry!(l, row[l]);
             }
             for l in k.max(2)..r {
-                q[l] = entry(l, row[l + 2]);
+                q[l] = entry!(l, row[l + 2]);
             }
         }
         let dv = &self.dv;
