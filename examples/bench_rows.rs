@@ -13,8 +13,10 @@
 //! `--cpu-evaluations=K` runs only K CPU evaluations and prints nothing, for
 //! counting instructions: `RAYON_NUM_THREADS=1 valgrind --tool=callgrind`
 //! on K = 1 and K = 2, the difference over N is the count a row.
-//! `--gpu-only` times only both stages on the device (no CPU evaluation to
-//! compare with). `--fit-shape` generates `fit_bms`' default data (p_m 3,
+//! `--objective-repeats=K` evaluates the objective K times (after a
+//! warm-up) and prints the minimum, tenth and median in us a row and core
+//! (`RAYON_NUM_THREADS` sets the threads). `--gpu-only` times only both
+//! stages on the device (no CPU evaluation to compare with). `--fit-shape` generates `fit_bms`' default data (p_m 3,
 //! p_g 2, score basis 8, link basis 6: r = 16, seed 1) instead of the seed
 //! shape, so a fit's cost per evaluation can be set beside a bare one.
 
@@ -49,6 +51,9 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             std::hint::black_box(g.model.evaluate(&g.data, &g.beta)?);
         }
         return Ok(());
+    }
+    if let Some(k) = args.iter().find_map(|a| a.strip_prefix("--objective-repeats=")) {
+        return objective_repeats(&g, k.parse()?);
     }
     if gpu_only {
         check_cuda_support("--gpu-only", "given")?;
@@ -104,6 +109,33 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         "bundle_path_us_per_row_and_core": per_row_core(stage1_s + stage2_cpu_s),
         "stage2_gpu_with_upload_and_verdict_s": gpu_s, "bundle_mb_main_arrays": bundle_mb,
         "device_stage1_and_stage2": device,
+    });
+    println!("{}", serde_json::to_string_pretty(&report)?);
+    Ok(())
+}
+
+/// `--objective-repeats=K`: the objective's evaluation (as a fit calls it)
+/// K times after a warm-up, in us a row and core: the minimum, the tenth
+/// and the median (on a host whose timings move, the minimum is the
+/// figure to compare binaries by).
+fn objective_repeats(g: &matfree::bms::io::generator::Generated, k: usize) -> Result<(), Box<dyn std::error::Error>> {
+    let objective = g.model.objective(&g.data)?;
+    let scale = rayon::current_num_threads() as f64 * 1e6 / g.data.n() as f64;
+    let mut t = Vec::with_capacity(k);
+    for i in 0..=k {
+        let start = Instant::now();
+        let e = objective.evaluate(&g.beta)?.ok_or("the objective rejected beta")?;
+        let s = start.elapsed().as_secs_f64();
+        drop(e);
+        if i > 0 {
+            t.push(s * scale);
+        }
+    }
+    t.sort_by(f64::total_cmp);
+    let at = |q: f64| t[((t.len() - 1) as f64 * q) as usize];
+    let report = serde_json::json!({
+        "n": g.data.n(), "rayon_threads": rayon::current_num_threads(), "repeats": k,
+        "objective_us_per_row_and_core": { "min": at(0.0), "q10": at(0.1), "median": at(0.5) },
     });
     println!("{}", serde_json::to_string_pretty(&report)?);
     Ok(())
