@@ -22,7 +22,7 @@
 
 use std::time::Instant;
 
-use matfree::bms::io::generator::{generate, GeneratorConfig};
+use matfree::bms::io::generator::{generate, Generated, GeneratorConfig};
 use matfree::bms::model::stage2::evaluate_rows;
 use matfree::device::check_cuda_support;
 use matfree_solvers::Objective;
@@ -74,18 +74,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     // As a fit evaluates: the objective's value, gradient and row Hessians,
     // which reuse pooled buffers where `evaluate` allocates its n r^2
     // Hessians afresh each time (and its threads page-fault them in).
-    let objective = g.model.objective(&g.data)?;
-    let mut pooled = Vec::new();
-    for k in 0..4 {
-        let t = Instant::now();
-        let e = objective.evaluate(&g.beta)?.ok_or("the objective rejected beta")?;
-        let s = t.elapsed().as_secs_f64();
-        drop(e);
-        if k > 0 {
-            pooled.push(s);
-        }
-    }
-    pooled.sort_by(f64::total_cmp);
+    let pooled = objective_seconds(&g, 3)?;
     // The bundle path (the device kernels' reference), by stage.
     let t = Instant::now();
     let (inputs, _) = g.model.stage1(&g.data, &g.beta)?;
@@ -118,20 +107,9 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
 /// K times after a warm-up, in us a row and core: the minimum, the tenth
 /// and the median (on a host whose timings move, the minimum is the
 /// figure to compare binaries by).
-fn objective_repeats(g: &matfree::bms::io::generator::Generated, k: usize) -> Result<(), Box<dyn std::error::Error>> {
-    let objective = g.model.objective(&g.data)?;
+fn objective_repeats(g: &Generated, k: usize) -> Result<(), Box<dyn std::error::Error>> {
     let scale = rayon::current_num_threads() as f64 * 1e6 / g.data.n() as f64;
-    let mut t = Vec::with_capacity(k);
-    for i in 0..=k {
-        let start = Instant::now();
-        let e = objective.evaluate(&g.beta)?.ok_or("the objective rejected beta")?;
-        let s = start.elapsed().as_secs_f64();
-        drop(e);
-        if i > 0 {
-            t.push(s * scale);
-        }
-    }
-    t.sort_by(f64::total_cmp);
+    let t: Vec<f64> = objective_seconds(g, k)?.iter().map(|s| s * scale).collect();
     let at = |q: f64| t[((t.len() - 1) as f64 * q) as usize];
     let report = serde_json::json!({
         "n": g.data.n(), "rayon_threads": rayon::current_num_threads(), "repeats": k,
@@ -139,6 +117,24 @@ fn objective_repeats(g: &matfree::bms::io::generator::Generated, k: usize) -> Re
     });
     println!("{}", serde_json::to_string_pretty(&report)?);
     Ok(())
+}
+
+/// The objective's evaluation at the generator's beta, k times after a
+/// warm-up: the seconds of each, sorted.
+fn objective_seconds(g: &Generated, k: usize) -> Result<Vec<f64>, Box<dyn std::error::Error>> {
+    let objective = g.model.objective(&g.data)?;
+    let mut t = Vec::with_capacity(k);
+    for i in 0..=k {
+        let start = Instant::now();
+        let e = objective.evaluate(&g.beta)?.ok_or("the objective rejected beta")?;
+        let s = start.elapsed().as_secs_f64();
+        drop(e);
+        if i > 0 {
+            t.push(s);
+        }
+    }
+    t.sort_by(f64::total_cmp);
+    Ok(t)
 }
 
 /// The GPU's phases (the `cuda` feature), where the policy gives a GPU.
