@@ -313,6 +313,26 @@ __device__ __forceinline__ void g_sums(const Tile& t, int nc, int r, bool first,
     }
 }
 
+// A row's scalars for its Hessian entries: the observed point's chi and xi,
+// the probit layer's A and B, 1 / F_a and F_aa.
+struct RowJets {
+    double chi, xi, A, B, inv_Fa, F_aa;
+};
+
+// Hessian entry (u, v) of a row from its F_uv (the q-row override applied),
+// F_au, F_av, a_u, a_v and the observed jets: the implicit function
+// theorem's a_uv, then the chain rule through the probit layer.
+__device__ __forceinline__ double hess_entry(const RowJets& j, double f_uv, double F_au, double F_av, double au,
+                                             double av, double rho_u, double rho_v, double tau_u, double tau_v,
+                                             double r_uv)
+{
+    const double term = f_uv + F_av * au + F_au * av + j.F_aa * au * av;
+    const double a_uv = -term * j.inv_Fa;
+    const double eu = j.chi * au + rho_u, ev = j.chi * av + rho_v;
+    const double euv = j.chi * a_uv + j.xi * au * av + tau_u * av + au * tau_v + r_uv;
+    return j.B * eu * ev + j.A * euv;
+}
+
 template <int BASES>
 __device__ void bms_row_body(
     int n_rows, int r, int p_h, int p_w, int tile, int g_shared,
@@ -426,12 +446,9 @@ __device__ void bms_row_body(
         int u, v;
         upper_pair(k, r, &u, &v);
         const double f_uv = u == 0 ? (v == 0 ? -mu2 : 0.0) : (u == 1 ? t.sum_S[v] : 0.0) - F_uv[k];
-        const double term = f_uv + F_au[v] * a_u[u] + F_au[u] * a_u[v] + F_aa * a_u[u] * a_u[v];
-        const double a_uv = -term * inv_Fa;
         const double r_uv = BASES ? (u == 1 ? ruv[v] : 0.0) : ruv[(i64)u * r + v];
-        const double eu = chi * a_u[u] + rho[u], ev = chi * a_u[v] + rho[v];
-        const double euv = chi * a_uv + xi * a_u[u] * a_u[v] + tau[u] * a_u[v] + a_u[u] * tau[v] + r_uv;
-        const double h = B * eu * ev + A * euv;
+        const RowJets j = {chi, xi, A, B, inv_Fa, F_aa};
+        const double h = hess_entry(j, f_uv, F_au[u], F_au[v], a_u[u], a_u[v], rho[u], rho[v], tau[u], tau[v], r_uv);
         H[k] = h;
         if (!isfinite(h)) atomicOr(&bad, 1u);
     }

@@ -321,9 +321,17 @@ fn device_stage1_matches_cpu_stage1() {
     ];
     for (k, (n, p_h, p_w)) in shapes.into_iter().enumerate() {
         let g = fixture(n, p_h, p_w, 40 + k as u64);
-        let stage1 = DeviceStage1::new(gpu.clone(), &g.model, &g.data).unwrap();
-        for (name, beta) in stage1_variants(&g) {
-            let label = format!("r = {}, {name}", g.model.layout().r());
+        let raw = DeviceStage1::new(gpu.clone(), &g.model, &g.data).unwrap();
+        assert_eq!(raw.stage2_kernel(), "bms_row_raw", "r = {}", g.model.layout().r());
+        let theta = DeviceStage1::new(gpu.clone(), &g.model, &g.data)
+            .unwrap()
+            .stage2_over_theta();
+        assert_eq!(theta.stage2_kernel(), "bms_row_bases");
+        for (stage1, (name, beta)) in [raw, theta]
+            .iter()
+            .flat_map(|s| stage1_variants(&g).into_iter().map(move |v| (s, v)))
+        {
+            let label = format!("r = {}, {name}, {}", g.model.layout().r(), stage1.stage2_kernel());
             let (inp, a) = g.model.stage1(&g.data, &beta).unwrap();
             let dev = stage1.evaluate(&beta).unwrap();
             let got_a = stage1.intercepts().unwrap();

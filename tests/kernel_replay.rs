@@ -35,17 +35,22 @@ fn put(out: &mut Vec<u8>, values: &[f64]) {
     values.iter().for_each(|v| out.extend(v.to_le_bytes()));
 }
 
-/// A basis as the kernels take it: knots, pieces `[segments][dim][4]` and
-/// the combination with beta `[segments][4]` (nothing for an absent basis).
-fn basis_arrays(basis: Option<&CubicBasis>, beta: &[f64]) -> [Vec<f64>; 3] {
+/// A basis as the kernels take it: knots, pieces `[segments][dim][4]`, the
+/// combination with beta `[segments][4]`, the raw B-spline blocks
+/// `[segments][4][4]`, their first functions and the linear parts
+/// `[dim][2]` (nothing for an absent basis).
+fn basis_arrays(basis: Option<&CubicBasis>, beta: &[f64]) -> [Vec<f64>; 6] {
     let Some(b) = basis else {
-        return [vec![], vec![], vec![]];
+        return Default::default();
     };
     let segments = 0..b.segments();
     [
         b.knots().to_vec(),
         segments.clone().flat_map(|s| b.segment(s).concat()).collect(),
-        segments.flat_map(|s| b.combine(s, beta)).collect(),
+        segments.clone().flat_map(|s| b.combine(s, beta)).collect(),
+        segments.clone().flat_map(|s| b.raw_block(s).pieces.concat()).collect(),
+        segments.map(|s| b.raw_block(s).first as f64).collect(),
+        b.linear_parts().concat(),
     ]
 }
 
@@ -201,13 +206,16 @@ fn check_rows(label: &str, got: &[Vec<f64>], want: &RowKernelOutputs) {
 /// bases, against the CPU model; Stage 2 over the CPU's bundle, against the
 /// CPU's Stage 2 on it.
 fn check_problem(exe: &Path, dir: &Path, label: &str, g: &Generated) {
-    let got = replay(exe, dir, label, "", &problem_bytes(g));
     let (inp, intercept) = g.model.stage1(&g.data, &g.beta).unwrap();
-    for (i, (x, y)) in got[0].iter().zip(&intercept).enumerate() {
-        assert!((x - y).abs() <= 1e-12 * (1.0 + y.abs()), "{label}: a[{i}] {x} vs {y}");
-    }
     let want = evaluate_rows(&inp).unwrap();
-    check_rows(&format!("{label} stages"), &got, &want);
+    let problem = problem_bytes(g);
+    for mode in ["", "raw"] {
+        let got = replay(exe, dir, label, mode, &problem);
+        for (i, (x, y)) in got[0].iter().zip(&intercept).enumerate() {
+            assert!((x - y).abs() <= 1e-12 * (1.0 + y.abs()), "{label}: a[{i}] {x} vs {y}");
+        }
+        check_rows(&format!("{label} stages {mode}"), &got, &want);
+    }
     let got = replay(exe, dir, label, "bundle", &bundle_bytes(&inp));
     check_rows(&format!("{label} bundle"), &got, &want);
 }

@@ -2,6 +2,7 @@
 // each after its u64 length.
 //
 //     replay IN OUT TILE           both stages from the bases
+//     replay IN OUT TILE raw       both stages, Stage 2 over the raw functions
 //     replay IN OUT TILE bundle    Stage 2 over a CPU Stage-1 bundle
 //
 // TILE is the cells a Stage-2 tile holds; a trailing g ("9g") keeps the
@@ -10,16 +11,18 @@
 // Both stages: reads the problem that tests/kernel_replay.rs wrote, launches
 // bms_calibrate, bms_observed, bms_cell_moments and bms_cell_quadrature a
 // block (of one thread) at a time, then bms_row_bases with the tile size
-// given, and writes the intercepts, per-row neglog, gradient, Hessian (packed) and status. Bundle: reads a
+// given (bms_row_raw in raw mode), and writes the intercepts, per-row neglog, gradient, Hessian (packed) and status. Bundle: reads a
 // RowKernelInputs bundle, launches bms_row, and writes the same minus the
 // intercepts (an empty array in their place).
 #include "shim.h"
 #include "bms_stage1.cu"
 #include "bms_row.cu"
+#include "bms_row_raw.cu"
 
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <vector>
 
 typedef std::vector<double> V;
@@ -87,16 +90,20 @@ static int bundle(FILE* f, const char* out, int tile, int g_shared)
 
 int main(int argc, char** argv)
 {
-    if (argc != 4 && argc != 5) { fprintf(stderr, "usage: replay IN OUT TILE [bundle]\n"); return 2; }
+    if (argc != 4 && argc != 5) { fprintf(stderr, "usage: replay IN OUT TILE [bundle|raw]\n"); return 2; }
     FILE* f = fopen(argv[1], "rb");
     if (!f) { perror(argv[1]); return 2; }
     const int g_shared = strchr(argv[3], 'g') ? 0 : 1;
-    if (argc == 5) return bundle(f, argv[2], atoi(argv[3]), g_shared);
+    const bool raw = argc == 5 && strcmp(argv[4], "raw") == 0;
+    if (argc == 5 && !raw) return bundle(f, argv[2], atoi(argv[3]), g_shared);
     const V hdr = get(f);
     const int n = (int)hdr[0], p_m = (int)hdr[1], p_g = (int)hdr[2], p_h = (int)hdr[3], p_w = (int)hdr[4];
     const int dh = (int)hdr[5], dw = (int)hdr[6], rigid = (int)hdr[8];
     const double s_f = hdr[7];
-    const V kh = get(f), ph = get(f), ch = get(f), kw = get(f), pw = get(f), cw = get(f);
+    // Each basis: knots, pieces, combinations, raw blocks, their first
+    // functions, the linear parts.
+    const V kh = get(f), ph = get(f), ch = get(f), rh = get(f), fh = get(f), lh = get(f);
+    const V kw = get(f), pw = get(f), cw = get(f), rw = get(f), fw = get(f), lw = get(f);
     const V xm = get(f), xg = get(f), bm = get(f), bg = get(f), bh = get(f), bw = get(f), z = get(f);
     const V y = get(f), w = get(f);
     fclose(f);
@@ -136,7 +143,14 @@ int main(int argc, char** argv)
     std::vector<unsigned> offsets(n + 1);
     for (int i = 0; i <= n; ++i) offsets[i] = (unsigned)i * slots;
     V neglog(n), grad((size_t)n * r), hess((size_t)n * r * (r + 1) / 2);
-    for (int i = 0; i < n; ++i) {
+    for (int i = 0; i < n && raw; ++i) {
+        blockIdx.x = i;
+        bms_row_raw(n, r, p_h, p_w, m1.data(), m2.data(), y.data(), w.data(), offsets.data(), MODEL, rh.data(),
+                    fh.data(), lh.data(), rw.data(), fw.data(), lw.data(), tile, a.data(), b.data(), bounds.data(),
+                    moments.data(), chi.data(), xi.data(), rho.data(), tau.data(), r1v.data(), e.data(),
+                    neglog.data(), grad.data(), hess.data(), ost.data());
+    }
+    for (int i = 0; i < n && !raw; ++i) {
         blockIdx.x = i;
         bms_row_bases(n, r, p_h, p_w, m1.data(), m2.data(), y.data(), w.data(), offsets.data(), MODEL, tile, g_shared,
                       a.data(), b.data(), bounds.data(), moments.data(), chi.data(), xi.data(), rho.data(),

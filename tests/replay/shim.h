@@ -74,3 +74,4 @@ inline double __shfl_sync(unsigned, double v, int) { return v; }
 inline double __shfl_xor_sync(unsigned, double v, int) { return v; }
 inline void __syncthreads() {}
 inline void __syncwarp() {}
+inline bool __any_sync(unsigned, bool p) { return p; }

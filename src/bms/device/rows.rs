@@ -40,11 +40,14 @@ pub static BMS_KERNELS: KernelModule = KernelModule {
         "\n",
         include_str!("../../../kernels/bms_stage1/observed.cuh"),
         "\n",
-        include_str!("../../../kernels/bms_row.cu")
+        include_str!("../../../kernels/bms_row.cu"),
+        "\n",
+        include_str!("../../../kernels/bms_row_raw.cu")
     ),
     kernels: &[
         "bms_row",
         "bms_row_bases",
+        "bms_row_raw",
         "bms_calibrate",
         "bms_cell_moments",
         "bms_cell_quadrature",
@@ -52,7 +55,7 @@ pub static BMS_KERNELS: KernelModule = KernelModule {
         "merge_status",
         "first_rejected",
     ],
-    staging: &["bms_row", "bms_row_bases"],
+    staging: &["bms_row", "bms_row_bases", "bms_row_raw"],
 };
 
 /// Threads per row block of the row kernel. Two warps with small tiles
@@ -300,6 +303,50 @@ fn tile_cells(cell: usize, row: usize, cells: usize) -> usize {
         .map(|tiles| cells.div_ceil(tiles))
         .find(|tile| tile * cell + row + STAGE2_STATIC_BYTES <= STAGE2_BLOCK_BYTES)
         .unwrap_or(1)
+}
+
+/// Rows (a warp each) a block of `bms_row_raw` takes: RAW_WARPS in
+/// bms_row_raw.cu, whose `__launch_bounds__` allow no more threads.
+const RAW_WARPS: usize = 2;
+/// Most cells a `bms_row_raw` tile holds (a lane builds each). A warp could
+/// build 32 at once, but a tile of 27 cells at the seed shape left 5 blocks
+/// an SM for the shared memory, and Stage 2 took 20.9 ms at 1M rows where
+/// tiles of 14 (8 blocks an SM) took 17.0 (H100, benches/RESULTS.md session 40).
+const RAW_TILE: usize = 16;
+/// The doubles a cell's values take in a `bms_row_raw` tile (CELL_VALUES).
+const RAW_CELL_VALUES: usize = 65;
+
+/// How `bms_row_raw` uses its dynamic shared memory (`raw_layout` in
+/// bms_row_raw.cu): a tile of cells and a row's raw sums, a warp each.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct RawTile {
+    /// Cells a tile holds.
+    pub cells: usize,
+    /// Dynamic shared-memory bytes of a block.
+    pub bytes: usize,
+}
+
+/// The `bms_row_raw` tile for rows of at most `cells` cells with r
+/// coordinates and p_w link functions, at most `most` cells a tile
+/// (RAW_TILE by default; balanced: 27 cells are two tiles of
+/// 14), or None where a block's rows do not fit the device's shared memory
+/// (the raw Q sums grow as r^2): `bms_row_bases` takes those.
+pub(crate) fn raw_tile(gpu: &Gpu, r: usize, p_w: usize, cells: usize, most: Option<usize>) -> Option<RawTile> {
+    let (cells, most) = (cells.max(1), most.unwrap_or(RAW_TILE).max(1));
+    let tile = cells.div_ceil(cells.div_ceil(most));
+    let nr = r + 2;
+    let doubles = tile * RAW_CELL_VALUES + nr * ((nr + 1) | 1) + 3 + 2 * p_w + 8 * r;
+    let bytes = RAW_WARPS * doubles * 8;
+    (bytes <= gpu.shared_optin).then_some(RawTile { cells: tile, bytes })
+}
+
+/// `bms_row_raw`'s grid: a warp a row, RAW_WARPS rows a block.
+pub(crate) fn raw_grid(n: usize, shared_bytes: usize) -> LaunchConfig {
+    LaunchConfig {
+        grid_dim: (n.div_ceil(RAW_WARPS) as u32, 1, 1),
+        block_dim: ((32 * RAW_WARPS) as u32, 1, 1),
+        shared_mem_bytes: shared_bytes as u32,
+    }
 }
 
 /// One block per row.

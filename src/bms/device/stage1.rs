@@ -1,9 +1,12 @@
 //! Stage 1 of the BMS model on the device (`kernels/bms_stage1.cu`): q and b
 //! from the resident designs, the intercept a per row, every cell's edges
-//! and moments, and the observed-point jets; then Stage 2 (`bms_row_bases`),
-//! which builds each cell's coefficient arrays from the bases in shared
-//! memory instead of reading a bundle of them (about 2 KB a cell, 10.5 GB
-//! at the seed shape, written and read once per evaluation before). Per
+//! and moments, and the observed-point jets; then Stage 2, which builds each
+//! cell from the bases in shared memory instead of reading a bundle of
+//! coefficient arrays (about 2 KB a cell, 10.5 GB at the seed shape,
+//! written and read once per evaluation before): `bms_row_raw`
+//! (`kernels/bms_row_raw.cu`, a warp a row, summed over the row's raw
+//! functions as the CPU's fused evaluation does) where a row's raw sums fit
+//! the shared memory, else `bms_row_bases` (summed over theta). Per
 //! evaluation the host uploads only beta and the bases' per-segment
 //! combinations (a few KB) and reads back the status verdict (8 bytes: the
 //! first rejected row, reduced on the device).
@@ -28,7 +31,9 @@ use std::sync::{Arc, Mutex};
 use cudarc::driver::{CudaSlice, CudaStream, CudaView, CudaViewMut, LaunchArgs, LaunchConfig, PushKernelArg};
 
 use super::order::work_order;
-use super::rows::{check_status, row_grid, stage2_tile, RowOutputs, Stage2Tile, BMS_KERNELS};
+use super::rows::{
+    check_status, raw_grid, raw_tile, row_grid, stage2_tile, RawTile, RowOutputs, Stage2Tile, BMS_KERNELS,
+};
 use crate::bms::{BmsData, BmsModel, CubicBasis};
 use crate::cuda::packed_len;
 use crate::cuda::{cuda_err, DeviceDesigns, DeviceRowEvaluation, DeviceRowEvaluator, Gpu, LoadedKernels, PendingRows};
@@ -114,12 +119,17 @@ fn grid(items: usize) -> LaunchConfig {
     }
 }
 
-/// A basis on the device: knots and per-segment pieces (`[(k + 1), dim, 4]`).
+/// A basis on the device: knots and per-segment pieces (`[(k + 1), dim, 4]`),
+/// and for `bms_row_raw` its raw B-spline blocks (`[(k + 1), 4, 4]`), their
+/// first functions (`[(k + 1)]`) and the functions' linear parts (`[dim, 2]`).
 struct DeviceBasis {
     knots: usize,
     dim: usize,
     knots_buf: CudaSlice<f64>,
     pieces: CudaSlice<f64>,
+    raw: CudaSlice<f64>,
+    first: CudaSlice<f64>,
+    linear: CudaSlice<f64>,
 }
 
 impl DeviceBasis {
@@ -130,14 +140,23 @@ impl DeviceBasis {
                 dim: 0,
                 knots_buf: gpu.zeros(1)?,
                 pieces: gpu.zeros(1)?,
+                raw: gpu.zeros(1)?,
+                first: gpu.zeros(1)?,
+                linear: gpu.zeros(1)?,
             });
         };
-        let pieces: Vec<f64> = (0..b.segments()).flat_map(|s| b.segment(s).concat()).collect();
+        let segments = 0..b.segments();
+        let pieces: Vec<f64> = segments.clone().flat_map(|s| b.segment(s).concat()).collect();
+        let raw: Vec<f64> = segments.clone().flat_map(|s| b.raw_block(s).pieces.concat()).collect();
+        let first: Vec<f64> = segments.map(|s| b.raw_block(s).first as f64).collect();
         Ok(Self {
             knots: b.knots().len(),
             dim: b.dim(),
             knots_buf: gpu.upload(b.knots())?,
             pieces: gpu.upload(&pieces)?,
+            raw: gpu.upload(&raw)?,
+            first: gpu.upload(&first)?,
+            linear: gpu.upload(&b.linear_parts().concat())?,
         })
     }
 }
@@ -191,8 +210,10 @@ pub struct DeviceStage1 {
     score: DeviceBasis,
     link: DeviceBasis,
     slots: usize,
-    /// How a Stage-2 block uses its shared memory.
+    /// How a Stage-2 block uses its shared memory: `bms_row_raw`'s where
+    /// its rows fit (`raw`), else `bms_row_bases`' (`tile`).
     tile: Stage2Tile,
+    raw: Option<RawTile>,
     z: CudaSlice<f64>,
     work: Mutex<Work>,
     /// One stream a part of the rows (`part_ranges`); none where one part
@@ -280,6 +301,14 @@ impl DeviceStage1 {
         check_memory(&gpu, n, bases.r(), slots)?;
         let work = Work::allocate(&gpu, model, data, slots)?;
         let tile = stage2_tile(&gpu, bases.r(), slots)?;
+        // MATFREE_BMS_STAGE2=bases keeps the kernel over theta, and
+        // MATFREE_BMS_RAW_TILE=K sets the raw kernel's most cells a tile:
+        // benchmark knobs, the values the same either way.
+        let most = std::env::var("MATFREE_BMS_RAW_TILE").ok().and_then(|v| v.parse().ok());
+        let raw = match std::env::var("MATFREE_BMS_STAGE2").as_deref() {
+            Ok("bases") => None,
+            _ => raw_tile(&gpu, bases.r(), bases.p_w(), slots, most),
+        };
         // One part runs on the device's stream; more take a stream each.
         let parts = part_ranges(n).len();
         let streams = (0..if parts > 1 { parts } else { 0 })
@@ -293,12 +322,31 @@ impl DeviceStage1 {
             link,
             slots,
             tile,
+            raw,
             z: gpu.upload(&data.z)?,
             work: Mutex::new(work),
             streams,
             kernels,
             sort_rows: std::env::var("MATFREE_BMS_ROW_ORDER").map_or(true, |v| v != "data"),
         })
+    }
+
+    /// The same evaluator with Stage 2 summed over theta (`bms_row_bases`)
+    /// where it would sum over the raw functions (`bms_row_raw`): for tests
+    /// and benchmarks of the kernel that rows too wide for `bms_row_raw`'s
+    /// shared memory take.
+    pub fn stage2_over_theta(mut self) -> Self {
+        self.raw = None;
+        self
+    }
+
+    /// The Stage-2 kernel this evaluator launches.
+    pub fn stage2_kernel(&self) -> &'static str {
+        if self.raw.is_some() {
+            "bms_row_raw"
+        } else {
+            "bms_row_bases"
+        }
     }
 
     /// Cell slots per row.
@@ -468,6 +516,7 @@ impl DeviceStage1 {
             "bms_cell_quadrature",
             "bms_observed",
             "bms_row_bases",
+            "bms_row_raw",
         ];
         names
             .into_iter()
@@ -635,13 +684,15 @@ impl DeviceStage1 {
         }
     }
 
-    /// Stage 2 from the slots' edges and moments: each row's cells' arrays
-    /// are built from the bases in shared memory, a tile at a time.
+    /// Stage 2 from the slots' edges and moments: each row's cells are built
+    /// from the bases in shared memory, a tile at a time, and summed over
+    /// the raw functions (`bms_row_raw`) or over theta (`bms_row_bases`).
+    /// Both take the same arguments but for their tile's.
     fn stage2(&self, parts: &BetaParts, work: &Work, out: &mut RowOutputs, part: &Part) -> Result<()> {
         let (layout, bases, rows) = (self.model.layout(), self.model.bases(), &part.rows);
         let (n32, r) = (part.n() as i32, layout.r());
-        let r32 = r as i32;
-        let (ph, pw, tile) = (bases.p_h() as i32, bases.p_w() as i32, self.tile.cells as i32);
+        let (r32, ph, pw) = (r as i32, bases.p_h() as i32, bases.p_w() as i32);
+        let tile = self.raw.map_or(self.tile.cells, |t| t.cells) as i32;
         let s = self.scalars();
         let row_arrays = work.rows.each_ref().map(|x| rows_of(x, rows, 1));
         // Slot offsets are i * slots: the first n + 1 serve any part, whose
@@ -658,14 +709,27 @@ impl DeviceStage1 {
             .map(|(x, w)| rows_of(x, rows, w))
             .collect();
         let mut outs = out.rows_mut(rows, r);
-        let mut b = part.stream.launch_builder(self.kernels.get("bms_row_bases")?);
+        let name = self.stage2_kernel();
+        let mut b = part.stream.launch_builder(self.kernels.get(name)?);
         b.arg(&n32).arg(&r32).arg(&ph).arg(&pw);
         for x in &row_arrays {
             b.arg(x);
         }
         b.arg(&offsets);
         self.push_model(&mut b, &s, parts);
-        b.arg(&tile).arg(&self.tile.g_shared);
+        let config = match self.raw {
+            Some(raw) => {
+                for basis in [&self.score, &self.link] {
+                    b.arg(&basis.raw).arg(&basis.first).arg(&basis.linear);
+                }
+                b.arg(&tile);
+                raw_grid(part.n(), raw.bytes)
+            }
+            None => {
+                b.arg(&tile).arg(&self.tile.g_shared);
+                row_grid(part.n(), self.tile.bytes)
+            }
+        };
         b.arg(&a).arg(&row_b).arg(&bounds).arg(&moments);
         for x in &observed {
             b.arg(x);
@@ -673,10 +737,12 @@ impl DeviceStage1 {
         outs.push(&mut b);
         // SAFETY: the part's rows of every array: a value a row, bounds and
         // moments 4 and 10 per slot, the observed jets n and n r, outputs
-        // n, n r and n r (r + 1) / 2; offsets n + 1; the dynamic shared memory is the
-        // tile stage2_tile sized (the kernel carves `tile` cells' vectors
-        // and scalars); one block per row.
-        unsafe { b.launch(row_grid(part.n(), self.tile.bytes)) }.map_err(|e| cuda_err("bms_row_bases", e))?;
+        // n, n r and n r (r + 1) / 2; offsets n + 1; the bases' raw blocks,
+        // first functions and linear parts as uploaded (DeviceBasis). The
+        // dynamic shared memory is the tile raw_tile sized (a warp a row,
+        // RAW_WARPS rows a block, each warp's tile and sums) or stage2_tile
+        // sized (a block a row, its cells' vectors and scalars).
+        unsafe { b.launch(config) }.map_err(|e| cuda_err(name, e))?;
         Ok(())
     }
 
