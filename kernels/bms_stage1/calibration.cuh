@@ -159,7 +159,10 @@ template <bool QUICK>
 __device__ unsigned solve_newton(const Model& m, double q, double b, double a0, double* out);
 
 // A seed for the adaptive iteration (calibration.rs: quick_seed): Halley
-// from a0 on the quick rule's F, F_a, F_aa. A step further from a0 than the
+// from a0 on the quick rule's F, F_a, F_aa. (The CPU takes its first step
+// on a 3-point rule; here every step takes the 5-point quick rule: the
+// rough first step slowed this kernel, a warp waiting for its slowest row,
+// benches/RESULTS.md session 39.) A step further from a0 than the
 // bracket's first step hands over to solve_newton on the quick rule, which
 // brackets from a0 as the adaptive iteration would; a0 itself where the
 // quick iteration misbehaves otherwise (F_a <= 0, anything non-finite, a

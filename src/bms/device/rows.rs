@@ -481,7 +481,8 @@ mod module_tests {
     }
 
     /// NVRTC gets kernels/bms_stage1.cu's parts in the order that file
-    /// includes them (what the C++ replay compiles), then bms_row.cu.
+    /// includes them (what the C++ replay compiles), then bms_row.cu and
+    /// bms_row_raw.cu.
     #[test]
     fn the_embedded_source_is_the_stage1_files_parts_in_order() {
         let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("kernels");
@@ -493,6 +494,8 @@ mod module_tests {
             want += "\n";
         }
         want += &std::fs::read_to_string(dir.join("bms_row.cu")).unwrap();
+        want += "\n";
+        want += &std::fs::read_to_string(dir.join("bms_row_raw.cu")).unwrap();
         assert!(top.lines().filter(|l| l.starts_with("#include")).count() >= 8);
         assert_eq!(BMS_KERNELS.source, want);
     }
