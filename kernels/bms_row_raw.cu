@@ -19,6 +19,14 @@
 // in order and the warp synchronises between them: no atomics, the same
 // bits whatever the tile.
 
+// The tensor-core path: on the device (sm_80 and later), and in the host
+// replay's warp emulation (tests/replay/warp.h), a host thread a lane.
+#if __CUDA_ARCH__ >= 800 || defined(WARP_EMULATION)
+#define RAW_TENSOR 1
+#else
+#define RAW_TENSOR 0
+#endif
+
 // A cell's values in a tile, CELL_VALUES doubles apart (odd: the build's
 // lanes, a cell each, store to different banks): V's stored columns (d
 // eta/da, d eta/db, the four score and four link functions; the columns 1
@@ -255,11 +263,15 @@ __device__ LaneMap lane_map(int lane, int p_w, int wh, int ww)
     return m;
 }
 
-#if __CUDA_ARCH__ >= 800
+#if RAW_TENSOR
 __device__ __forceinline__ void mma884(double& c0, double& c1, double a, double b)
 {
+#ifdef WARP_EMULATION
+    emulated_mma884(c0, c1, a, b);
+#else
     asm volatile("mma.sync.aligned.m8n8k4.row.col.f64.f64.f64.f64 {%0,%1}, {%2}, {%3}, {%0,%1};"
                  : "+d"(c0), "+d"(c1) : "d"(a), "d"(b));
+#endif
 }
 
 // A cell's block V^T M V by the tensor cores: W = V M (with a fifth column
@@ -445,6 +457,9 @@ __device__ void raw_row_tail(const RawRow& w, int r, i64 row, int lane, int ws, 
         return;
     }
     const double inv_Fa = 1.0 / F_a;
+    // Every lane has read F_a (FIN_D's first) before lane 0 overwrites it
+    // (the replay's warp emulation found the race).
+    __syncwarp();
     // F_au = D(AR_u) - Q(A, X_u) in FIN_E, a_u = -F_u / F_a in FIN_D
     // (theta_q reads neither).
     double* F_au = f + FIN_E * r;
@@ -514,7 +529,7 @@ extern "C" __global__ void __launch_bounds__(32 * RAW_WARPS, RAW_BLOCKS) bms_row
     const Model m = make_model(MODEL_ARGS);
     const RawBasis h = {raw_h, first_h, lin_h, min(dh, 4)}, lw = {raw_w, first_w, lin_w, min(dw, 4)};
     const RawRow w = raw_layout(row_sh + (i64)warp * raw_row_doubles(r, p_w, tile), r, p_w, tile);
-#if __CUDA_ARCH__ >= 800
+#if RAW_TENSOR
     const LaneMap lm = lane_map(lane, p_w, h.width, lw.width);
 #endif
     for (int k = lane; k < w.nr * w.qs + 3 + 2 * p_w; k += ws) w.Q[k] = 0.0;
@@ -527,7 +542,7 @@ extern "C" __global__ void __launch_bounds__(32 * RAW_WARPS, RAW_BLOCKS) bms_row
             build_cell(m, h, lw, a, b, bounds + 4 * (t0 + j), cell_moments + MOMENTS * (t0 + j),
                        w.tile + j * CELL_VALUES);
         __syncwarp();
-#if __CUDA_ARCH__ >= 800
+#if RAW_TENSOR
         // The next cell's block is formed before this one's is added (it
         // reads only the tile), so that the two overlap.
         CellFrags f = cell_frags(w.tile, lane, lm);

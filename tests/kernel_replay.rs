@@ -130,12 +130,16 @@ fn read_arrays(path: &Path) -> Vec<Vec<f64>> {
     arrays
 }
 
-/// Compile the driver with the kernels into `dir`.
-fn build(cc: &str, dir: &Path) -> PathBuf {
+/// Compile the driver with the kernels into `dir`: `replay`, and with the
+/// warp emulation (tests/replay/warp.h) `replay-warp`.
+fn build(cc: &str, dir: &Path, warp: bool) -> PathBuf {
     let root = Path::new(env!("CARGO_MANIFEST_DIR"));
-    let exe = dir.join("replay");
+    let exe = dir.join(if warp { "replay-warp" } else { "replay" });
+    let flags: &[&str] = if warp { &["-pthread", "-DWARP_EMULATION"] } else { &[] };
     let status = Command::new(cc)
-        .args(["-O1", "-std=c++17", "-o"])
+        .args(["-O1", "-std=c++17"])
+        .args(flags)
+        .arg("-o")
         .arg(&exe)
         .arg("-I")
         .arg(root.join("kernels"))
@@ -202,21 +206,24 @@ fn check_rows(label: &str, got: &[Vec<f64>], want: &RowKernelOutputs) {
     common::assert_close(&format!("hess {label}"), &got[3], &upper, 1e-8);
 }
 
-/// One problem through both replays: the device's two stages from the
-/// bases, against the CPU model; Stage 2 over the CPU's bundle, against the
-/// CPU's Stage 2 on it.
-fn check_problem(exe: &Path, dir: &Path, label: &str, g: &Generated) {
+/// One problem through the replays `runs` (binary, mode) of the device's
+/// two stages from the bases (Stage 2 over theta, over the raw functions,
+/// or over the raw functions on the tensor-core path in the warp
+/// emulation), against the CPU model; then, through the first binary,
+/// Stage 2 over the CPU's bundle, against the CPU's Stage 2 on it.
+fn check_problem(runs: &[(&Path, &str)], dir: &Path, label: &str, g: &Generated) {
     let (inp, intercept) = g.model.stage1(&g.data, &g.beta).unwrap();
     let want = evaluate_rows(&inp).unwrap();
     let problem = problem_bytes(g);
-    for mode in ["", "raw"] {
+    for &(exe, mode) in runs {
+        let label = &format!("{label}-{}", exe.file_name().unwrap().to_string_lossy());
         let got = replay(exe, dir, label, mode, &problem);
         for (i, (x, y)) in got[0].iter().zip(&intercept).enumerate() {
             assert!((x - y).abs() <= 1e-12 * (1.0 + y.abs()), "{label}: a[{i}] {x} vs {y}");
         }
         check_rows(&format!("{label} stages {mode}"), &got, &want);
     }
-    let got = replay(exe, dir, label, "bundle", &bundle_bytes(&inp));
+    let got = replay(runs[0].0, dir, label, "bundle", &bundle_bytes(&inp));
     check_rows(&format!("{label} bundle"), &got, &want);
 }
 
@@ -234,7 +241,7 @@ fn host_replay_of_the_device_kernels_matches_the_cpu_model() {
     };
     let dir = std::env::temp_dir().join(format!("matfree-replay-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
-    let exe = build(cc, &dir);
+    let (exe, warp) = (build(cc, &dir, false), build(cc, &dir, true));
     // The seed shape (r = 20), then r = 4, 33 and 64 above the warp width,
     // and each basis absent in turn.
     let shapes = [
@@ -244,20 +251,25 @@ fn host_replay_of_the_device_kernels_matches_the_cpu_model() {
         (60, 3, 2, 40, 22),
     ];
     let absent = [(100, 3, 2, 0, 5), (100, 3, 2, 6, 0)];
-    for (k, (n, p_m, p_g, p_h, p_w)) in shapes.into_iter().chain(absent).enumerate() {
-        let cfg = GeneratorConfig {
-            n,
-            p_m,
-            p_g,
-            p_h,
-            p_w,
-            s_f: if k == 0 { 1.0 } else { 0.8 },
-            seed: 1 + k as u64,
-        };
-        let g = generate(cfg).unwrap();
-        check_problem(&exe, &dir, &format!("r{}-{k}", 2 + p_h + p_w), &g);
+    // Each problem through both Stage-2 kernels, then again with fewer rows
+    // through the warp emulation (32 host threads a row: slow).
+    let both: &[(&Path, &str)] = &[(&exe, ""), (&exe, "raw")];
+    for (runs, rows) in [(both, None), (&[(&*warp, "raw")][..], Some(24))] {
+        for (k, (n, p_m, p_g, p_h, p_w)) in shapes.into_iter().chain(absent).enumerate() {
+            let cfg = GeneratorConfig {
+                n: rows.unwrap_or(n),
+                p_m,
+                p_g,
+                p_h,
+                p_w,
+                s_f: if k == 0 { 1.0 } else { 0.8 },
+                seed: 1 + k as u64,
+            };
+            let g = generate(cfg).unwrap();
+            check_problem(runs, &dir, &format!("r{}-{k}", 2 + p_h + p_w), &g);
+        }
+        check_problem(runs, &dir, "non-monotone", &non_monotone());
     }
-    check_problem(&exe, &dir, "non-monotone", &non_monotone());
     std::fs::remove_dir_all(&dir).ok();
 }
 

@@ -3,6 +3,8 @@
 //
 //     replay IN OUT TILE           both stages from the bases
 //     replay IN OUT TILE raw       both stages, Stage 2 over the raw functions
+//                                  (built with WARP_EMULATION: a row a warp
+//                                  of 32 host threads, the tensor-core path)
 //     replay IN OUT TILE bundle    Stage 2 over a CPU Stage-1 bundle
 //
 // TILE is the cells a Stage-2 tile holds; a trailing g ("9g") keeps the
@@ -145,10 +147,18 @@ int main(int argc, char** argv)
     V neglog(n), grad((size_t)n * r), hess((size_t)n * r * (r + 1) / 2);
     for (int i = 0; i < n && raw; ++i) {
         blockIdx.x = i;
-        bms_row_raw(n, r, p_h, p_w, m1.data(), m2.data(), y.data(), w.data(), offsets.data(), MODEL, rh.data(),
-                    fh.data(), lh.data(), rw.data(), fw.data(), lw.data(), tile, a.data(), b.data(), bounds.data(),
-                    moments.data(), chi.data(), xi.data(), rho.data(), tau.data(), r1v.data(), e.data(),
-                    neglog.data(), grad.data(), hess.data(), ost.data());
+        auto launch = [&] {
+            bms_row_raw(n, r, p_h, p_w, m1.data(), m2.data(), y.data(), w.data(), offsets.data(), MODEL, rh.data(),
+                        fh.data(), lh.data(), rw.data(), fw.data(), lw.data(), tile, a.data(), b.data(),
+                        bounds.data(), moments.data(), chi.data(), xi.data(), rho.data(), tau.data(), r1v.data(),
+                        e.data(), neglog.data(), grad.data(), hess.data(), ost.data());
+        };
+#ifdef WARP_EMULATION
+        // A row a warp of 32 host threads, the tensor-core path (warp.h).
+        warp_run(launch);
+#else
+        launch();
+#endif
     }
     for (int i = 0; i < n && !raw; ++i) {
         blockIdx.x = i;

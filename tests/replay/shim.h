@@ -1,8 +1,10 @@
 // Stand-ins for the CUDA built-ins the BMS kernels use, so that
-// kernels/bms_stage1.cu and kernels/bms_row.cu compile as C++ and run on the
-// host with one thread per block (tests/kernel_replay.rs). A block of one
-// thread takes every strided loop in turn and, without __CUDA_ARCH__, the
-// scalar path of Stage 2's Q sums instead of the tensor cores.
+// kernels/bms_stage1.cu, kernels/bms_row.cu and kernels/bms_row_raw.cu
+// compile as C++ and run on the host with one thread per block
+// (tests/kernel_replay.rs). A block of one thread takes every strided loop
+// in turn and, without __CUDA_ARCH__, the scalar path of Stage 2's Q sums
+// instead of the tensor cores. With WARP_EMULATION, bms_row_raw takes its
+// tensor-core path instead, a warp of 32 host threads (warp.h).
 #include <algorithm>
 #include <cmath>
 #include <cstring>
@@ -25,7 +27,8 @@ struct double2 { double x, y; };
 inline double2 make_double2(double x, double y) { return {x, y}; }
 
 struct Dim3 { unsigned x, y, z; };
-static Dim3 blockIdx{0, 0, 0}, blockDim{1, 1, 1}, threadIdx{0, 0, 0}, gridDim{1, 1, 1};
+static Dim3 blockIdx{0, 0, 0}, blockDim{1, 1, 1}, gridDim{1, 1, 1};
+static thread_local Dim3 threadIdx{0, 0, 0};
 
 inline long long min(long long a, long long b) { return a < b ? a : b; }
 inline long long min(long long a, int b) { return a < b ? a : b; }
@@ -70,8 +73,14 @@ inline unsigned long long atomicMax(unsigned long long* p, unsigned long long v)
     return old;
 }
 
-inline double __shfl_sync(unsigned, double v, int) { return v; }
 inline double __shfl_xor_sync(unsigned, double v, int) { return v; }
 inline void __syncthreads() {}
+#ifdef WARP_EMULATION
+#include "warp.h"
+#else
+inline double __shfl_sync(unsigned, double v, int) { return v; }
 inline void __syncwarp() {}
+#endif
+#ifndef WARP_EMULATION
 inline bool __any_sync(unsigned, bool p) { return p; }
+#endif
