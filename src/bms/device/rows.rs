@@ -309,9 +309,10 @@ fn tile_cells(cell: usize, row: usize, cells: usize) -> usize {
 /// bms_row_raw.cu, whose `__launch_bounds__` allow no more threads.
 const RAW_WARPS: usize = 2;
 /// Most cells a `bms_row_raw` tile holds (a lane builds each). A warp could
-/// build 32 at once, but a tile of 27 cells at the seed shape left 5 blocks
-/// an SM for the shared memory, and Stage 2 took 20.9 ms at 1M rows where
-/// tiles of 14 (8 blocks an SM) took 17.0 (H100, benches/RESULTS.md session 40).
+/// build 32 at once, but one tile of 27 cells at the seed shape left room
+/// for 5 blocks an SM (occupancy 15.6%): Stage 2 took 20.9 ms at 1M rows,
+/// where a first version with tiles of 14 (8 blocks) took 17.0, though it
+/// executed 44% more instructions (H100, benches/RESULTS.md session 40).
 const RAW_TILE: usize = 16;
 /// The doubles a cell's values take in a `bms_row_raw` tile (CELL_VALUES).
 const RAW_CELL_VALUES: usize = 65;
