@@ -161,6 +161,26 @@ impl DeviceBasis {
     }
 }
 
+/// `bms_row_raw`'s tile where it takes the rows, None where `bms_row_bases`
+/// does. Two benchmark knobs, the values the same either way:
+/// `MATFREE_BMS_STAGE2=bases` keeps the kernel over theta (`raw`, the
+/// default, takes the raw one where its rows fit), `MATFREE_BMS_RAW_TILE=K`
+/// sets the raw kernel's most cells a tile; any other value is an error.
+fn stage2_choice(gpu: &Gpu, r: usize, p_w: usize, slots: usize) -> Result<Option<RawTile>> {
+    let most = match std::env::var("MATFREE_BMS_RAW_TILE") {
+        Ok(v) => match v.parse::<usize>() {
+            Ok(k) if k > 0 => Some(k),
+            _ => return Err(Error::invalid("MATFREE_BMS_RAW_TILE", v, "must be a positive integer")),
+        },
+        Err(_) => None,
+    };
+    match std::env::var("MATFREE_BMS_STAGE2").as_deref() {
+        Ok("bases") => Ok(None),
+        Ok("raw") | Err(_) => Ok(raw_tile(gpu, r, p_w, slots, most)),
+        Ok(v) => Err(Error::invalid("MATFREE_BMS_STAGE2", v, "must be raw or bases")),
+    }
+}
+
 /// sum_j beta_j piece_j on every segment, `[(k + 1), 4]` (one zero cubic
 /// when the block is absent).
 fn combinations(basis: Option<&CubicBasis>, beta: &[f64]) -> Vec<f64> {
@@ -301,14 +321,7 @@ impl DeviceStage1 {
         check_memory(&gpu, n, bases.r(), slots)?;
         let work = Work::allocate(&gpu, model, data, slots)?;
         let tile = stage2_tile(&gpu, bases.r(), slots)?;
-        // MATFREE_BMS_STAGE2=bases keeps the kernel over theta, and
-        // MATFREE_BMS_RAW_TILE=K sets the raw kernel's most cells a tile:
-        // benchmark knobs, the values the same either way.
-        let most = std::env::var("MATFREE_BMS_RAW_TILE").ok().and_then(|v| v.parse().ok());
-        let raw = match std::env::var("MATFREE_BMS_STAGE2").as_deref() {
-            Ok("bases") => None,
-            _ => raw_tile(&gpu, bases.r(), bases.p_w(), slots, most),
-        };
+        let raw = stage2_choice(&gpu, bases.r(), bases.p_w(), slots)?;
         // One part runs on the device's stream; more take a stream each.
         let parts = part_ranges(n).len();
         let streams = (0..if parts > 1 { parts } else { 0 })
