@@ -16,9 +16,10 @@
 //! `--objective-repeats=K` evaluates the objective K times (after a
 //! warm-up) and prints the minimum, tenth and median in us a row and core
 //! (`RAYON_NUM_THREADS` sets the threads). `--gpu-only` times only both
-//! stages on the device (no CPU evaluation to compare with). `--fit-shape` generates `fit_bms`' default data (p_m 3,
-//! p_g 2, score basis 8, link basis 6: r = 16, seed 1) instead of the seed
-//! shape, so a fit's cost per evaluation can be set beside a bare one.
+//! stages on the device (no CPU evaluation to compare with). `--fit-shape`
+//! generates `fit_bms`' default data (p_m 3, p_g 2, score basis 8, link
+//! basis 6: r = 16, seed 1) instead of the seed shape, so a fit's cost per
+//! evaluation can be set beside a bare one.
 
 use std::time::Instant;
 
@@ -53,7 +54,11 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         return Ok(());
     }
     if let Some(k) = args.iter().find_map(|a| a.strip_prefix("--objective-repeats=")) {
-        return objective_repeats(&g, k.parse()?);
+        let k: usize = k.parse()?;
+        if k == 0 {
+            return Err("--objective-repeats=K: K must be at least 1".into());
+        }
+        return objective_repeats(&g, k);
     }
     if gpu_only {
         check_cuda_support("--gpu-only", "given")?;
