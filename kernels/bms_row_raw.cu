@@ -13,11 +13,16 @@
 // A warp takes a row's cells a tile at a time: first a lane a cell builds
 // its columns, T_n and its few other sums into shared memory (the build);
 // then the warp adds the cells to the row's raw sums one after another, in
-// cell order: each cell's block by the tensor cores (W = V M, then W V^T,
-// 8 x 8 x 4 at a time), each lane adding its entries of the block to the
-// row's at the cell's places. A cell's places are distinct, the cells come
-// in order and the warp synchronises between them: no atomics, the same
-// bits whatever the tile.
+// cell order, by the tensor cores (8 x 8 x 4 at a time), in one of two
+// ways. bms_row_dense<NT> (rows of at most 8 NT raw functions, NT = 3, 4)
+// keeps the row's whole raw Q in the lanes' registers as NT (NT + 1) / 2
+// tiles of 8 x 8 and adds each cell's U^T M U over all of them, U its 4 x
+// nr cubics (zero where the cell lacks a function): no places to add at,
+// nothing between cells but the side sums. bms_row_raw (wider rows) forms
+// each cell's 12 x 12 block (W = V M, then W V^T) and each lane adds its
+// entries of the block to the row's at the cell's places; a cell's places
+// are distinct, the cells come in order and the warp synchronises between
+// them. Either way no atomics, the same bits whatever the tile.
 
 // The tensor-core path: on the device (sm_80 and later), and in the host
 // replay's warp emulation (tests/replay/warp.h), a host thread a lane.
@@ -508,18 +513,162 @@ __device__ void raw_row_tail(const RawRow& w, int r, i64 row, int lane, int ws, 
     }
 }
 
+
+// The dense tiles (bms_row_dense<NT>, rows of nr <= 8 NT raw functions):
+// each cell's 4 x nr matrix U of cubics (U[k][f]: coefficient k of raw
+// function f in the cell, zero where the cell does not carry f) makes Q +=
+// U^T M U, formed as the tensor cores' 8 x 8 tiles (I, J), I <= J, of the
+// row's whole Q, summed in the lanes' registers over the row's cells: no
+// places, no shared-memory adds, no synchronisation between cells. Lane l
+// holds U[l % 4][8 I + l / 4] of row block I (A of W_I = U_I^T M and B of
+// the tiles (., I)); W_I's column 4, M's kappa m, is D of U_I's functions.
+// The extra flops on zeros are cheap: 3 (I) + 6 (I <= J) DMMA a cell at
+// NT = 3, where bms_row_raw takes 5 and its adds at the places.
+// Arrays of NT (at least one: bms_row_raw instantiates NT = 0).
+#define DENSE_N(n) ((n) > 0 ? (n) : 1)
+
+// A lane's part of the row's tiles (I, J), I <= J, in order, and of its
+// D sums (lanes 4 i: function 8 I + i).
+template <int NT>
+struct DenseSums {
+    double q[DENSE_N(NT * (NT + 1) / 2)][2];
+    double d[DENSE_N(NT)];
+};
+
+#if RAW_TENSOR
+// A cell's side sum at place d added to the row's, if the cell has one
+// there: D(AA), D(AB), D(BB) at places 0..2, D(Bw_j') and D(z Bw_j') at 3
+// + jw and 3 + p_w + jw for the cell's link columns j = jw - lf < ww. A
+// lane adds at the places d = lane (mod 32), its cells one after another:
+// no two lanes add at one place.
+__device__ __forceinline__ void side_add(const RawRow& w, const double* C, int d, int p_w, int lf, int ww)
+{
+    const bool link = d >= 3, z = d >= 3 + p_w;
+    const int j = link ? d - 3 - (z ? p_w : 0) - lf : 0;
+    if ((unsigned)j < (unsigned)(link ? ww : 1)) w.dense[d] += C[link ? (z ? RAW_ZW1 : RAW_W1) + j : RAW_DENSE + d];
+}
+
+// Where lane l reads U[k][f] of block I in a cell's values (f = 8 I + l/4,
+// k = l%4), or -1: the score column j = f - 4 - sf where j < wh, the link
+// column j = f - 4 - p_h - lf where j < ww (either j is out of range where
+// f is not of that basis), else, in block 0, d eta/da or d eta/db (lanes
+// 0..7, stored first) or the centre (U[0][3], lane 12; the rest of the
+// columns 1 and z are the constants dense_one gives).
+__device__ __forceinline__ int dense_at(int I, int lane, int sf, int lf, int p_h, int wh, int ww)
+{
+    const int f = 8 * I + (lane >> 2), q = lane & 3, js = f - 4 - sf, jl = f - 4 - p_h - lf;
+    int at = I > 0 ? -1 : lane < 8 ? lane : lane == 12 ? RAW_CENTER : -1;
+    // Selects, not branches: every lane forms both places.
+    const int score = stored_column(4) + 4 * js + q, link = stored_column(8) + 4 * jl + q;
+    at = (unsigned)jl < (unsigned)ww ? link : at;
+    return (unsigned)js < (unsigned)wh ? score : at;
+}
+
+// U[k][f] where dense_at gives -1: U[0][2] = U[1][3] = 1 (the columns 1
+// and z = c + x about the centre c), else zero.
+__device__ __forceinline__ double dense_one(int I, int lane)
+{
+    return I == 0 && (lane == 8 || lane == 13) ? 1.0 : 0.0;
+}
+
+// One cell (its values C) added to the lane's tiles and D sums, and its
+// side sums at the lane's first place to the row's (dense_rest adds the
+// places past the warp's width).
+// Where lane l's B of W_I = U_I^T M' lies in a cell's values (-1: zero):
+// B[k][n] = M'[k][n], k = l%4, n = l/4, M' M's columns 0..3 in its columns
+// 0, 2, 4, 6 and kappa m in column 1. W_I's entries (i, 2 k) then sit in
+// lane 4 i + k, component 0: A's layout of the tiles, no shuffles.
+__device__ __forceinline__ int dense_bm(int lane)
+{
+    const int k = lane & 3, n = lane >> 2;
+    return n % 2 == 0 ? RAW_T + k + n / 2 : n == 1 ? RAW_KM + k : -1;
+}
+
+template <int NT>
+__device__ __forceinline__ void dense_cell(const RawRow& w, const double* C, int p_h, int p_w, int wh, int ww,
+                                           int bm_at, DenseSums<NT>& acc, int lane)
+{
+    const int sf = (int)C[RAW_FIRST], lf = (int)C[RAW_FIRST + 1];
+    const double bm = bm_at >= 0 ? C[bm_at] : 0.0;
+    double x[DENSE_N(NT)], wa[DENSE_N(NT)];
+#pragma unroll
+    for (int I = 0; I < NT; ++I) {
+        const int at = dense_at(I, lane, sf, lf, p_h, wh, ww);
+        x[I] = at >= 0 ? C[at] : dense_one(I, lane);
+    }
+#pragma unroll
+    for (int I = 0; I < NT; ++I) {
+        // W_I[l/4][l%4] lands in the lane's first component, as A of the
+        // tiles needs it (dense_bm); D of function 8 I + l/4 in its second
+        // where l%4 = 0.
+        double w1 = 0.0;
+        wa[I] = 0.0;
+        mma884(wa[I], w1, x[I], bm);
+        acc.d[I] += w1;
+    }
+    int t = 0;
+#pragma unroll
+    for (int I = 0; I < NT; ++I)
+#pragma unroll
+        for (int J = I; J < NT; ++J, ++t) mma884(acc.q[t][0], acc.q[t][1], wa[I], x[J]);
+    if (lane < 3 + 2 * p_w) side_add(w, C, lane, p_w, lf, ww);
+}
+
+// A tile's side sums at the places past the warp's width (3 + 2 p_w > 32),
+// each place's cells in order.
+__device__ void dense_rest(const RawRow& w, const double* tile, int nc, int p_w, int ww, int lane)
+{
+    for (int d = lane + 32; d < 3 + 2 * p_w; d += 32)
+        for (int j = 0; j < nc; ++j) {
+            const double* C = tile + j * CELL_VALUES;
+            side_add(w, C, d, p_w, (int)C[RAW_FIRST + 1], ww);
+        }
+}
+
+// The lane's tiles and D sums into the row's raw Q (its upper triangle, and
+// the lower halves of the diagonal tiles, which no one reads).
+template <int NT>
+__device__ void dense_store(const RawRow& w, const DenseSums<NT>& acc, int lane)
+{
+    const int q = lane & 3, i = lane >> 2;
+    int t = 0;
+#pragma unroll
+    for (int I = 0; I < NT; ++I) {
+        const int f = 8 * I + i;
+        if (q == 0 && f < w.nr) w.Q[f * w.qs + w.nr] = acc.d[I];
+#pragma unroll
+        for (int J = I; J < NT; ++J, ++t)
+#pragma unroll
+            for (int e = 0; e < 2; ++e) {
+                const int g = 8 * J + 2 * q + e;
+                if (f < w.nr && g < w.nr) w.Q[f * w.qs + g] = acc.q[t][e];
+            }
+    }
+}
+#endif
+
 // Warps a block of bms_row_raw (a row each): rows.rs RAW_WARPS. At least
 // RAW_BLOCKS blocks an SM (registers capped at 128 a thread).
 #define RAW_WARPS 2
 #define RAW_BLOCKS 8
 
-extern "C" __global__ void __launch_bounds__(32 * RAW_WARPS, RAW_BLOCKS) bms_row_raw(
-    ROW_COMMON_PARAMS, MODEL_PARAMS, const double* __restrict__ raw_h, const double* __restrict__ first_h,
-    const double* __restrict__ lin_h, const double* __restrict__ raw_w, const double* __restrict__ first_w,
-    const double* __restrict__ lin_w, int tile, const double* __restrict__ row_a, const double* __restrict__ row_b,
-    const double* __restrict__ bounds, const double* __restrict__ cell_moments, ROW_TAIL_PARAMS)
+#define RAW_KERNEL_PARAMS                                                                                  \
+    ROW_COMMON_PARAMS, MODEL_PARAMS, const double *__restrict__ raw_h, const double *__restrict__ first_h,  \
+        const double *__restrict__ lin_h, const double *__restrict__ raw_w, const double *__restrict__ first_w, \
+        const double *__restrict__ lin_w, int tile, const double *__restrict__ row_a,                       \
+        const double *__restrict__ row_b, const double *__restrict__ bounds,                                \
+        const double *__restrict__ cell_moments, ROW_TAIL_PARAMS
+#define RAW_KERNEL_ARGS                                                                                    \
+    n_rows, r, p_h, p_w, row_mu1, row_mu2, row_y, row_w, cell_offsets, MODEL_ARGS, raw_h, first_h, lin_h,  \
+        raw_w, first_w, lin_w, tile, row_a, row_b, bounds, cell_moments, ROW_TAIL_ARGS
+
+// A row of Stage 2 over the raw functions: its cells built a tile at a
+// time, summed by the scattered blocks (NT = 0, bms_row_raw) or the dense
+// tiles (NT > 0, bms_row_dense<NT>), then finished.
+template <int NT>
+__device__ void raw_row(RAW_KERNEL_PARAMS)
 {
-    extern __shared__ double row_sh[];
+    extern __shared__ double raw_sh[];
     // A warp a row; a block of fewer than 32 threads (the host replay's one)
     // takes one row, its threads each lane in turn.
     const int ws = min((int)blockDim.x, 32), warps = max((int)blockDim.x / 32, 1);
@@ -528,9 +677,13 @@ extern "C" __global__ void __launch_bounds__(32 * RAW_WARPS, RAW_BLOCKS) bms_row
     if (row >= n_rows) return;
     const Model m = make_model(MODEL_ARGS);
     const RawBasis h = {raw_h, first_h, lin_h, min(dh, 4)}, lw = {raw_w, first_w, lin_w, min(dw, 4)};
-    const RawRow w = raw_layout(row_sh + (i64)warp * raw_row_doubles(r, p_w, tile), r, p_w, tile);
+    const RawRow w = raw_layout(raw_sh + (i64)warp * raw_row_doubles(r, p_w, tile), r, p_w, tile);
 #if RAW_TENSOR
     const LaneMap lm = lane_map(lane, p_w, h.width, lw.width);
+    DenseSums<NT> acc;
+    const int bm_at = dense_bm(lane);
+    for (int t = 0; t < NT * (NT + 1) / 2; ++t) acc.q[t][0] = acc.q[t][1] = 0.0;
+    for (int I = 0; I < NT; ++I) acc.d[I] = 0.0;
 #endif
     for (int k = lane; k < w.nr * w.qs + 3 + 2 * p_w; k += ws) w.Q[k] = 0.0;
     const double a = row_a[row], b = row_b[row];
@@ -543,6 +696,11 @@ extern "C" __global__ void __launch_bounds__(32 * RAW_WARPS, RAW_BLOCKS) bms_row
                        w.tile + j * CELL_VALUES);
         __syncwarp();
 #if RAW_TENSOR
+        if (NT > 0) {
+            for (int j = 0; j < nc; ++j) dense_cell<NT>(w, w.tile + j * CELL_VALUES, p_h, p_w, h.width, lw.width, bm_at, acc, lane);
+            dense_rest(w, w.tile, nc, p_w, lw.width, lane);
+            continue;
+        }
         // The next cell's block is formed before this one's is added (it
         // reads only the tile), so that the two overlap.
         CellFrags f = cell_frags(w.tile, lane, lm);
@@ -558,7 +716,29 @@ extern "C" __global__ void __launch_bounds__(32 * RAW_WARPS, RAW_BLOCKS) bms_row
 #endif
     }
     __syncwarp();
+#if RAW_TENSOR
+    if (NT > 0) {
+        dense_store<NT>(w, acc, lane);
+        __syncwarp();
+    }
+#endif
     for (int u = lane; u < r; u += ws) finish_coordinate(w, m, h, lw, r, p_h, a, b, u);
     __syncwarp();
     raw_row_tail(w, r, row, lane, ws, row_mu1, row_mu2, row_y, row_w, ROW_TAIL_ARGS);
+}
+
+extern "C" __global__ void __launch_bounds__(32 * RAW_WARPS, RAW_BLOCKS) bms_row_raw(RAW_KERNEL_PARAMS)
+{
+    raw_row<0>(RAW_KERNEL_ARGS);
+}
+
+// Rows of at most 8 NT raw functions (rows.rs: raw_kernel).
+extern "C" __global__ void __launch_bounds__(32 * RAW_WARPS, RAW_BLOCKS) bms_row_dense3(RAW_KERNEL_PARAMS)
+{
+    raw_row<3>(RAW_KERNEL_ARGS);
+}
+
+extern "C" __global__ void __launch_bounds__(32 * RAW_WARPS, RAW_BLOCKS) bms_row_dense4(RAW_KERNEL_PARAMS)
+{
+    raw_row<4>(RAW_KERNEL_ARGS);
 }

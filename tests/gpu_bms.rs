@@ -310,10 +310,13 @@ fn device_stage1_matches_cpu_stage1() {
     let Some(gpu) = gpu_for_test("device_stage1_matches_cpu_stage1") else {
         return;
     };
-    // r = 4, 20, 33, 64, and each block alone.
+    // r = 4, 20, 28, 33, 64, and each block alone: the dense tiles (3 of 8
+    // raw functions to r = 22, 4 to r = 30), the scattered blocks, and
+    // Stage 2 over theta.
     let shapes = [
         (300, 1, 1),
         (200, 10, 8),
+        (120, 12, 14),
         (120, 15, 16),
         (60, 40, 22),
         (150, 0, 4),
@@ -321,13 +324,23 @@ fn device_stage1_matches_cpu_stage1() {
     ];
     for (k, (n, p_h, p_w)) in shapes.into_iter().enumerate() {
         let g = fixture(n, p_h, p_w, 40 + k as u64);
-        let raw = DeviceStage1::new(gpu.clone(), &g.model, &g.data).unwrap();
-        assert_eq!(raw.stage2_kernel(), "bms_row_raw", "r = {}", g.model.layout().r());
-        let theta = DeviceStage1::new(gpu.clone(), &g.model, &g.data)
-            .unwrap()
-            .stage2_over_theta();
+        let r = g.model.layout().r();
+        let new = || DeviceStage1::new(gpu.clone(), &g.model, &g.data).unwrap();
+        let (dense, scattered, theta) = (new(), new().stage2_scattered(), new().stage2_over_theta());
+        let want = match r + 2 {
+            0..=24 => "bms_row_dense3",
+            25..=32 => "bms_row_dense4",
+            _ => "bms_row_raw",
+        };
+        assert_eq!(dense.stage2_kernel(), want, "r = {r}");
+        assert_eq!(scattered.stage2_kernel(), "bms_row_raw", "r = {r}");
         assert_eq!(theta.stage2_kernel(), "bms_row_bases");
-        for (stage1, (name, beta)) in [raw, theta]
+        let kernels = if want == "bms_row_raw" {
+            vec![dense, theta]
+        } else {
+            vec![dense, scattered, theta]
+        };
+        for (stage1, (name, beta)) in kernels
             .iter()
             .flat_map(|s| stage1_variants(&g).into_iter().map(move |v| (s, v)))
         {

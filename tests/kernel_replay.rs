@@ -254,7 +254,7 @@ fn host_replay_of_the_device_kernels_matches_the_cpu_model() {
     // Each problem through both Stage-2 kernels, then again with fewer rows
     // through the warp emulation (32 host threads a row: slow).
     let both: &[(&Path, &str)] = &[(&exe, ""), (&exe, "raw")];
-    for (runs, rows) in [(both, None), (&[(&*warp, "raw")][..], Some(24))] {
+    for (runs, rows) in [(both, None), (&[(&*warp, "raw"), (&*warp, "dense")][..], Some(24))] {
         for (k, (n, p_m, p_g, p_h, p_w)) in shapes.into_iter().chain(absent).enumerate() {
             let cfg = GeneratorConfig {
                 n: rows.unwrap_or(n),

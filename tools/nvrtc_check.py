@@ -7,7 +7,11 @@ without device time can check before its kernels meet a device.
     python3 -m pip download --no-deps --only-binary=:all: --python-version 3.12 \\
         --platform manylinux2014_x86_64 -d /tmp/nvrtc nvidia-cuda-nvrtc-cu12
     (cd /tmp/nvrtc && unzip -o -q nvidia_cuda_nvrtc*.whl)
-    python3 tools/nvrtc_check.py /tmp/nvrtc/nvidia/cuda_nvrtc/lib/libnvrtc.so.12 [sm_90]
+    python3 tools/nvrtc_check.py /tmp/nvrtc/nvidia/cuda_nvrtc/lib/libnvrtc.so.12 [sm_90] [CUBIN]
+
+With CUBIN, the compiled module is written there too, for the SASS a session
+without a GPU can read: Triton's wheel (pip download triton) carries
+triton/backends/nvidia/bin/cuobjdump; `cuobjdump -sass CUBIN`.
 
 Exit status 0 when NVRTC compiles the module; its log is printed either way.
 """
@@ -45,6 +49,12 @@ def main():
     print(f"parts: {', '.join(parts)}")
     print(log.value.decode())
     print(f"nvrtcCompileProgram: {rc} ({'ok' if rc == 0 else 'failed'})")
+    if rc == 0 and len(sys.argv) > 3:
+        lib.nvrtcGetCUBINSize(prog, ctypes.byref(size))
+        cubin = ctypes.create_string_buffer(size.value)
+        lib.nvrtcGetCUBIN(prog, cubin)
+        pathlib.Path(sys.argv[3]).write_bytes(cubin.raw)
+        print(f"cubin: {sys.argv[3]} ({size.value} bytes)")
     sys.exit(0 if rc == 0 else 1)
 
 

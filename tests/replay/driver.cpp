@@ -5,6 +5,9 @@
 //     replay IN OUT TILE raw       both stages, Stage 2 over the raw functions
 //                                  (built with WARP_EMULATION: a row a warp
 //                                  of 32 host threads, the tensor-core path)
+//     replay IN OUT TILE dense     the same by the dense tiles where they
+//                                  apply (bms_row_dense3 or 4; the same as
+//                                  raw without WARP_EMULATION)
 //     replay IN OUT TILE bundle    Stage 2 over a CPU Stage-1 bundle
 //
 // TILE is the cells a Stage-2 tile holds; a trailing g ("9g") keeps the
@@ -13,7 +16,7 @@
 // Both stages: reads the problem that tests/kernel_replay.rs wrote, launches
 // bms_calibrate, bms_observed, bms_cell_moments and bms_cell_quadrature a
 // block (of one thread) at a time, then bms_row_bases with the tile size
-// given (bms_row_raw in raw mode), and writes the intercepts, per-row neglog, gradient, Hessian (packed) and status. Bundle: reads a
+// given (bms_row_raw in raw mode, bms_row_dense<NT> in dense), and writes the intercepts, per-row neglog, gradient, Hessian (packed) and status. Bundle: reads a
 // RowKernelInputs bundle, launches bms_row, and writes the same minus the
 // intercepts (an empty array in their place).
 #include "shim.h"
@@ -28,8 +31,10 @@
 #include <vector>
 
 typedef std::vector<double> V;
-// The kernels' dynamic shared memory (`extern __shared__ double row_sh[]`).
+// The kernels' dynamic shared memory (`extern __shared__ double row_sh[]`,
+// and `raw_sh[]` in bms_row_raw.cu's row template).
 double row_sh[1 << 18];
+double raw_sh[1 << 18];
 
 static V get(FILE* f)
 {
@@ -92,11 +97,12 @@ static int bundle(FILE* f, const char* out, int tile, int g_shared)
 
 int main(int argc, char** argv)
 {
-    if (argc != 4 && argc != 5) { fprintf(stderr, "usage: replay IN OUT TILE [bundle|raw]\n"); return 2; }
+    if (argc != 4 && argc != 5) { fprintf(stderr, "usage: replay IN OUT TILE [bundle|raw|dense]\n"); return 2; }
     FILE* f = fopen(argv[1], "rb");
     if (!f) { perror(argv[1]); return 2; }
     const int g_shared = strchr(argv[3], 'g') ? 0 : 1;
-    const bool raw = argc == 5 && strcmp(argv[4], "raw") == 0;
+    const bool dense = argc == 5 && strcmp(argv[4], "dense") == 0;
+    const bool raw = dense || (argc == 5 && strcmp(argv[4], "raw") == 0);
     if (argc == 5 && !raw) return bundle(f, argv[2], atoi(argv[3]), g_shared);
     const V hdr = get(f);
     const int n = (int)hdr[0], p_m = (int)hdr[1], p_g = (int)hdr[2], p_h = (int)hdr[3], p_w = (int)hdr[4];
@@ -147,11 +153,15 @@ int main(int argc, char** argv)
     V neglog(n), grad((size_t)n * r), hess((size_t)n * r * (r + 1) / 2);
     for (int i = 0; i < n && raw; ++i) {
         blockIdx.x = i;
+        // The kernel rows.rs (raw_tile) picks: the dense tiles where the
+        // r + 2 raw functions fit 3 or 4 tiles of 8, else the scattered one.
+        const int nt = !dense || r + 2 > 32 ? 0 : r + 2 > 24 ? 4 : 3;
+        auto kernel = nt == 3 ? bms_row_dense3 : nt == 4 ? bms_row_dense4 : bms_row_raw;
         auto launch = [&] {
-            bms_row_raw(n, r, p_h, p_w, m1.data(), m2.data(), y.data(), w.data(), offsets.data(), MODEL, rh.data(),
-                        fh.data(), lh.data(), rw.data(), fw.data(), lw.data(), tile, a.data(), b.data(),
-                        bounds.data(), moments.data(), chi.data(), xi.data(), rho.data(), tau.data(), r1v.data(),
-                        e.data(), neglog.data(), grad.data(), hess.data(), ost.data());
+            kernel(n, r, p_h, p_w, m1.data(), m2.data(), y.data(), w.data(), offsets.data(), MODEL, rh.data(),
+                   fh.data(), lh.data(), rw.data(), fw.data(), lw.data(), tile, a.data(), b.data(), bounds.data(),
+                   moments.data(), chi.data(), xi.data(), rho.data(), tau.data(), r1v.data(), e.data(),
+                   neglog.data(), grad.data(), hess.data(), ost.data());
         };
 #ifdef WARP_EMULATION
         // A row a warp of 32 host threads, the tensor-core path (warp.h).

@@ -48,6 +48,8 @@ pub static BMS_KERNELS: KernelModule = KernelModule {
         "bms_row",
         "bms_row_bases",
         "bms_row_raw",
+        "bms_row_dense3",
+        "bms_row_dense4",
         "bms_calibrate",
         "bms_cell_moments",
         "bms_cell_quadrature",
@@ -55,7 +57,13 @@ pub static BMS_KERNELS: KernelModule = KernelModule {
         "merge_status",
         "first_rejected",
     ],
-    staging: &["bms_row", "bms_row_bases", "bms_row_raw"],
+    staging: &[
+        "bms_row",
+        "bms_row_bases",
+        "bms_row_raw",
+        "bms_row_dense3",
+        "bms_row_dense4",
+    ],
 };
 
 /// Threads per row block of the row kernel. Two warps with small tiles
@@ -317,28 +325,55 @@ const RAW_TILE: usize = 16;
 /// The doubles a cell's values take in a `bms_row_raw` tile (CELL_VALUES).
 const RAW_CELL_VALUES: usize = 65;
 
-/// How `bms_row_raw` uses its dynamic shared memory (`raw_layout` in
-/// bms_row_raw.cu): a tile of cells and a row's raw sums, a warp each.
+/// How `bms_row_raw` and `bms_row_dense<NT>` use their dynamic shared
+/// memory (`raw_layout` in bms_row_raw.cu): a tile of cells and a row's raw
+/// sums, a warp each; and which of them takes the rows.
 #[derive(Clone, Copy, Debug)]
 pub(crate) struct RawTile {
     /// Cells a tile holds.
     pub cells: usize,
     /// Dynamic shared-memory bytes of a block.
     pub bytes: usize,
+    /// The kernel: `bms_row_dense3` or `bms_row_dense4` where the row's
+    /// r + 2 raw functions fit 3 or 4 tensor-core tiles of 8, else (or when
+    /// asked) `bms_row_raw`.
+    pub kernel: &'static str,
 }
 
-/// The `bms_row_raw` tile for rows of at most `cells` cells with r
+/// The dense kernel for rows of r coordinates (r + 2 raw functions in
+/// tiles of 8, the whole raw Q in a warp's registers): None past 4 tiles.
+pub(crate) fn dense_kernel(r: usize) -> Option<&'static str> {
+    match r + 2 {
+        0..=24 => Some("bms_row_dense3"),
+        25..=32 => Some("bms_row_dense4"),
+        _ => None,
+    }
+}
+
+/// The raw kernels' tile for rows of at most `cells` cells with r
 /// coordinates and p_w link functions, at most `most` cells a tile
 /// (RAW_TILE by default; balanced: 27 cells are two tiles of
 /// 14), or None where a block's rows do not fit the device's shared memory
-/// (the raw Q sums grow as r^2): `bms_row_bases` takes those.
-pub(crate) fn raw_tile(gpu: &Gpu, r: usize, p_w: usize, cells: usize, most: Option<usize>) -> Option<RawTile> {
+/// (the raw Q sums grow as r^2): `bms_row_bases` takes those. `dense`
+/// takes `bms_row_dense<NT>` where it applies, else `bms_row_raw`.
+pub(crate) fn raw_tile(
+    gpu: &Gpu,
+    (r, p_w): (usize, usize),
+    cells: usize,
+    most: Option<usize>,
+    dense: bool,
+) -> Option<RawTile> {
     let (cells, most) = (cells.max(1), most.unwrap_or(RAW_TILE).max(1));
     let tile = cells.div_ceil(cells.div_ceil(most));
     let nr = r + 2;
     let doubles = tile * RAW_CELL_VALUES + nr * ((nr + 1) | 1) + 3 + 2 * p_w + 8 * r;
     let bytes = RAW_WARPS * doubles * 8;
-    (bytes <= gpu.shared_optin).then_some(RawTile { cells: tile, bytes })
+    let kernel = dense.then(|| dense_kernel(r)).flatten().unwrap_or("bms_row_raw");
+    (bytes <= gpu.shared_optin).then_some(RawTile {
+        cells: tile,
+        bytes,
+        kernel,
+    })
 }
 
 /// `bms_row_raw`'s grid: a warp a row, RAW_WARPS rows a block.

@@ -161,11 +161,13 @@ impl DeviceBasis {
     }
 }
 
-/// `bms_row_raw`'s tile where it takes the rows, None where `bms_row_bases`
-/// does. Two benchmark knobs, the values the same either way:
-/// `MATFREE_BMS_STAGE2=bases` keeps the kernel over theta (`raw`, the
-/// default, takes the raw one where its rows fit), `MATFREE_BMS_RAW_TILE=K`
-/// sets the raw kernel's most cells a tile; any other value is an error.
+/// The raw kernels' tile where they take the rows, None where
+/// `bms_row_bases` does. Two benchmark knobs, the values the same either
+/// way: `MATFREE_BMS_STAGE2=dense` (the default: `bms_row_dense<NT>` where
+/// the row's raw functions fit 4 tiles of 8, else `bms_row_raw` where its
+/// sums fit), `raw` (`bms_row_raw` where they fit) or `bases` (the kernel
+/// over theta), `MATFREE_BMS_RAW_TILE=K` the raw kernels' most cells a
+/// tile; any other value is an error.
 fn stage2_choice(gpu: &Gpu, r: usize, p_w: usize, slots: usize) -> Result<Option<RawTile>> {
     let most = match std::env::var("MATFREE_BMS_RAW_TILE") {
         Ok(v) => match v.parse::<usize>() {
@@ -176,8 +178,9 @@ fn stage2_choice(gpu: &Gpu, r: usize, p_w: usize, slots: usize) -> Result<Option
     };
     match std::env::var("MATFREE_BMS_STAGE2").as_deref() {
         Ok("bases") => Ok(None),
-        Ok("raw") | Err(_) => Ok(raw_tile(gpu, r, p_w, slots, most)),
-        Ok(v) => Err(Error::invalid("MATFREE_BMS_STAGE2", v, "must be raw or bases")),
+        Ok("dense") | Err(_) => Ok(raw_tile(gpu, (r, p_w), slots, most, true)),
+        Ok("raw") => Ok(raw_tile(gpu, (r, p_w), slots, most, false)),
+        Ok(v) => Err(Error::invalid("MATFREE_BMS_STAGE2", v, "must be dense, raw or bases")),
     }
 }
 
@@ -345,21 +348,28 @@ impl DeviceStage1 {
     }
 
     /// The same evaluator with Stage 2 summed over theta (`bms_row_bases`)
-    /// where it would sum over the raw functions (`bms_row_raw`): for tests
-    /// and benchmarks of the kernel that rows too wide for `bms_row_raw`'s
-    /// shared memory take.
+    /// where it would sum over the raw functions: for tests and benchmarks
+    /// of the kernel that rows too wide for the raw kernels' shared memory
+    /// take.
     pub fn stage2_over_theta(mut self) -> Self {
         self.raw = None;
         self
     }
 
+    /// The same evaluator with Stage 2 over the raw functions by each
+    /// cell's block added at its places (`bms_row_raw`) where the dense
+    /// tiles (`bms_row_dense<NT>`) would take its rows: for tests and
+    /// benchmarks of the kernel that rows of more than 30 coordinates take.
+    pub fn stage2_scattered(mut self) -> Self {
+        if let Some(raw) = &mut self.raw {
+            raw.kernel = "bms_row_raw";
+        }
+        self
+    }
+
     /// The Stage-2 kernel this evaluator launches.
     pub fn stage2_kernel(&self) -> &'static str {
-        if self.raw.is_some() {
-            "bms_row_raw"
-        } else {
-            "bms_row_bases"
-        }
+        self.raw.map_or("bms_row_bases", |raw| raw.kernel)
     }
 
     /// Cell slots per row.
@@ -530,6 +540,8 @@ impl DeviceStage1 {
             "bms_observed",
             "bms_row_bases",
             "bms_row_raw",
+            "bms_row_dense3",
+            "bms_row_dense4",
         ];
         names
             .into_iter()
