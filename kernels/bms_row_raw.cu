@@ -279,6 +279,22 @@ __device__ __forceinline__ void mma884(double& c0, double& c1, double a, double 
 #endif
 }
 
+// The 16 x 8 x 4 product (sm_90: DMMA.16x8x4, twice the 8 x 8 x 4's work
+// an instruction): two 8 x 8 x 4 products with one B, A's rows 0..7 from
+// a0 into (c0, c1), rows 8..15 from a1 into (c2, c3), in the lanes'
+// layout of mma884's. Before sm_90 (and in the replay), the two.
+__device__ __forceinline__ void mma1684(double& c0, double& c1, double& c2, double& c3, double a0, double a1,
+                                        double b)
+{
+#if defined(WARP_EMULATION) || __CUDA_ARCH__ < 900
+    mma884(c0, c1, a0, b);
+    mma884(c2, c3, a1, b);
+#else
+    asm volatile("mma.sync.aligned.m16n8k4.row.col.f64.f64.f64.f64 {%0,%1,%2,%3}, {%4,%5}, {%6}, {%0,%1,%2,%3};"
+                 : "+d"(c0), "+d"(c1), "+d"(c2), "+d"(c3) : "d"(a0), "d"(a1), "d"(b));
+#endif
+}
+
 // A cell's block V^T M V by the tensor cores: W = V M (with a fifth column
 // kappa m, so that W's column 4 is D of each of V's columns), then W V^T,
 // in the blocks (0, 0), (0, 1) and (1, 1) of 8 x 8. Lane l holds V[8 bu +
@@ -527,8 +543,13 @@ __device__ void raw_row_tail(const RawRow& w, int r, i64 row, int lane, int ws, 
 // Arrays of NT (at least one: bms_row_raw instantiates NT = 0).
 #define DENSE_N(n) ((n) > 0 ? (n) : 1)
 
-// A lane's part of the row's tiles (I, J), I <= J, in order, and of its
-// D sums (lanes 4 i: function 8 I + i).
+// A lane's part of the row's tiles (I, J), I <= J, in order (dense_tile),
+// and of its D sums (lanes 4 i: function 8 I + i).
+__host__ __device__ constexpr int dense_tile(int nt, int I, int J)
+{
+    return I * nt - I * (I - 1) / 2 + (J - I);
+}
+
 template <int NT>
 struct DenseSums {
     double q[DENSE_N(NT * (NT + 1) / 2)][2];
@@ -596,21 +617,33 @@ __device__ __forceinline__ void dense_cell(const RawRow& w, const double* C, int
         const int at = dense_at(I, lane, sf, lf, p_h, wh, ww);
         x[I] = at >= 0 ? C[at] : dense_one(I, lane);
     }
+    // W_I[l/4][l%4] lands in the lane's first component, as A of the tiles
+    // needs it (dense_bm); D of function 8 I + l/4 is added to its second
+    // where l%4 = 0. Blocks two at a time, by the 16 x 8 x 4 product.
 #pragma unroll
-    for (int I = 0; I < NT; ++I) {
-        // W_I[l/4][l%4] lands in the lane's first component, as A of the
-        // tiles needs it (dense_bm); D of function 8 I + l/4 in its second
-        // where l%4 = 0.
-        double w1 = 0.0;
+    for (int I = 0; I < NT; I += 2) {
         wa[I] = 0.0;
-        mma884(wa[I], w1, x[I], bm);
-        acc.d[I] += w1;
+        if (I + 1 < NT) {
+            wa[I + 1] = 0.0;
+            mma1684(wa[I], acc.d[I], wa[I + 1], acc.d[I + 1], x[I], x[I + 1], bm);
+        } else {
+            mma884(wa[I], acc.d[I], x[I], bm);
+        }
     }
-    int t = 0;
+    // The tiles (I, J), I <= J: rows I and I + 1 of column J at once where
+    // both are wanted.
 #pragma unroll
-    for (int I = 0; I < NT; ++I)
+    for (int J = 0; J < NT; ++J)
 #pragma unroll
-        for (int J = I; J < NT; ++J, ++t) mma884(acc.q[t][0], acc.q[t][1], wa[I], x[J]);
+        for (int I = 0; I <= J; I += 2) {
+            double* q0 = acc.q[dense_tile(NT, I, J)];
+            if (I + 1 <= J) {
+                double* q1 = acc.q[dense_tile(NT, I + 1, J)];
+                mma1684(q0[0], q0[1], q1[0], q1[1], wa[I], wa[I + 1], x[J]);
+            } else {
+                mma884(q0[0], q0[1], wa[I], x[J]);
+            }
+        }
     if (lane < 3 + 2 * p_w) side_add(w, C, lane, p_w, lf, ww);
 }
 

@@ -155,9 +155,18 @@ __device__ __forceinline__ double half_gauss(double x)
 // Phi(s) from g = exp(-s^2 / 2) (half_gauss(s)): the tail Phi(-|s|) =
 // erfcx(|s| / sqrt 2) g / 2, which erfcx gives without an exp of its own
 // for a non-negative argument, and one minus it for s >= 0.
+// erfcx out of line: inlined at every integrand the calibration kernel
+// instantiates, its 22-term polynomial made 53 copies (a quarter of the
+// kernel's 25,700 instructions), and a third of the kernel's stall samples
+// waited on instruction fetch (ncu, H100, benches/RESULTS.md session 41).
+__device__ __noinline__ double erfcx_call(double x)
+{
+    return erfcx(x);
+}
+
 __device__ __forceinline__ double phi_cdf(double s, double g)
 {
-    const double tail = 0.5 * erfcx(fabs(s) * 0.7071067811865476) * g;
+    const double tail = 0.5 * erfcx_call(fabs(s) * 0.7071067811865476) * g;
     return s < 0.0 ? tail : 1.0 - tail;
 }
 

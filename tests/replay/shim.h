@@ -10,8 +10,10 @@
 #include <cstring>
 
 #define __device__
+#define __host__
 #define __global__
 #define __forceinline__ inline
+#define __noinline__
 #define __restrict__ __restrict
 #define __shared__
 #define __constant__
