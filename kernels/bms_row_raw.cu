@@ -536,10 +536,11 @@ __device__ void raw_row_tail(const RawRow& w, int r, i64 row, int lane, int ws, 
 // U^T M U, formed as the tensor cores' 8 x 8 tiles (I, J), I <= J, of the
 // row's whole Q, summed in the lanes' registers over the row's cells: no
 // places, no shared-memory adds, no synchronisation between cells. Lane l
-// holds U[l % 4][8 I + l / 4] of row block I (A of W_I = U_I^T M and B of
-// the tiles (., I)); W_I's column 4, M's kappa m, is D of U_I's functions.
-// The extra flops on zeros are cheap: 3 (I) + 6 (I <= J) DMMA a cell at
-// NT = 3, where bms_row_raw takes 5 and its adds at the places.
+// holds U[l % 4][8 I + l / 4] of row block I (A of W_I = U_I^T M' and B
+// of the tiles (., I)); W_I's column 1, M' kappa m there, is D of U_I's
+// functions (dense_bm). The extra flops on zeros cost less than places:
+// at NT = 3 a cell takes 3 DMMA.16x8x4 and 3 DMMA.8x8x4 (W_0 and W_1 at
+// once, W_2; the tiles (0, 0), (0..1, 1), (0..1, 2), (2, 2)).
 // Arrays of NT (at least one: bms_row_raw instantiates NT = 0).
 #define DENSE_N(n) ((n) > 0 ? (n) : 1)
 
@@ -592,9 +593,6 @@ __device__ __forceinline__ double dense_one(int I, int lane)
     return I == 0 && (lane == 8 || lane == 13) ? 1.0 : 0.0;
 }
 
-// One cell (its values C) added to the lane's tiles and D sums, and its
-// side sums at the lane's first place to the row's (dense_rest adds the
-// places past the warp's width).
 // Where lane l's B of W_I = U_I^T M' lies in a cell's values (-1: zero):
 // B[k][n] = M'[k][n], k = l%4, n = l/4, M' M's columns 0..3 in its columns
 // 0, 2, 4, 6 and kappa m in column 1. W_I's entries (i, 2 k) then sit in
@@ -605,6 +603,9 @@ __device__ __forceinline__ int dense_bm(int lane)
     return n % 2 == 0 ? RAW_T + k + n / 2 : n == 1 ? RAW_KM + k : -1;
 }
 
+// One cell (its values C) added to the lane's tiles and D sums, and its
+// side sums at the lane's first place to the row's (dense_rest adds the
+// places past the warp's width).
 template <int NT>
 __device__ __forceinline__ void dense_cell(const RawRow& w, const double* C, int p_h, int p_w, int wh, int ww,
                                            int bm_at, DenseSums<NT>& acc, int lane)

@@ -310,12 +310,13 @@ fn device_stage1_matches_cpu_stage1() {
     let Some(gpu) = gpu_for_test("device_stage1_matches_cpu_stage1") else {
         return;
     };
-    // r = 4, 20, 28, 33, 64, and each block alone: the dense tiles (3 of 8
-    // raw functions to r = 22, 4 to r = 30), the scattered blocks, and
-    // Stage 2 over theta.
+    // r = 4, 20, 21, 28, 33, 64, and each block alone: the dense tiles (3
+    // of 8 raw functions to r = 22, 4 to r = 30; r = 21's 35 side sums
+    // pass a warp's lanes), the scattered blocks, and Stage 2 over theta.
     let shapes = [
         (300, 1, 1),
         (200, 10, 8),
+        (150, 3, 16),
         (120, 12, 14),
         (120, 15, 16),
         (60, 40, 22),

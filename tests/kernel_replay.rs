@@ -242,13 +242,16 @@ fn host_replay_of_the_device_kernels_matches_the_cpu_model() {
     let dir = std::env::temp_dir().join(format!("matfree-replay-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     let (exe, warp) = (build(cc, &dir, false), build(cc, &dir, true));
+    check_erfcx(&exe, &dir);
     // The seed shape (r = 20), then r = 4, 33 and 64 above the warp width,
-    // and each basis absent in turn.
+    // r = 21 with 35 side sums (more than a warp's lanes: the dense tiles'
+    // dense_rest), and each basis absent in turn.
     let shapes = [
         (300, 14, 12, 10, 8),
         (200, 3, 2, 1, 1),
         (120, 3, 2, 20, 11),
         (60, 3, 2, 40, 22),
+        (120, 3, 2, 3, 16),
     ];
     let absent = [(100, 3, 2, 0, 5), (100, 3, 2, 6, 0)];
     // Each problem through both Stage-2 kernels, then again with fewer rows
@@ -271,6 +274,49 @@ fn host_replay_of_the_device_kernels_matches_the_cpu_model() {
         check_problem(runs, &dir, "non-monotone", &non_monotone());
     }
     std::fs::remove_dir_all(&dir).ok();
+}
+
+/// The kernels' erfcx (basis.cuh: CUDA's polynomial by Estrin's scheme,
+/// the asymptotic series past 27.25) against the CPU's (Cody's rational
+/// approximations) on a fine grid, at the switch, far out and at the
+/// specials: within 4 ulps (NaN to NaN).
+fn check_erfcx(exe: &Path, dir: &Path) {
+    use matfree::bms::numerics::probit::erfcx;
+    let mut xs: Vec<f64> = (0..=4500).map(|k| k as f64 * 0.01).collect();
+    let at = 27.25f64;
+    xs.extend([
+        1e-300,
+        1e-8,
+        0.46875,
+        4.0,
+        at.next_down(),
+        at,
+        at.next_up(),
+        1e3,
+        1e10,
+        1e150,
+        f64::INFINITY,
+        f64::NAN,
+    ]);
+    let mut bytes = Vec::new();
+    put(&mut bytes, &xs);
+    let (input, output) = (dir.join("erfcx-in.bin"), dir.join("erfcx-out.bin"));
+    std::fs::write(&input, bytes).unwrap();
+    let status = Command::new(exe)
+        .arg(&input)
+        .arg(&output)
+        .args(["-", "erfcx"])
+        .status()
+        .unwrap();
+    assert!(status.success(), "replay erfcx failed");
+    let got = &read_arrays(&output)[0];
+    for (x, g) in xs.iter().zip(got) {
+        let want = erfcx(*x);
+        assert!(
+            (g - want).abs() <= 4.0 * f64::EPSILON * want || (want.is_nan() && g.is_nan()),
+            "erfcx({x}): kernels {g:e}, CPU {want:e}"
+        );
+    }
 }
 
 /// tests/gpu_bms.rs's non-monotone calibrations: a link deviation of slope

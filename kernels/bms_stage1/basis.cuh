@@ -155,18 +155,53 @@ __device__ __forceinline__ double half_gauss(double x)
 // Phi(s) from g = exp(-s^2 / 2) (half_gauss(s)): the tail Phi(-|s|) =
 // erfcx(|s| / sqrt 2) g / 2, which erfcx gives without an exp of its own
 // for a non-negative argument, and one minus it for s >= 0.
-// erfcx out of line: inlined at every integrand the calibration kernel
-// instantiates, its 22-term polynomial made 53 copies (a quarter of the
-// kernel's 25,700 instructions), and a third of the kernel's stall samples
-// waited on instruction fetch (ncu, H100, benches/RESULTS.md session 41).
-__device__ __noinline__ double erfcx_call(double x)
+// erfcx(x) = exp(x^2) erfc(x) for x >= 0: CUDA's erfcx (Shepherd and
+// Laframboise's form, P(t) / (1 + 2 x) with t = (x - 4) / (x + 4), P of
+// degree 22, the coefficients read from its SASS, to about an ulp against
+// a 40-digit erfcx) with P by Estrin's scheme: 6 dependent steps where
+// Horner's took 22, which left the calibration's warps waiting on FP64
+// latency; and out of line, where CUDA's inlined at every integrand made
+// 53 copies and stalled the kernel on instruction fetch (ncu, H100,
+// benches/RESULTS.md session 41). Past 27.25 the asymptotic series, as
+// CUDA's, with a seventh term (CUDA's six leave 1.2e-15 at 27.28). The
+// coefficients c_0..c_22 in constant memory, so that each
+// DFMA reads one as an operand.
+__device__ __constant__ double ERFCX_P[23] = {
+    1.2329951186255526, -0.13962111684056291, 0.015379652102605428, 0.06809705425473514,
+    -0.10103906603555676, 0.09373283499711554, -0.06633036582753243, 0.03716751555301873,
+    -0.016197733895953217, 0.005031969879259957, -0.0007577742918278583, -0.00019925637684786154,
+    0.00015062557169571788, -2.439955885720019e-05, -1.1231787437600085e-05, 5.708787184432565e-06,
+    3.095640985330624e-07, -8.214741492911691e-07, 5.880669858534126e-08, 1.0404430921625484e-07,
+    -8.935022485164912e-09, -9.723912259144727e-09, -3.56026948268174e-10,
+};
+
+__device__ __noinline__ double erfcx_pos(double x)
 {
-    return erfcx(x);
+    if (x > 27.25) {
+        const double r = 1.0 / x, r2 = r * r;
+        double p = fma(r2, 162.421875, -29.53125);
+        p = fma(r2, p, 6.5625);
+        p = fma(r2, p, -1.875);
+        p = fma(r2, p, 0.75);
+        p = fma(r2, p, -0.5);
+        p = fma(r2, p, 1.0);
+        return p * (r * 0.5641895835477563);
+    }
+    const double* c = ERFCX_P;
+    const double t = (x - 4.0) / (x + 4.0), t2 = t * t, t4 = t2 * t2, t8 = t4 * t4, t16 = t8 * t8;
+    double a[12];
+    for (int i = 0; i < 11; ++i) a[i] = fma(c[2 * i + 1], t, c[2 * i]);
+    a[11] = c[22];
+    double b[6];
+    for (int i = 0; i < 6; ++i) b[i] = fma(a[2 * i + 1], t2, a[2 * i]);
+    const double d0 = fma(b[1], t4, b[0]), d1 = fma(b[3], t4, b[2]), d2 = fma(b[5], t4, b[4]);
+    const double P = fma(d2, t16, fma(d1, t8, d0));
+    return P / fma(2.0, x, 1.0);
 }
 
 __device__ __forceinline__ double phi_cdf(double s, double g)
 {
-    const double tail = 0.5 * erfcx_call(fabs(s) * 0.7071067811865476) * g;
+    const double tail = 0.5 * erfcx_pos(fabs(s) * 0.7071067811865476) * g;
     return s < 0.0 ? tail : 1.0 - tail;
 }
 

@@ -9,6 +9,7 @@
 //                                  apply (bms_row_dense3 or 4; the same as
 //                                  raw without WARP_EMULATION)
 //     replay IN OUT TILE bundle    Stage 2 over a CPU Stage-1 bundle
+//     replay IN OUT - erfcx        erfcx_pos (basis.cuh) of each value
 //
 // TILE is the cells a Stage-2 tile holds; a trailing g ("9g") keeps the
 // rows' Q sums in the Hessian output instead of shared memory.
@@ -97,10 +98,19 @@ static int bundle(FILE* f, const char* out, int tile, int g_shared)
 
 int main(int argc, char** argv)
 {
-    if (argc != 4 && argc != 5) { fprintf(stderr, "usage: replay IN OUT TILE [bundle|raw|dense]\n"); return 2; }
+    if (argc != 4 && argc != 5) { fprintf(stderr, "usage: replay IN OUT TILE [bundle|raw|dense|erfcx]\n"); return 2; }
     FILE* f = fopen(argv[1], "rb");
     if (!f) { perror(argv[1]); return 2; }
     const int g_shared = strchr(argv[3], 'g') ? 0 : 1;
+    if (argc == 5 && strcmp(argv[4], "erfcx") == 0) {
+        V x = get(f);
+        fclose(f);
+        for (double& v : x) v = erfcx_pos(v);
+        FILE* o = fopen(argv[2], "wb");
+        put(o, x);
+        fclose(o);
+        return 0;
+    }
     const bool dense = argc == 5 && strcmp(argv[4], "dense") == 0;
     const bool raw = dense || (argc == 5 && strcmp(argv[4], "raw") == 0);
     if (argc == 5 && !raw) return bundle(f, argv[2], atoi(argv[3]), g_shared);
