@@ -665,17 +665,16 @@ template <int NT>
 __device__ void dense_store(const RawRow& w, const DenseSums<NT>& acc, int lane)
 {
     const int q = lane & 3, i = lane >> 2;
-    int t = 0;
 #pragma unroll
     for (int I = 0; I < NT; ++I) {
         const int f = 8 * I + i;
         if (q == 0 && f < w.nr) w.Q[f * w.qs + w.nr] = acc.d[I];
 #pragma unroll
-        for (int J = I; J < NT; ++J, ++t)
+        for (int J = I; J < NT; ++J)
 #pragma unroll
             for (int e = 0; e < 2; ++e) {
                 const int g = 8 * J + 2 * q + e;
-                if (f < w.nr && g < w.nr) w.Q[f * w.qs + g] = acc.q[t][e];
+                if (f < w.nr && g < w.nr) w.Q[f * w.qs + g] = acc.q[dense_tile(NT, I, J)][e];
             }
     }
 }

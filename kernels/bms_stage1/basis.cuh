@@ -152,9 +152,6 @@ __device__ __forceinline__ double half_gauss(double x)
     return fma(e, -0.5 * l, e);
 }
 
-// Phi(s) from g = exp(-s^2 / 2) (half_gauss(s)): the tail Phi(-|s|) =
-// erfcx(|s| / sqrt 2) g / 2, which erfcx gives without an exp of its own
-// for a non-negative argument, and one minus it for s >= 0.
 // erfcx(x) = exp(x^2) erfc(x) for x >= 0: CUDA's erfcx (Shepherd and
 // Laframboise's form, P(t) / (1 + 2 x) with t = (x - 4) / (x + 4), P of
 // degree 22, the coefficients read from its SASS, to about an ulp against
@@ -199,6 +196,9 @@ __device__ __noinline__ double erfcx_pos(double x)
     return P / fma(2.0, x, 1.0);
 }
 
+// Phi(s) from g = exp(-s^2 / 2) (half_gauss(s)): the tail Phi(-|s|) =
+// erfcx(|s| / sqrt 2) g / 2, which erfcx gives without an exp of its own
+// for a non-negative argument, and one minus it for s >= 0.
 __device__ __forceinline__ double phi_cdf(double s, double g)
 {
     const double tail = 0.5 * erfcx_pos(fabs(s) * 0.7071067811865476) * g;

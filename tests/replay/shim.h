@@ -3,8 +3,9 @@
 // compile as C++ and run on the host with one thread per block
 // (tests/kernel_replay.rs). A block of one thread takes every strided loop
 // in turn and, without __CUDA_ARCH__, the scalar path of Stage 2's Q sums
-// instead of the tensor cores. With WARP_EMULATION, bms_row_raw takes its
-// tensor-core path instead, a warp of 32 host threads (warp.h).
+// instead of the tensor cores. With WARP_EMULATION, bms_row_raw and
+// bms_row_dense<NT> take their tensor-core paths instead, a warp of 32
+// host threads (warp.h).
 #include <algorithm>
 #include <cmath>
 #include <cstring>
@@ -82,7 +83,5 @@ inline void __syncthreads() {}
 #else
 inline double __shfl_sync(unsigned, double v, int) { return v; }
 inline void __syncwarp() {}
-#endif
-#ifndef WARP_EMULATION
 inline bool __any_sync(unsigned, bool p) { return p; }
 #endif
