@@ -37,7 +37,8 @@
 // eta/da, d eta/db, the four score and four link functions; the columns 1
 // and z are formed where they are read, from the centre), T_n (7), kappa
 // m_0..3, the centre, D(AA), D(AB), D(BB), D(Bw_j'(t)) and D(z Bw_j'(t))
-// (4 each), the first score and link functions (as doubles).
+// (4 each), the first score and link functions (an integer's bits each:
+// first_of).
 #define RAW_V 0
 #define RAW_T 40
 #define RAW_KM 47
@@ -61,29 +62,33 @@ struct RawBasis {
 // Where a warp's row keeps its sums (`raw_layout`): the tile, then the raw
 // Q sums (nr rows of qs = (nr + 1) | 1: the upper triangle filled, column
 // nr the raw D sums), D(AA), D(AB), D(BB), D(Bw_j') and D(z Bw_j') (p_w
-// each), and the finish's per-coordinate values (8 r).
+// each), and the finish's per-coordinate values (8 r). The dense tiles
+// (bms_row_dense<NT>) keep Q in registers until the row's last cell, so
+// there the side sums come first and Q and the finish's values take the
+// tile's place once its cells are spent: a tile of a row's every cell (one
+// build, a lane a cell) in the shared memory of two tiles of half as many.
 struct RawRow {
     double *tile, *Q, *dense, *w1, *zw1, *fin;
     int nr, qs;
 };
 
-__device__ __forceinline__ int raw_row_doubles(int r, int p_w, int tile)
+__host__ __device__ __forceinline__ int raw_row_doubles(int r, int p_w, int tile, bool dense)
 {
-    const int nr = r + 2;
-    return tile * CELL_VALUES + nr * ((nr + 1) | 1) + 3 + 2 * p_w + 8 * r;
+    const int nr = r + 2, cells = tile * CELL_VALUES, sums = nr * ((nr + 1) | 1) + 8 * r;
+    return 3 + 2 * p_w + (dense ? (cells > sums ? cells : sums) : cells + sums);
 }
 
-__device__ RawRow raw_layout(double* sh, int r, int p_w, int tile)
+__device__ RawRow raw_layout(double* sh, int r, int p_w, int tile, bool dense)
 {
     RawRow w;
     w.nr = r + 2;
     w.qs = (w.nr + 1) | 1;
-    w.tile = sh;
-    w.Q = w.tile + tile * CELL_VALUES;
-    w.dense = w.Q + w.nr * w.qs;
+    w.dense = sh;
     w.w1 = w.dense + 3;
     w.zw1 = w.w1 + p_w;
-    w.fin = w.zw1 + p_w;
+    w.tile = w.zw1 + p_w;
+    w.Q = dense ? w.tile : w.tile + tile * CELL_VALUES;
+    w.fin = w.Q + w.nr * w.qs;
     return w;
 }
 
@@ -102,6 +107,20 @@ __device__ __forceinline__ double moment_dot(const double* p, const double* km)
 __device__ __forceinline__ int stored_column(int k)
 {
     return RAW_V + 4 * (k < 2 ? k : k - 2);
+}
+
+// A cell's first function of a basis, kept as an integer's bits (read by
+// first_of: an integer move, where a double took a conversion in every
+// cell of the summing loops); 0 where the basis is absent (and in an empty
+// slot, all zeros).
+__device__ __forceinline__ double first_bits(const RawBasis& b, int seg)
+{
+    return __longlong_as_double(b.width > 0 ? (long long)b.first[seg] : 0);
+}
+
+__device__ __forceinline__ int first_of(const double* C, int k)
+{
+    return (int)__double_as_longlong(C[RAW_FIRST + k]);
 }
 
 // A cell's dense values: eta's T_n, kappa m, the columns d eta/da and d
@@ -148,7 +167,7 @@ __device__ void build_dense(const Model& m, const RawBasis& h, double a, double 
         if (k < h.width) { load_cubic(q + 4 * k, piece); shift_cubic(piece, c); }
         for (int e = 0; e < 4; ++e) C[stored_column(4 + k) + e] = piece[e];
     }
-    C[RAW_FIRST] = h.width > 0 ? h.first[seg_h] : 0.0;
+    C[RAW_FIRST] = first_bits(h, seg_h);
 }
 
 // A cell's link values: Bw_j(t) and Bw_j'(t), t = a + b z, composed in the
@@ -174,7 +193,7 @@ __device__ void build_link(const RawBasis& w, double a, double b, double c, int 
         // z = c + x in the cell's frame.
         C[RAW_ZW1 + k] = c * dw + moment_dot(d1, km + 1);
     }
-    C[RAW_FIRST + 1] = w.width > 0 ? w.first[seg_w] : 0.0;
+    C[RAW_FIRST + 1] = first_bits(w, seg_w);
 }
 
 // A cell's values into C (a lane a cell: every lane takes the same path).
@@ -304,8 +323,8 @@ __device__ __forceinline__ CellFrags cell_frags(const double* C, int lane, const
 {
     const int q = lane & 3;
     CellFrags f;
-    f.sf = (int)C[RAW_FIRST];
-    f.lf = (int)C[RAW_FIRST + 1];
+    f.sf = first_of(C, 0);
+    f.lf = first_of(C, 1);
     const double bm = m.bm_at >= 0 ? C[m.bm_at] : 0.0;
     const double x0 = m.x0_at >= 0 ? C[m.x0_at] : m.x0_c, x1 = m.x1_at >= 0 ? C[m.x1_at] : 0.0;
     double w00 = 0.0, w01 = 0.0, w10 = 0.0, w11 = 0.0;
@@ -351,7 +370,7 @@ __device__ __forceinline__ void add_frags(const RawRow& w, const CellFrags& f, c
 // 0..7 by columns 0..11, rows 8..11 by columns 8..11.
 __device__ void add_cell_serial(const RawRow& w, const double* C, int p_h, int p_w, int wh, int ww)
 {
-    const int sf = (int)C[RAW_FIRST], lf = (int)C[RAW_FIRST + 1], lfp = lf + p_h - 4;
+    const int sf = first_of(C, 0), lf = first_of(C, 1), lfp = lf + p_h - 4;
     for (int i = 0; i < RAW_COLS; ++i) {
         if (!placed(i, wh, ww)) continue;
         const int gi = place_of(i, sf, lfp);
@@ -610,7 +629,7 @@ template <int NT>
 __device__ __forceinline__ void dense_cell(const RawRow& w, const double* C, int p_h, int p_w, int wh, int ww,
                                            int bm_at, DenseSums<NT>& acc, int lane)
 {
-    const int sf = (int)C[RAW_FIRST], lf = (int)C[RAW_FIRST + 1];
+    const int sf = first_of(C, 0), lf = first_of(C, 1);
     const double bm = bm_at >= 0 ? C[bm_at] : 0.0;
     double x[DENSE_N(NT)], wa[DENSE_N(NT)];
 #pragma unroll
@@ -655,7 +674,7 @@ __device__ void dense_rest(const RawRow& w, const double* tile, int nc, int p_w,
     for (int d = lane + 32; d < 3 + 2 * p_w; d += 32)
         for (int j = 0; j < nc; ++j) {
             const double* C = tile + j * CELL_VALUES;
-            side_add(w, C, d, p_w, (int)C[RAW_FIRST + 1], ww);
+            side_add(w, C, d, p_w, first_of(C, 1), ww);
         }
 }
 
@@ -681,9 +700,11 @@ __device__ void dense_store(const RawRow& w, const DenseSums<NT>& acc, int lane)
 #endif
 
 // Warps a block of bms_row_raw (a row each): rows.rs RAW_WARPS. At least
-// RAW_BLOCKS blocks an SM (registers capped at 128 a thread).
-#define RAW_WARPS 2
-#define RAW_BLOCKS 8
+// RAW_BLOCKS blocks an SM (registers capped at 128 a thread). Four warps a
+// block, not two: the SM reserves 1 KB of shared memory a block, and with
+// 8 blocks the seed shape's one tile of 27 cells a warp would not fit.
+#define RAW_WARPS 4
+#define RAW_BLOCKS (16 / RAW_WARPS)
 
 #define RAW_KERNEL_PARAMS                                                                                  \
     ROW_COMMON_PARAMS, MODEL_PARAMS, const double *__restrict__ raw_h, const double *__restrict__ first_h,  \
@@ -710,7 +731,7 @@ __device__ void raw_row(RAW_KERNEL_PARAMS)
     if (row >= n_rows) return;
     const Model m = make_model(MODEL_ARGS);
     const RawBasis h = {raw_h, first_h, lin_h, min(dh, 4)}, lw = {raw_w, first_w, lin_w, min(dw, 4)};
-    const RawRow w = raw_layout(raw_sh + (i64)warp * raw_row_doubles(r, p_w, tile), r, p_w, tile);
+    const RawRow w = raw_layout(raw_sh + (i64)warp * raw_row_doubles(r, p_w, tile, NT > 0), r, p_w, tile, NT > 0);
 #if RAW_TENSOR
     const LaneMap lm = lane_map(lane, p_w, h.width, lw.width);
     DenseSums<NT> acc;
@@ -718,7 +739,10 @@ __device__ void raw_row(RAW_KERNEL_PARAMS)
     for (int t = 0; t < NT * (NT + 1) / 2; ++t) acc.q[t][0] = acc.q[t][1] = 0.0;
     for (int I = 0; I < NT; ++I) acc.d[I] = 0.0;
 #endif
-    for (int k = lane; k < w.nr * w.qs + 3 + 2 * p_w; k += ws) w.Q[k] = 0.0;
+    // The side sums, and the scattered blocks' Q (dense_store writes every
+    // entry of it that is read).
+    for (int k = lane; k < 3 + 2 * p_w + (NT > 0 ? 0 : w.nr * w.qs); k += ws)
+        (k < 3 + 2 * p_w ? w.dense[k] : w.Q[k - 3 - 2 * p_w]) = 0.0;
     const double a = row_a[row], b = row_b[row];
     const i64 lo = cell_offsets[row], hi = cell_offsets[row + 1];
     for (i64 t0 = lo; t0 < hi; t0 += tile) {

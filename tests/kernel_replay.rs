@@ -243,6 +243,8 @@ fn host_replay_of_the_device_kernels_matches_the_cpu_model() {
     std::fs::create_dir_all(&dir).unwrap();
     let (exe, warp) = (build(cc, &dir, false), build(cc, &dir, true));
     check_erfcx(&exe, &dir);
+    #[cfg(feature = "cuda")]
+    check_layout(&exe, &dir);
     // The seed shape (r = 20), then r = 4, 33 and 64 above the warp width,
     // r = 21 with 35 side sums (more than a warp's lanes: the dense tiles'
     // dense_rest), and each basis absent in turn.
@@ -276,6 +278,23 @@ fn host_replay_of_the_device_kernels_matches_the_cpu_model() {
     std::fs::remove_dir_all(&dir).ok();
 }
 
+/// The replay's `mode` (erfcx, layout) on one array of values: its one
+/// array of results.
+fn replay_values(exe: &Path, dir: &Path, mode: &str, values: &[f64]) -> Vec<f64> {
+    let mut bytes = Vec::new();
+    put(&mut bytes, values);
+    let (input, output) = (dir.join(format!("{mode}-in.bin")), dir.join(format!("{mode}-out.bin")));
+    std::fs::write(&input, bytes).unwrap();
+    let status = Command::new(exe)
+        .arg(&input)
+        .arg(&output)
+        .args(["-", mode])
+        .status()
+        .unwrap();
+    assert!(status.success(), "replay {mode} failed");
+    read_arrays(&output).swap_remove(0)
+}
+
 /// The kernels' erfcx (basis.cuh: CUDA's polynomial by Estrin's scheme,
 /// the asymptotic series past 27.25) against the CPU's (Cody's rational
 /// approximations) on a fine grid, at the switch, far out and at the
@@ -298,24 +317,41 @@ fn check_erfcx(exe: &Path, dir: &Path) {
         f64::INFINITY,
         f64::NAN,
     ]);
-    let mut bytes = Vec::new();
-    put(&mut bytes, &xs);
-    let (input, output) = (dir.join("erfcx-in.bin"), dir.join("erfcx-out.bin"));
-    std::fs::write(&input, bytes).unwrap();
-    let status = Command::new(exe)
-        .arg(&input)
-        .arg(&output)
-        .args(["-", "erfcx"])
-        .status()
-        .unwrap();
-    assert!(status.success(), "replay erfcx failed");
-    let got = &read_arrays(&output)[0];
+    let got = &replay_values(exe, dir, "erfcx", &xs);
     for (x, g) in xs.iter().zip(got) {
         let want = erfcx(*x);
         assert!(
             (g - want).abs() <= 4.0 * f64::EPSILON * want || (want.is_nan() && g.is_nan()),
             "erfcx({x}): kernels {g:e}, CPU {want:e}"
         );
+    }
+}
+
+/// The shared memory the host gives a raw kernel's warp (rows.rs:
+/// raw_row_doubles) against what the kernel lays out in it (bms_row_raw.cu:
+/// raw_row_doubles), dense and scattered, over widths past the warp's.
+#[cfg(feature = "cuda")]
+fn check_layout(exe: &Path, dir: &Path) {
+    use matfree::bms::device::raw_row_doubles;
+    let mut shapes = Vec::new();
+    for r in (1..=70).step_by(3) {
+        for p_w in [0, 1, 8, 21] {
+            for tile in [1, 9, 14, 27, 32] {
+                for dense in [false, true] {
+                    shapes.push((r, p_w, tile, dense));
+                }
+            }
+        }
+    }
+    let flat: Vec<f64> = shapes
+        .iter()
+        .flat_map(|&(r, p_w, tile, dense)| [r as f64, p_w as f64, tile as f64, f64::from(u8::from(dense))])
+        .collect();
+    let got = &replay_values(exe, dir, "layout", &flat);
+    assert_eq!(got.len(), shapes.len());
+    for (&(r, p_w, tile, dense), g) in shapes.iter().zip(got) {
+        let want = raw_row_doubles(r, p_w, tile, dense);
+        assert_eq!(*g, want as f64, "r = {r}, p_w = {p_w}, tile {tile}, dense {dense}");
     }
 }
 

@@ -16,6 +16,7 @@ triton/backends/nvidia/bin/cuobjdump; `cuobjdump -sass CUBIN`.
 Exit status 0 when NVRTC compiles the module; its log is printed either way.
 """
 import ctypes
+import os
 import pathlib
 import re
 import sys
@@ -40,7 +41,9 @@ def main():
     prog = ctypes.c_void_p()
     if lib.nvrtcCreateProgram(ctypes.byref(prog), src, b"bms.cu", 0, None, None) != 0:
         sys.exit("nvrtcCreateProgram failed")
-    opts = [f"--gpu-architecture={arch}".encode(), b"--ptxas-options=-v"]
+    # MATFREE_NVRTC_OPTIONS: the further options the library passes too.
+    extra = os.environ.get("MATFREE_NVRTC_OPTIONS", "").split()
+    opts = [f"--gpu-architecture={arch}".encode(), b"--ptxas-options=-v"] + [o.encode() for o in extra]
     rc = lib.nvrtcCompileProgram(prog, len(opts), (ctypes.c_char_p * len(opts))(*opts))
     size = ctypes.c_size_t()
     lib.nvrtcGetProgramLogSize(prog, ctypes.byref(size))

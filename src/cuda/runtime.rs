@@ -75,6 +75,10 @@ pub struct Gpu {
     pub(crate) shared_optin: usize,
     /// Streaming multiprocessors.
     pub(crate) sm_count: usize,
+    /// Shared memory of one multiprocessor, and what it reserves a block
+    /// (bytes): how many blocks of a given dynamic size fit one.
+    pub(crate) shared_per_sm: usize,
+    pub(crate) shared_reserved: usize,
     syncs: AtomicUsize,
     graph_launches: AtomicUsize,
     /// Executables of dropped recordings, for the next to update.
@@ -212,6 +216,7 @@ impl Gpu {
             .attribute(cudarc::driver::sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT)
             .map_err(|e| cuda_err("multiprocessor count", e))?
             .max(1) as usize;
+        let (shared_per_sm, shared_reserved) = shared_per_sm(&ctx)?;
         let blas = CudaBlas::new(stream.clone()).map_err(|e| cuda_err("creating cuBLAS", e))?;
         let solver = cudarc::cusolver::DnHandle::new(stream.clone()).map_err(|e| cuda_err("creating cuSOLVER", e))?;
         let workspace = stream
@@ -229,6 +234,8 @@ impl Gpu {
             compute_capability,
             shared_optin,
             sm_count,
+            shared_per_sm,
+            shared_reserved,
             syncs: AtomicUsize::new(0),
             graph_launches: AtomicUsize::new(0),
             execs: Default::default(),
@@ -409,6 +416,26 @@ fn shared_optin(ctx: &CudaContext, f: &Functions) -> Result<usize> {
     Ok(optin.max(0) as usize)
 }
 
+/// A multiprocessor's shared memory and the share it reserves a block.
+fn shared_per_sm(ctx: &CudaContext) -> Result<(usize, usize)> {
+    use cudarc::driver::sys::CUdevice_attribute as A;
+    let get = |a, what| {
+        ctx.attribute(a)
+            .map(|v| v.max(0) as usize)
+            .map_err(|e| cuda_err(what, e))
+    };
+    Ok((
+        get(
+            A::CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_MULTIPROCESSOR,
+            "shared memory a multiprocessor",
+        )?,
+        get(
+            A::CU_DEVICE_ATTRIBUTE_RESERVED_SHARED_MEMORY_PER_BLOCK,
+            "shared memory reserved a block",
+        )?,
+    ))
+}
+
 /// Let kernel `k` take the opt-in shared-memory limit less its static share.
 fn grant_shared(optin: i32, name: &str, k: &CudaFunction) -> Result<()> {
     use cudarc::driver::sys::CUfunction_attribute;
@@ -459,6 +486,15 @@ fn arch_of((major, minor): (i32, i32)) -> String {
     format!("sm_{major}{minor}")
 }
 
+/// `MATFREE_NVRTC_OPTIONS`: further NVRTC options, split at whitespace, for
+/// tuning experiments (`-DCAL_BLOCKS=8` changes bms_calibrate's launch
+/// bounds); a bad option fails the compile with the options named.
+fn extra_nvrtc_options() -> Vec<String> {
+    std::env::var("MATFREE_NVRTC_OPTIONS")
+        .map(|v| v.split_whitespace().map(String::from).collect())
+        .unwrap_or_default()
+}
+
 /// One source compiled with NVRTC for `arch` and loaded into `ctx`.
 fn compile_module(ctx: &Arc<CudaContext>, arch: &str, file: &str, src: &str) -> Result<Arc<CudaModule>> {
     // NVRTC keeps the option's string; a leaked copy per compile (a handful
@@ -466,6 +502,7 @@ fn compile_module(ctx: &Arc<CudaContext>, arch: &str, file: &str, src: &str) -> 
     let arch_static: &'static str = Box::leak(arch.to_string().into_boxed_str());
     let opts = cudarc::nvrtc::CompileOptions {
         arch: Some(arch_static),
+        options: extra_nvrtc_options(),
         ..Default::default()
     };
     let ptx = cudarc::nvrtc::compile_ptx_with_opts(src, opts).map_err(|e| compile_error(file, arch, e))?;

@@ -98,7 +98,7 @@ static int bundle(FILE* f, const char* out, int tile, int g_shared)
 
 int main(int argc, char** argv)
 {
-    if (argc != 4 && argc != 5) { fprintf(stderr, "usage: replay IN OUT TILE [bundle|raw|dense|erfcx]\n"); return 2; }
+    if (argc != 4 && argc != 5) { fprintf(stderr, "usage: replay IN OUT TILE [bundle|raw|dense|erfcx|layout]\n"); return 2; }
     FILE* f = fopen(argv[1], "rb");
     if (!f) { perror(argv[1]); return 2; }
     const int g_shared = strchr(argv[3], 'g') ? 0 : 1;
@@ -108,6 +108,17 @@ int main(int argc, char** argv)
         for (double& v : x) v = erfcx_pos(v);
         FILE* o = fopen(argv[2], "wb");
         put(o, x);
+        fclose(o);
+        return 0;
+    }
+    if (argc == 5 && strcmp(argv[4], "layout") == 0) {
+        // (r, p_w, tile, dense) quadruples: the doubles a warp's row takes.
+        V x = get(f), y;
+        fclose(f);
+        for (size_t k = 0; k + 3 < x.size(); k += 4)
+            y.push_back(raw_row_doubles((int)x[k], (int)x[k + 1], (int)x[k + 2], x[k + 3] != 0.0));
+        FILE* o = fopen(argv[2], "wb");
+        put(o, y);
         fclose(o);
         return 0;
     }

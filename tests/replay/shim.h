@@ -55,6 +55,13 @@ inline double __longlong_as_double(long long x)
     return d;
 }
 
+inline long long __double_as_longlong(double d)
+{
+    long long x;
+    std::memcpy(&x, &d, 8);
+    return x;
+}
+
 inline unsigned atomicOr(unsigned* p, unsigned v)
 {
     const unsigned old = *p;

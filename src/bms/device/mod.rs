@@ -12,6 +12,10 @@ mod stage1;
 use std::rc::Rc;
 use std::sync::Arc;
 
+/// The doubles a warp's row takes in a raw Stage-2 kernel's shared memory,
+/// for the replay's check against the kernel's layout.
+#[doc(hidden)]
+pub use rows::raw_row_doubles;
 pub use rows::{evaluate_device, evaluate_rows_device, BMS_KERNELS};
 pub use stage1::DeviceStage1;
 

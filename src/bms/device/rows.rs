@@ -315,12 +315,17 @@ fn tile_cells(cell: usize, row: usize, cells: usize) -> usize {
 
 /// Rows (a warp each) a block of `bms_row_raw` takes: RAW_WARPS in
 /// bms_row_raw.cu, whose `__launch_bounds__` allow no more threads.
-const RAW_WARPS: usize = 2;
+const RAW_WARPS: usize = 4;
+/// Blocks an SM the raw kernels' registers allow (RAW_BLOCKS there: at most
+/// 128 registers a thread).
+const RAW_BLOCKS: usize = 16 / RAW_WARPS;
 /// Most cells a `bms_row_raw` tile holds (a lane builds each). A warp could
 /// build 32 at once, but one tile of 27 cells at the seed shape left room
 /// for 5 blocks an SM (occupancy 15.6%): Stage 2 took 20.9 ms at 1M rows,
 /// where a first version with tiles of 14 (8 blocks) took 17.0, though it
 /// executed 44% more instructions (H100, benches/RESULTS.md session 40).
+/// The dense kernels, whose Q shares the tile's memory, take a row's cells
+/// in one tile where that keeps as many blocks an SM (`dense_tile`).
 const RAW_TILE: usize = 16;
 /// The doubles a cell's values take in a `bms_row_raw` tile (CELL_VALUES).
 const RAW_CELL_VALUES: usize = 65;
@@ -350,12 +355,36 @@ pub(crate) fn dense_kernel(r: usize) -> Option<&'static str> {
     }
 }
 
+/// The doubles a warp's row takes in a raw kernel's block (`raw_row_doubles`
+/// in bms_row_raw.cu): the side sums, then the tile and the row's Q sums
+/// and finish values, which in the dense kernels (`dense`) share the
+/// tile's memory.
+pub fn raw_row_doubles(r: usize, p_w: usize, tile: usize, dense: bool) -> usize {
+    let nr = r + 2;
+    let (cells, sums) = (tile * RAW_CELL_VALUES, nr * ((nr + 1) | 1) + 8 * r);
+    3 + 2 * p_w + if dense { cells.max(sums) } else { cells + sums }
+}
+
+/// The dense kernels' tile for rows of at most `cells` cells: the fewest
+/// balanced tiles (at most 32 cells: a lane builds a cell) whose blocks of
+/// `block_bytes(tile)` fit as many an SM (`per_sm` bytes, `reserved` a
+/// block, at most RAW_BLOCKS) as any split's. At the seed shape one tile
+/// of 27 cells: one build where two tiles of 14 took two, each with half
+/// the warp's lanes idle.
+fn dense_tile(cells: usize, block_bytes: impl Fn(usize) -> usize, per_sm: usize, reserved: usize) -> usize {
+    let blocks = |tile: usize| (per_sm / (block_bytes(tile) + reserved)).min(RAW_BLOCKS);
+    let tiles = || (cells.div_ceil(32)..=cells).map(|k| cells.div_ceil(k));
+    let most = tiles().map(blocks).max().unwrap_or(0);
+    tiles().find(|&t| blocks(t) == most).unwrap_or(1)
+}
+
 /// The raw kernels' tile for rows of at most `cells` cells with r
-/// coordinates and p_w link functions, at most `most` cells a tile
-/// (RAW_TILE by default; balanced: 27 cells are two tiles of
-/// 14), or None where a block's rows do not fit the device's shared memory
-/// (the raw Q sums grow as r^2): `bms_row_bases` takes those. `dense`
-/// takes `bms_row_dense<NT>` where it applies, else `bms_row_raw`.
+/// coordinates and p_w link functions, or None where a block's rows do not
+/// fit the device's shared memory (the raw Q sums grow as r^2):
+/// `bms_row_bases` takes those. `dense` takes `bms_row_dense<NT>` where it
+/// applies (its tile by `dense_tile`), else `bms_row_raw` (balanced tiles
+/// of at most RAW_TILE: 27 cells are two tiles of 14). `most` caps either
+/// as RAW_TILE does.
 pub(crate) fn raw_tile(
     gpu: &Gpu,
     (r, p_w): (usize, usize),
@@ -363,16 +392,19 @@ pub(crate) fn raw_tile(
     most: Option<usize>,
     dense: bool,
 ) -> Option<RawTile> {
-    let (cells, most) = (cells.max(1), most.unwrap_or(RAW_TILE).max(1));
-    let tile = cells.div_ceil(cells.div_ceil(most));
-    let nr = r + 2;
-    let doubles = tile * RAW_CELL_VALUES + nr * ((nr + 1) | 1) + 3 + 2 * p_w + 8 * r;
-    let bytes = RAW_WARPS * doubles * 8;
-    let kernel = dense.then(|| dense_kernel(r)).flatten().unwrap_or("bms_row_raw");
+    let kernel = dense.then(|| dense_kernel(r)).flatten();
+    let dense = kernel.is_some();
+    let cells = cells.max(1);
+    let block_bytes = |tile| RAW_WARPS * raw_row_doubles(r, p_w, tile, dense) * 8;
+    let tile = match most {
+        None if dense => dense_tile(cells, block_bytes, gpu.shared_per_sm, gpu.shared_reserved),
+        _ => cells.div_ceil(cells.div_ceil(most.unwrap_or(RAW_TILE).max(1))),
+    };
+    let bytes = block_bytes(tile);
     (bytes <= gpu.shared_optin).then_some(RawTile {
         cells: tile,
         bytes,
-        kernel,
+        kernel: kernel.unwrap_or("bms_row_raw"),
     })
 }
 
@@ -534,5 +566,56 @@ mod module_tests {
         want += &std::fs::read_to_string(dir.join("bms_row_raw.cu")).unwrap();
         assert!(top.lines().filter(|l| l.starts_with("#include")).count() >= 8);
         assert_eq!(BMS_KERNELS.source, want);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// An H100's or H200's shared memory: 228 KiB an SM, 1 KiB reserved a block.
+    const PER_SM: usize = 228 * 1024;
+    const RESERVED: usize = 1024;
+
+    fn bytes(r: usize, p_w: usize) -> impl Fn(usize) -> usize {
+        move |tile| RAW_WARPS * raw_row_doubles(r, p_w, tile, true) * 8
+    }
+
+    #[test]
+    fn the_seed_shapes_cells_take_one_tile_at_full_occupancy() {
+        // r = 20, p_w = 8, 27 cells: 19 side sums and 27 x 65 doubles a
+        // warp, 4 blocks of 4 warps an SM (the registers' limit).
+        let b = bytes(20, 8);
+        assert_eq!(raw_row_doubles(20, 8, 27, true), 19 + 27 * 65);
+        assert_eq!(PER_SM / (b(27) + RESERVED), 4);
+        assert_eq!(dense_tile(27, &b, PER_SM, RESERVED), 27);
+    }
+
+    #[test]
+    fn a_tile_is_split_only_where_that_fits_more_blocks() {
+        // 32 cells a warp do not fit 4 blocks (32 x 65 x 8 x 4 > 57 KB): the
+        // fewest tiles that do are two of 16.
+        let b = bytes(20, 8);
+        assert!(PER_SM / (b(32) + RESERVED) < 4);
+        assert_eq!(dense_tile(32, &b, PER_SM, RESERVED), 16);
+        // Past 32 cells a lane would build two: at least two tiles.
+        assert_eq!(dense_tile(40, &b, PER_SM, RESERVED), 20);
+        // Where no split reaches RAW_BLOCKS, the fewest tiles of the most
+        // blocks: at a third of the memory, tiles of 27, 14 and 9 cells fit
+        // 1, 2 and 3 blocks, and no smaller tile more (Q and the finish's
+        // 666 doubles outgrow tiles of 10 cells or fewer).
+        let small = PER_SM / 3;
+        let blocks = |t: usize| small / (b(t) + RESERVED);
+        assert_eq!([27, 14, 9, 1].map(blocks), [1, 2, 3, 3]);
+        assert_eq!(dense_tile(27, &b, small, RESERVED), 9);
+    }
+
+    #[test]
+    fn dense_rows_share_the_tiles_memory_with_q_and_the_scattered_do_not() {
+        // r = 20: Q is 22 x 23 doubles and the finish's values 160.
+        let sums = 22 * 23 + 160;
+        assert_eq!(raw_row_doubles(20, 8, 14, false), 19 + 14 * 65 + sums);
+        assert_eq!(raw_row_doubles(20, 8, 14, true), 19 + 14 * 65);
+        assert_eq!(raw_row_doubles(20, 8, 1, true), 19 + sums);
     }
 }

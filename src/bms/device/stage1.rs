@@ -43,7 +43,7 @@ use crate::layout::Layout;
 use crate::{Error, Result};
 
 /// Threads per block of the Stage-1 kernels (one thread per row or cell).
-/// `bms_calibrate` (at least 6 blocks an SM) and `bms_cell_quadrature` (4)
+/// `bms_calibrate` (at least 7 blocks an SM) and `bms_cell_quadrature` (4)
 /// are compiled with `__launch_bounds__(128, ...)`, as is
 /// `bms_cell_moments` (5), whose blocks are CELL_ROWS x CELL_SLOTS threads: a
 /// larger block would fail to launch, so change them together.
@@ -169,18 +169,23 @@ impl DeviceBasis {
 /// over theta), `MATFREE_BMS_RAW_TILE=K` the raw kernels' most cells a
 /// tile; any other value is an error.
 fn stage2_choice(gpu: &Gpu, r: usize, p_w: usize, slots: usize) -> Result<Option<RawTile>> {
-    let most = match std::env::var("MATFREE_BMS_RAW_TILE") {
-        Ok(v) => match v.parse::<usize>() {
-            Ok(k) if k > 0 => Some(k),
-            _ => return Err(Error::invalid("MATFREE_BMS_RAW_TILE", v, "must be a positive integer")),
-        },
-        Err(_) => None,
-    };
+    let most = raw_tile_most()?;
     match std::env::var("MATFREE_BMS_STAGE2").as_deref() {
         Ok("bases") => Ok(None),
         Ok("dense") | Err(_) => Ok(raw_tile(gpu, (r, p_w), slots, most, true)),
         Ok("raw") => Ok(raw_tile(gpu, (r, p_w), slots, most, false)),
         Ok(v) => Err(Error::invalid("MATFREE_BMS_STAGE2", v, "must be dense, raw or bases")),
+    }
+}
+
+/// `MATFREE_BMS_RAW_TILE`: the raw kernels' most cells a tile, if set.
+fn raw_tile_most() -> Result<Option<usize>> {
+    match std::env::var("MATFREE_BMS_RAW_TILE") {
+        Ok(v) => match v.parse::<usize>() {
+            Ok(k) if k > 0 => Ok(Some(k)),
+            _ => Err(Error::invalid("MATFREE_BMS_RAW_TILE", v, "must be a positive integer")),
+        },
+        Err(_) => Ok(None),
     }
 }
 
@@ -361,8 +366,12 @@ impl DeviceStage1 {
     /// tiles (`bms_row_dense<NT>`) would take its rows: for tests and
     /// benchmarks of the kernel that rows of more than 30 coordinates take.
     pub fn stage2_scattered(mut self) -> Self {
-        if let Some(raw) = &mut self.raw {
-            raw.kernel = "bms_row_raw";
+        // Its own tile and shared memory: the dense kernels' Q shares the
+        // tile's memory, the scattered kernel's does not.
+        if self.raw.is_some() {
+            let bases = self.model.bases();
+            let most = raw_tile_most().unwrap_or(None);
+            self.raw = raw_tile(self.gpu(), (bases.r(), bases.p_w()), self.slots, most, false);
         }
         self
     }
