@@ -581,7 +581,9 @@ struct DenseSums {
 // there: D(AA), D(AB), D(BB) at places 0..2, D(Bw_j') and D(z Bw_j') at 3
 // + jw and 3 + p_w + jw for the cell's link columns j = jw - lf < ww. A
 // lane adds at the places d = lane (mod 32), its cells one after another:
-// no two lanes add at one place.
+// no two lanes add at one place. (Kept in a register over the row's cells
+// instead, the lane's place took Stage 2 10.38 -> 10.49 ms at the seed
+// shape, H100: two more registers at the cap of 128 spilled.)
 __device__ __forceinline__ void side_add(const RawRow& w, const double* C, int d, int p_w, int lf, int ww)
 {
     const bool link = d >= 3, z = d >= 3 + p_w;

@@ -261,18 +261,19 @@ __device__ Model make_model(int kh, int dh, const double* knots_h, const double*
         const double* __restrict__ pieces_w, const double* __restrict__ comb_w, double s_f
 #define MODEL_ARGS kh, dh, knots_h, pieces_h, comb_h, kw, dw, knots_w, pieces_w, comb_w, s_f
 
-// At most 72 registers (7 blocks an SM): unbounded, the compiler took 178
+// At most 80 registers (6 blocks an SM): unbounded, the compiler took 178
 // and only 2 blocks fit; the FP64 dependency chains of the quadrature need
 // the extra warps more than the registers (seed calibration 19.2 -> 15.7 ms
 // at 4 blocks; 5 blocks were slower until the integrand shared its exps,
 // and since then 5.06-5.13 -> 4.86-4.92 ms, 6 blocks 4.84; at the fit's
 // shape and 1M rows, H100, session 33: 4 blocks 13.39 ms, 5 12.88, 6 12.62;
 // at the seed shape, session 42: 6 blocks 12.00-12.09, 7 11.87-11.97, 8
-// 13.05). CAL_BLOCKS (MATFREE_NVRTC_OPTIONS=-DCAL_BLOCKS=k) sets it.
+// 13.05, and with exp_c and erfcx's one division 6 blocks 10.16, 7 11.26,
+// 8 12.84). CAL_BLOCKS (MATFREE_NVRTC_OPTIONS=-DCAL_BLOCKS=k) sets it.
 // Thread t takes row order[t] (src/bms/device/order.rs: rows alike in a
 // warp); every value lands at the row's own index.
 #ifndef CAL_BLOCKS
-#define CAL_BLOCKS 7
+#define CAL_BLOCKS 6
 #endif
 extern "C" __global__ void __launch_bounds__(128, CAL_BLOCKS) bms_calibrate(
     int n, const unsigned int* __restrict__ order, int p_m, int p_g, const double* __restrict__ x_m,

@@ -148,7 +148,15 @@ __device__ void cell_slot(const Model& m, i64 row, int slot, int slots, const do
 // within each group of slots. The queue's order depends on the lanes'
 // timing, not its contents: each queued cell's moments are computed from
 // that cell alone.
-extern "C" __global__ void __launch_bounds__(128, 5) bms_cell_moments(
+// Blocks an SM of bms_cell_moments and bms_cell_quadrature (their register
+// caps), which MATFREE_NVRTC_OPTIONS=-DCELL_MOMENT_BLOCKS=k sets.
+#ifndef CELL_MOMENT_BLOCKS
+#define CELL_MOMENT_BLOCKS 5
+#endif
+#ifndef CELL_QUAD_BLOCKS
+#define CELL_QUAD_BLOCKS 4
+#endif
+extern "C" __global__ void __launch_bounds__(128, CELL_MOMENT_BLOCKS) bms_cell_moments(
     int n, const unsigned int* __restrict__ order, int slots, MODEL_PARAMS, const double* __restrict__ row_b,
     const double* __restrict__ row_a, const unsigned int* __restrict__ row_status, double* __restrict__ bounds,
     double* __restrict__ cm, unsigned int* __restrict__ queue, unsigned int* __restrict__ queued)
@@ -178,7 +186,7 @@ extern "C" __global__ void __launch_bounds__(128, 5) bms_cell_moments(
 // grid-strided over the queue: consecutive lanes take consecutive entries,
 // cells of one slot and alike rows. eta is rebuilt from the segments
 // bms_cell_moments stored, the same operations as there.
-extern "C" __global__ void __launch_bounds__(128, 4) bms_cell_quadrature(
+extern "C" __global__ void __launch_bounds__(128, CELL_QUAD_BLOCKS) bms_cell_quadrature(
     int slots, MODEL_PARAMS, const double* __restrict__ row_b, const double* __restrict__ row_a,
     const double* __restrict__ bounds, double* __restrict__ cm, const unsigned int* __restrict__ queue,
     const unsigned int* __restrict__ queued)

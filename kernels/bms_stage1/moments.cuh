@@ -14,7 +14,7 @@ __device__ double edge_weight(double z, double alpha, double beta)
 {
     if (!isfinite(z)) return 0.0;
     const double e = alpha + beta * z;
-    return exp(-0.5 * (z * z + e * e));
+    return exp_c(-0.5 * (z * z + e * e));
 }
 
 // (z - c)^n w, 0 where the weight w is.
@@ -32,7 +32,7 @@ __device__ double edge_term(double z, double w, int n, double c)
 __device__ bool affine_moments(double alpha, double beta, double lo, double hi, double c, double* m)
 {
     const double d = 1.0 + beta * beta, mu = -alpha * beta / d, sd = sqrt(d);
-    const double scale = sqrt(TWO_PI / d) * exp(-0.5 * alpha * alpha / d);
+    const double scale = sqrt(TWO_PI / d) * exp_c(-0.5 * alpha * alpha / d);
     double err[MOMENTS];
     m[0] = scale * normal_mass(sd * (lo - mu), sd * (hi - mu));
     err[0] = 8.0 * DBL_EPS * fabs(m[0]);
@@ -166,7 +166,7 @@ __device__ bool series_moments(const double* eta, double c, double rho, double* 
     const bool converged = terms < SERIES_TERMS || series_tail(g, big);
     const double rounding = 4.0 * terms * DBL_EPS * big;
     if (!(converged && isfinite(big) && sums[0] > 0.0 && rounding <= MOMENT_TOL * sums[0])) return false;
-    double scale = exp(p[0]) * rho;
+    double scale = exp_c(p[0]) * rho;
     for (int k = 0; k < MOMENTS; ++k) { m[k] = scale * sums[k]; scale *= rho; }
     return true;
 }

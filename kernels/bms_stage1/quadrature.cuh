@@ -34,7 +34,7 @@ __device__ __forceinline__ void integrand(double z, const double* eta, double ce
             out[2] = (AA - A * A * e) * ez;
         }
     } else {
-        double xk = exp(-0.5 * (z * z + e * e));
+        double xk = exp_c(-0.5 * (z * z + e * e));
         const double xp = (z - pc) * ps;
         for (int k = 0; k < N; ++k) { out[k] = xk; xk *= xp; }
     }
@@ -179,7 +179,7 @@ __device__ bool negligible(double lo, double hi, const double* eta, double cente
     if (lo < 0.0 && hi > 0.0) return false;
     const double z_near = fmin(fabs(lo), fabs(hi));
     const double z_poly = fmax(fabs(lo - center), fabs(hi - center));
-    const double gauss = (hi - lo) * exp(-0.5 * z_near * z_near);
+    const double gauss = (hi - lo) * exp_c(-0.5 * z_near * z_near);
     double bound[N];
     if (KIND == 0) {
         const double x_far = fmax(fabs(lo - pc), fabs(hi - pc)) * ps;

@@ -62,6 +62,13 @@ inline long long __double_as_longlong(double d)
     return x;
 }
 
+inline int __double2hiint(double d) { return (int)(__double_as_longlong(d) >> 32); }
+inline int __double2loint(double d) { return (int)(unsigned)__double_as_longlong(d); }
+inline double __hiloint2double(int hi, int lo)
+{
+    return __longlong_as_double((long long)(((unsigned long long)(unsigned)hi << 32) | (unsigned)lo));
+}
+
 inline unsigned atomicOr(unsigned* p, unsigned v)
 {
     const unsigned old = *p;

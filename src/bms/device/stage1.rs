@@ -43,7 +43,7 @@ use crate::layout::Layout;
 use crate::{Error, Result};
 
 /// Threads per block of the Stage-1 kernels (one thread per row or cell).
-/// `bms_calibrate` (at least 7 blocks an SM) and `bms_cell_quadrature` (4)
+/// `bms_calibrate` (at least 6 blocks an SM) and `bms_cell_quadrature` (4)
 /// are compiled with `__launch_bounds__(128, ...)`, as is
 /// `bms_cell_moments` (5), whose blocks are CELL_ROWS x CELL_SLOTS threads: a
 /// larger block would fail to launch, so change them together.
