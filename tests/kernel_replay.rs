@@ -295,7 +295,7 @@ fn replay_values(exe: &Path, dir: &Path, mode: &str, values: &[f64]) -> Vec<f64>
     read_arrays(&output).swap_remove(0)
 }
 
-/// The kernels' erfcx (basis.cuh: CUDA's polynomial by Estrin's scheme,
+/// The kernels' erfcx (basis.cuh: CUDA's polynomial with one division,
 /// the asymptotic series past 27.25) against the CPU's (Cody's rational
 /// approximations) on a fine grid, at the switch, far out and at the
 /// specials: within 4 ulps (NaN to NaN).

@@ -188,15 +188,18 @@ __device__ __forceinline__ double half_gauss(double x)
 
 // erfcx(x) = exp(x^2) erfc(x) for x >= 0: CUDA's erfcx (Shepherd and
 // Laframboise's form, P(t) / (1 + 2 x) with t = (x - 4) / (x + 4), P of
-// degree 22, the coefficients read from its SASS, to about an ulp against
-// a 40-digit erfcx) with P by Estrin's scheme: 6 dependent steps where
-// Horner's took 22, which left the calibration's warps waiting on FP64
-// latency; and out of line, where CUDA's inlined at every integrand made
-// 53 copies and stalled the kernel on instruction fetch (ncu, H100,
-// benches/RESULTS.md session 41). Past 27.25 the asymptotic series, as
-// CUDA's, with a seventh term (CUDA's six leave 1.2e-15 at 27.28). The
-// coefficients c_0..c_22 in constant memory, so that each
-// DFMA reads one as an operand.
+// degree 22 by Horner's rule, the coefficients read from its SASS) with
+// one division for both quotients: 1 / ((x + 4) (1 + 2 x)) gives t and
+// 1 / (1 + 2 x), 2.33 ulps at worst on [0, 27.25] against erfcx in 113-bit
+// arithmetic (CUDA's two divisions 2.86). Out of line: CUDA's, inlined at
+// every integrand, made 53 copies and stalled the calibration on
+// instruction fetch (ncu, H100, benches/RESULTS.md session 41). P by
+// Estrin's scheme (6 dependent steps, not 22) took the calibration 0.6 ms
+// longer at 1M rows (session 42): its warps wait on FP64 latency, but
+// issue more than they wait. Past 27.25 the asymptotic series, as CUDA's,
+// with a seventh term (CUDA's six leave 1.2e-15 at 27.28). The
+// coefficients c_0..c_22 in constant memory, so that each DFMA reads one
+// as an operand.
 __device__ __constant__ double ERFCX_P[23] = {
     1.2329951186255526, -0.13962111684056291, 0.015379652102605428, 0.06809705425473514,
     -0.10103906603555676, 0.09373283499711554, -0.06633036582753243, 0.03716751555301873,
@@ -219,20 +222,11 @@ __device__ __noinline__ double erfcx_pos(double x)
         return p * (r * 0.5641895835477563);
     }
     const double* c = ERFCX_P;
-    // One division for both quotients: t = (x - 4) / (x + 4) and the
-    // result's 1 / (1 + 2 x) from 1 / ((x + 4) (1 + 2 x)), about an ulp
-    // more than two divisions (3.0 against 2.9 ulps at worst on [0, 27.25],
-    // against erfcx in 113-bit arithmetic), 17 instructions and a division's
-    // latency less.
     const double u = x + 4.0, v = fma(2.0, x, 1.0), rd = 1.0 / (u * v);
-    const double t = (x - 4.0) * (v * rd), t2 = t * t, t4 = t2 * t2, t8 = t4 * t4, t16 = t8 * t8;
-    double a[12];
-    for (int i = 0; i < 11; ++i) a[i] = fma(c[2 * i + 1], t, c[2 * i]);
-    a[11] = c[22];
-    double b[6];
-    for (int i = 0; i < 6; ++i) b[i] = fma(a[2 * i + 1], t2, a[2 * i]);
-    const double d0 = fma(b[1], t4, b[0]), d1 = fma(b[3], t4, b[2]), d2 = fma(b[5], t4, b[4]);
-    const double P = fma(d2, t16, fma(d1, t8, d0));
+    const double t = (x - 4.0) * (v * rd);
+    double P = c[22];
+#pragma unroll
+    for (int i = 21; i >= 0; --i) P = fma(P, t, c[i]);
     return P * (u * rd);
 }
 
