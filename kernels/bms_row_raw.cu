@@ -65,8 +65,8 @@ struct RawBasis {
 // each), and the finish's per-coordinate values (8 r). The dense tiles
 // (bms_row_dense<NT>) keep Q in registers until the row's last cell, so
 // there the side sums come first and Q and the finish's values take the
-// tile's place once its cells are spent: a tile of a row's every cell (one
-// build, a lane a cell) in the shared memory of two tiles of half as many.
+// tile's place once its cells are spent, so that one tile can hold a row's
+// every cell (one build, a lane a cell; rows.rs: dense_tile).
 struct RawRow {
     double *tile, *Q, *dense, *w1, *zw1, *fin;
     int nr, qs;

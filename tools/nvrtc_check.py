@@ -13,6 +13,9 @@ With CUBIN, the compiled module is written there too, for the SASS a session
 without a GPU can read: Triton's wheel (pip download triton) carries
 triton/backends/nvidia/bin/cuobjdump; `cuobjdump -sass CUBIN`.
 
+MATFREE_NVRTC_OPTIONS adds options as the library does (src/cuda/runtime.rs),
+e.g. `-DCAL_BLOCKS=7` for another register cap of bms_calibrate.
+
 Exit status 0 when NVRTC compiles the module; its log is printed either way.
 """
 import ctypes

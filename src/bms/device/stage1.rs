@@ -370,6 +370,7 @@ impl DeviceStage1 {
         // tile's memory, the scattered kernel's does not.
         if self.raw.is_some() {
             let bases = self.model.bases();
+            // new() has already refused a malformed MATFREE_BMS_RAW_TILE.
             let most = raw_tile_most().unwrap_or(None);
             self.raw = raw_tile(self.gpu(), (bases.r(), bases.p_w()), self.slots, most, false);
         }
