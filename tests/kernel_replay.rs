@@ -243,6 +243,7 @@ fn host_replay_of_the_device_kernels_matches_the_cpu_model() {
     std::fs::create_dir_all(&dir).unwrap();
     let (exe, warp) = (build(cc, &dir, false), build(cc, &dir, true));
     check_erfcx(&exe, &dir);
+    check_exp(&exe, &dir);
     #[cfg(feature = "cuda")]
     check_layout(&exe, &dir);
     // The seed shape (r = 20), then r = 4, 33 and 64 above the warp width,
@@ -352,6 +353,38 @@ fn check_layout(exe: &Path, dir: &Path) {
     for (&(r, p_w, tile, dense), g) in shapes.iter().zip(got) {
         let want = raw_row_doubles(r, p_w, tile, dense);
         assert_eq!(*g, want as f64, "r = {r}, p_w = {p_w}, tile {tile}, dense {dense}");
+    }
+}
+
+/// The kernels' exp (basis.cuh: exp_c, CUDA's with its constants in
+/// constant memory) against the CPU's on a grid over [-750, 710], where the
+/// result turns subnormal, where it overflows and at the specials: within
+/// 2 ulps of the result (each is within an ulp of the exact value).
+fn check_exp(exe: &Path, dir: &Path) {
+    let mut xs: Vec<f64> = (0..=146_000).map(|k| -750.0 + k as f64 * 0.01).collect();
+    xs.extend((0..=2000).map(|k| -1e-3 + k as f64 * 1e-6));
+    xs.extend([
+        -745.2,
+        -745.13,
+        -708.4,
+        -708.39,
+        709.78,
+        709.79,
+        1e-300,
+        -1e-300,
+        -0.0,
+        f64::INFINITY,
+        f64::NEG_INFINITY,
+        f64::NAN,
+    ]);
+    let got = &replay_values(exe, dir, "exp", &xs);
+    for (x, g) in xs.iter().zip(got) {
+        let want = x.exp();
+        let ulp = (want.next_up() - want).max(f64::from_bits(1));
+        assert!(
+            (g - want).abs() <= 2.0 * ulp || g == &want || (want.is_nan() && g.is_nan()),
+            "exp({x}): kernels {g:e}, CPU {want:e}"
+        );
     }
 }
 

@@ -98,14 +98,15 @@ static int bundle(FILE* f, const char* out, int tile, int g_shared)
 
 int main(int argc, char** argv)
 {
-    if (argc != 4 && argc != 5) { fprintf(stderr, "usage: replay IN OUT TILE [bundle|raw|dense|erfcx|layout]\n"); return 2; }
+    if (argc != 4 && argc != 5) { fprintf(stderr, "usage: replay IN OUT TILE [bundle|raw|dense|erfcx|exp|layout]\n"); return 2; }
     FILE* f = fopen(argv[1], "rb");
     if (!f) { perror(argv[1]); return 2; }
     const int g_shared = strchr(argv[3], 'g') ? 0 : 1;
-    if (argc == 5 && strcmp(argv[4], "erfcx") == 0) {
+    if (argc == 5 && (strcmp(argv[4], "erfcx") == 0 || strcmp(argv[4], "exp") == 0)) {
+        const bool erfcx = strcmp(argv[4], "erfcx") == 0;
         V x = get(f);
         fclose(f);
-        for (double& v : x) v = erfcx_pos(v);
+        for (double& v : x) v = erfcx ? erfcx_pos(v) : exp_c(v);
         FILE* o = fopen(argv[2], "wb");
         put(o, x);
         fclose(o);
