@@ -563,6 +563,14 @@ __device__ void raw_row_tail(const RawRow& w, int r, i64 row, int lane, int ws, 
 // Arrays of NT (at least one: bms_row_raw instantiates NT = 0).
 #define DENSE_N(n) ((n) > 0 ? (n) : 1)
 
+// The tiles of 8 a dense kernel takes for rows of r coordinates (its r +
+// 2 raw functions), 0 past 4: rows.rs' dense_kernel, which the replay
+// checks against this.
+__host__ __device__ constexpr int dense_tiles(int r)
+{
+    return r + 2 <= 24 ? 3 : r + 2 <= 32 ? 4 : 0;
+}
+
 // A lane's part of the row's tiles (I, J), I <= J, in order (dense_tile),
 // and of its D sums (lanes 4 i: function 8 I + i).
 __host__ __device__ constexpr int dense_tile(int nt, int I, int J)

@@ -330,12 +330,15 @@ fn check_erfcx(exe: &Path, dir: &Path) {
 
 /// The shared memory the host gives a raw kernel's warp (rows.rs:
 /// raw_row_doubles) against what the kernel lays out in it (bms_row_raw.cu:
-/// raw_row_doubles), dense and scattered, over widths past the warp's.
+/// raw_row_doubles), dense and scattered, over widths past the warp's; and
+/// the host's choice of dense kernel (rows.rs: dense_kernel) against the
+/// kernels' (dense_tiles), which the replay's own choice takes.
 #[cfg(feature = "cuda")]
 fn check_layout(exe: &Path, dir: &Path) {
-    use matfree::bms::device::raw_row_doubles;
+    use matfree::bms::device::{dense_kernel, raw_row_doubles};
     let mut shapes = Vec::new();
-    for r in (1..=70).step_by(3) {
+    // Every third width, and each side of the dense kernels' bounds.
+    for r in (1..=70).step_by(3).chain([22, 23, 30, 31]) {
         for p_w in [0, 1, 8, 21] {
             for tile in [1, 9, 14, 27, 32] {
                 for dense in [false, true] {
@@ -349,10 +352,17 @@ fn check_layout(exe: &Path, dir: &Path) {
         .flat_map(|&(r, p_w, tile, dense)| [r as f64, p_w as f64, tile as f64, f64::from(u8::from(dense))])
         .collect();
     let got = &replay_values(exe, dir, "layout", &flat);
-    assert_eq!(got.len(), shapes.len());
-    for (&(r, p_w, tile, dense), g) in shapes.iter().zip(got) {
+    assert_eq!(got.len(), 2 * shapes.len());
+    for (&(r, p_w, tile, dense), g) in shapes.iter().zip(got.chunks_exact(2)) {
         let want = raw_row_doubles(r, p_w, tile, dense);
-        assert_eq!(*g, want as f64, "r = {r}, p_w = {p_w}, tile {tile}, dense {dense}");
+        assert_eq!(g[0], want as f64, "r = {r}, p_w = {p_w}, tile {tile}, dense {dense}");
+        let tiles = match dense_kernel(r) {
+            Some("bms_row_dense3") => 3.0,
+            Some("bms_row_dense4") => 4.0,
+            None => 0.0,
+            Some(k) => panic!("r = {r}: unknown dense kernel {k}"),
+        };
+        assert_eq!(g[1], tiles, "r = {r}: the dense kernel's tiles");
     }
 }
 

@@ -113,11 +113,14 @@ int main(int argc, char** argv)
         return 0;
     }
     if (argc == 5 && strcmp(argv[4], "layout") == 0) {
-        // (r, p_w, tile, dense) quadruples: the doubles a warp's row takes.
+        // (r, p_w, tile, dense) quadruples: the doubles a warp's row takes,
+        // and the dense kernel's tiles for r.
         V x = get(f), y;
         fclose(f);
-        for (size_t k = 0; k + 3 < x.size(); k += 4)
+        for (size_t k = 0; k + 3 < x.size(); k += 4) {
             y.push_back(raw_row_doubles((int)x[k], (int)x[k + 1], (int)x[k + 2], x[k + 3] != 0.0));
+            y.push_back(dense_tiles((int)x[k]));
+        }
         FILE* o = fopen(argv[2], "wb");
         put(o, y);
         fclose(o);
@@ -177,7 +180,7 @@ int main(int argc, char** argv)
         blockIdx.x = i;
         // The kernel rows.rs (raw_tile) picks: the dense tiles where the
         // r + 2 raw functions fit 3 or 4 tiles of 8, else the scattered one.
-        const int nt = !dense || r + 2 > 32 ? 0 : r + 2 > 24 ? 4 : 3;
+        const int nt = dense ? dense_tiles(r) : 0;
         auto kernel = nt == 3 ? bms_row_dense3 : nt == 4 ? bms_row_dense4 : bms_row_raw;
         auto launch = [&] {
             kernel(n, r, p_h, p_w, m1.data(), m2.data(), y.data(), w.data(), offsets.data(), MODEL, rh.data(),

@@ -13,9 +13,10 @@ use std::rc::Rc;
 use std::sync::Arc;
 
 /// The doubles a warp's row takes in a raw Stage-2 kernel's shared memory,
-/// for the replay's check against the kernel's layout.
+/// and the dense kernel for rows of r coordinates, for the replay's checks
+/// against the kernels' own.
 #[doc(hidden)]
-pub use rows::raw_row_doubles;
+pub use rows::{dense_kernel, raw_row_doubles};
 pub use rows::{evaluate_device, evaluate_rows_device, BMS_KERNELS};
 pub use stage1::DeviceStage1;
 

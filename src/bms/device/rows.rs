@@ -347,7 +347,7 @@ pub(crate) struct RawTile {
 
 /// The dense kernel for rows of r coordinates (r + 2 raw functions in
 /// tiles of 8, the whole raw Q in a warp's registers): None past 4 tiles.
-pub(crate) fn dense_kernel(r: usize) -> Option<&'static str> {
+pub fn dense_kernel(r: usize) -> Option<&'static str> {
     match r + 2 {
         0..=24 => Some("bms_row_dense3"),
         25..=32 => Some("bms_row_dense4"),
