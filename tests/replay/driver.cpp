@@ -10,6 +10,9 @@
 //                                  raw without WARP_EMULATION)
 //     replay IN OUT TILE bundle    Stage 2 over a CPU Stage-1 bundle
 //     replay IN OUT - erfcx        erfcx_pos (basis.cuh) of each value
+//     replay IN OUT - exp          exp_c (basis.cuh) of each value
+//     replay IN OUT - layout       for (r, p_w, tile, dense) quadruples,
+//                                  raw_row_doubles and dense_tiles(r)
 //
 // TILE is the cells a Stage-2 tile holds; a trailing g ("9g") keeps the
 // rows' Q sums in the Hessian output instead of shared memory.

@@ -166,10 +166,9 @@ impl DeviceBasis {
 /// way: `MATFREE_BMS_STAGE2=dense` (the default: `bms_row_dense<NT>` where
 /// the row's raw functions fit 4 tiles of 8, else `bms_row_raw` where its
 /// sums fit), `raw` (`bms_row_raw` where they fit) or `bases` (the kernel
-/// over theta), `MATFREE_BMS_RAW_TILE=K` the raw kernels' most cells a
-/// tile; any other value is an error.
-fn stage2_choice(gpu: &Gpu, r: usize, p_w: usize, slots: usize) -> Result<Option<RawTile>> {
-    let most = raw_tile_most()?;
+/// over theta), and `most` (`MATFREE_BMS_RAW_TILE=K`, [`raw_tile_most`])
+/// the raw kernels' most cells a tile; any other value is an error.
+fn stage2_choice(gpu: &Gpu, r: usize, p_w: usize, slots: usize, most: Option<usize>) -> Result<Option<RawTile>> {
     match std::env::var("MATFREE_BMS_STAGE2").as_deref() {
         Ok("bases") => Ok(None),
         Ok("dense") | Err(_) => Ok(raw_tile(gpu, (r, p_w), slots, most, true)),
@@ -242,6 +241,8 @@ pub struct DeviceStage1 {
     /// its rows fit (`raw`), else `bms_row_bases`' (`tile`).
     tile: Stage2Tile,
     raw: Option<RawTile>,
+    /// `MATFREE_BMS_RAW_TILE`, read once: the raw kernels' most cells a tile.
+    raw_most: Option<usize>,
     z: CudaSlice<f64>,
     work: Mutex<Work>,
     /// One stream a part of the rows (`part_ranges`); none where one part
@@ -329,7 +330,8 @@ impl DeviceStage1 {
         check_memory(&gpu, n, bases.r(), slots)?;
         let work = Work::allocate(&gpu, model, data, slots)?;
         let tile = stage2_tile(&gpu, bases.r(), slots)?;
-        let raw = stage2_choice(&gpu, bases.r(), bases.p_w(), slots)?;
+        let raw_most = raw_tile_most()?;
+        let raw = stage2_choice(&gpu, bases.r(), bases.p_w(), slots, raw_most)?;
         // One part runs on the device's stream; more take a stream each.
         let parts = part_ranges(n).len();
         let streams = (0..if parts > 1 { parts } else { 0 })
@@ -344,6 +346,7 @@ impl DeviceStage1 {
             slots,
             tile,
             raw,
+            raw_most,
             z: gpu.upload(&data.z)?,
             work: Mutex::new(work),
             streams,
@@ -370,9 +373,7 @@ impl DeviceStage1 {
         // tile's memory, the scattered kernel's does not.
         if self.raw.is_some() {
             let bases = self.model.bases();
-            // new() has already refused a malformed MATFREE_BMS_RAW_TILE.
-            let most = raw_tile_most().unwrap_or(None);
-            self.raw = raw_tile(self.gpu(), (bases.r(), bases.p_w()), self.slots, most, false);
+            self.raw = raw_tile(self.gpu(), (bases.r(), bases.p_w()), self.slots, self.raw_most, false);
         }
         self
     }
