@@ -585,18 +585,16 @@ struct DenseSums {
 };
 
 #if RAW_TENSOR
-// A cell's side sum at place d added to the row's, if the cell has one
-// there: D(AA), D(AB), D(BB) at places 0..2, D(Bw_j') and D(z Bw_j') at 3
-// + jw and 3 + p_w + jw for the cell's link columns j = jw - lf < ww. A
-// lane adds at the places d = lane (mod 32), its cells one after another:
-// no two lanes add at one place. (Kept in a register over the row's cells
-// instead, the lane's place took Stage 2 10.38 -> 10.49 ms at the seed
-// shape, H100: two more registers at the cap of 128 spilled.)
-__device__ __forceinline__ void side_add(const RawRow& w, const double* C, int d, int p_w, int lf, int ww)
+// A cell's side sum at place d, if the cell has one there (false if not):
+// D(AA), D(AB), D(BB) at places 0..2, D(Bw_j') and D(z Bw_j') at 3 + jw
+// and 3 + p_w + jw for the cell's link columns j = jw - lf < ww.
+__device__ __forceinline__ bool side_value(const double* C, int d, int p_w, int lf, int ww, double* v)
 {
     const bool link = d >= 3, z = d >= 3 + p_w;
     const int j = link ? d - 3 - (z ? p_w : 0) - lf : 0;
-    if ((unsigned)j < (unsigned)(link ? ww : 1)) w.dense[d] += C[link ? (z ? RAW_ZW1 : RAW_W1) + j : RAW_DENSE + d];
+    if ((unsigned)j >= (unsigned)(link ? ww : 1)) return false;
+    *v = C[link ? (z ? RAW_ZW1 : RAW_W1) + j : RAW_DENSE + d];
+    return true;
 }
 
 // Where lane l reads U[k][f] of block I in a cell's values (f = 8 I + l/4,
@@ -632,12 +630,10 @@ __device__ __forceinline__ int dense_bm(int lane)
     return n % 2 == 0 ? RAW_T + k + n / 2 : n == 1 ? RAW_KM + k : -1;
 }
 
-// One cell (its values C) added to the lane's tiles and D sums, and its
-// side sums at the lane's first place to the row's (dense_rest adds the
-// places past the warp's width).
+// One cell (its values C) added to the lane's tiles and D sums.
 template <int NT>
-__device__ __forceinline__ void dense_cell(const RawRow& w, const double* C, int p_h, int p_w, int wh, int ww,
-                                           int bm_at, DenseSums<NT>& acc, int lane)
+__device__ __forceinline__ void dense_cell(const double* C, int p_h, int wh, int ww, int bm_at, DenseSums<NT>& acc,
+                                           int lane)
 {
     const int sf = first_of(C, 0), lf = first_of(C, 1);
     const double bm = bm_at >= 0 ? C[bm_at] : 0.0;
@@ -674,18 +670,25 @@ __device__ __forceinline__ void dense_cell(const RawRow& w, const double* C, int
                 mma884(q0[0], q0[1], wa[I], x[J]);
             }
         }
-    if (lane < 3 + 2 * p_w) side_add(w, C, lane, p_w, lf, ww);
 }
 
-// A tile's side sums at the places past the warp's width (3 + 2 p_w > 32),
-// each place's cells in order.
-__device__ void dense_rest(const RawRow& w, const double* tile, int nc, int p_w, int ww, int lane)
+// A tile's side sums added to the row's, a lane a place (d = lane, lane +
+// 32, ...), each place's cells in order in a register: no two lanes add at
+// one place, and the sums are those (the same order, the same bits) the
+// cell loop formed before by a read-modify-write of shared memory at every
+// cell. Out of the cell loop they leave it free of shared-memory stores,
+// so that it unrolls (DENSE_UNROLL) without spills.
+__device__ void dense_sides(const RawRow& w, const double* tile, int nc, int p_w, int ww, int lane)
 {
-    for (int d = lane + 32; d < 3 + 2 * p_w; d += 32)
+    for (int d = lane; d < 3 + 2 * p_w; d += 32) {
+        double s = w.dense[d];
         for (int j = 0; j < nc; ++j) {
             const double* C = tile + j * CELL_VALUES;
-            side_add(w, C, d, p_w, first_of(C, 1), ww);
+            double v;
+            if (side_value(C, d, p_w, first_of(C, 1), ww, &v)) s += v;
         }
+        w.dense[d] = s;
+    }
 }
 
 // The lane's tiles and D sums into the row's raw Q (its upper triangle, and
@@ -714,6 +717,16 @@ __device__ void dense_store(const RawRow& w, const DenseSums<NT>& acc, int lane)
 // block, not two: the SM reserves 1 KB of shared memory a block, and with
 // 8 blocks the seed shape's one tile of 27 cells a warp would not fit.
 #define RAW_WARPS 4
+// The dense kernels' cell loop unrolled by DENSE_UNROLL
+// (MATFREE_NVRTC_OPTIONS=-DDENSE_UNROLL=k): the compiler overlaps one
+// cell's loads and W = U^T M' with the last cell's tiles. At the seed
+// shape (NVRTC 12.9, sm_90) 97 instructions a cell and a spilled reload,
+// 85 without the side sums, 60 unrolled by 4 (no reloads); Stage 2 at 1M
+// rows, H100, session 43: 10.38 ms before, 10.61 with the side sums after
+// the loop alone, 9.80 unrolled by 2, 9.69-9.71 by 4.
+#ifndef DENSE_UNROLL
+#define DENSE_UNROLL 4
+#endif
 #define RAW_BLOCKS (16 / RAW_WARPS)
 
 #define RAW_KERNEL_PARAMS                                                                                  \
@@ -764,8 +777,9 @@ __device__ void raw_row(RAW_KERNEL_PARAMS)
         __syncwarp();
 #if RAW_TENSOR
         if (NT > 0) {
-            for (int j = 0; j < nc; ++j) dense_cell<NT>(w, w.tile + j * CELL_VALUES, p_h, p_w, h.width, lw.width, bm_at, acc, lane);
-            dense_rest(w, w.tile, nc, p_w, lw.width, lane);
+#pragma unroll DENSE_UNROLL
+            for (int j = 0; j < nc; ++j) dense_cell<NT>(w.tile + j * CELL_VALUES, p_h, h.width, lw.width, bm_at, acc, lane);
+            dense_sides(w, w.tile, nc, p_w, lw.width, lane);
             continue;
         }
         // The next cell's block is formed before this one's is added (it

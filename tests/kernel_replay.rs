@@ -248,7 +248,7 @@ fn host_replay_of_the_device_kernels_matches_the_cpu_model() {
     check_layout(&exe, &dir);
     // The seed shape (r = 20), then r = 4, 33 and 64 above the warp width,
     // r = 21 with 35 side sums (more than a warp's lanes: the dense tiles'
-    // dense_rest), and each basis absent in turn.
+    // dense_sides past lane 31), and each basis absent in turn.
     let shapes = [
         (300, 14, 12, 10, 8),
         (200, 3, 2, 1, 1),
